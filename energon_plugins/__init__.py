@@ -1,0 +1,103 @@
+"""energon-plugins: a plugin registry for Megatron-Energon task encoders.
+
+Light names (the registry, hook markers, configs, errors) import eagerly and cost no torch,
+transformers or Energon import. The datamodule, the loader and the task-encoder base classes
+load on first access.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from energon_plugins._markers import ENTRY_POINT_GROUP, hookimpl, hookspec
+from energon_plugins.api import available, create, resolve
+from energon_plugins.context import BuildContext
+from energon_plugins.errors import (
+    ConfigError,
+    DatasetError,
+    EnergonPluginsError,
+    PluginConflictError,
+    PluginLoadError,
+    PluginNotFoundError,
+    PluginOptionsError,
+)
+from energon_plugins.kinds import IMAGE_PROCESSOR, KINDS, PACKING_STRATEGY, TASK_ENCODER
+from energon_plugins.manager import (
+    get_registry,
+    isolated_registry,
+    load_registry,
+    reset_registry,
+    use_registry,
+)
+from energon_plugins.registry import LoadFailure, PluginInfo, PluginSpec, Registry
+from energon_plugins.sample_config import ConversationTemplate, MultiModalSampleConfig
+
+__version__ = "0.1.0"
+
+# Heavy names: attribute -> module that defines it, imported on first access.
+_LAZY = {
+    "EnergonMultiModalDataModule": "energon_plugins.datamodule",
+    "EnergonDataloader": "energon_plugins.dataloader",
+    "cyclic_iter": "energon_plugins.dataloader",
+    "PluginTaskEncoder": "energon_plugins.task_encoders.base",
+    "EncodedSample": "energon_plugins.samples",
+    "MultiModalBatch": "energon_plugins.samples",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from energon_plugins.dataloader import EnergonDataloader, cyclic_iter
+    from energon_plugins.datamodule import EnergonMultiModalDataModule
+    from energon_plugins.samples import EncodedSample, MultiModalBatch
+    from energon_plugins.task_encoders.base import PluginTaskEncoder
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'energon_plugins' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "IMAGE_PROCESSOR",
+    "KINDS",
+    "PACKING_STRATEGY",
+    "TASK_ENCODER",
+    "BuildContext",
+    "ConfigError",
+    "ConversationTemplate",
+    "DatasetError",
+    "EncodedSample",
+    "EnergonDataloader",
+    "EnergonMultiModalDataModule",
+    "EnergonPluginsError",
+    "LoadFailure",
+    "MultiModalBatch",
+    "MultiModalSampleConfig",
+    "PluginConflictError",
+    "PluginInfo",
+    "PluginLoadError",
+    "PluginNotFoundError",
+    "PluginOptionsError",
+    "PluginSpec",
+    "PluginTaskEncoder",
+    "Registry",
+    "__version__",
+    "available",
+    "create",
+    "cyclic_iter",
+    "get_registry",
+    "hookimpl",
+    "hookspec",
+    "isolated_registry",
+    "load_registry",
+    "reset_registry",
+    "resolve",
+    "use_registry",
+]

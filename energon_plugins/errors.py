@@ -1,0 +1,29 @@
+"""Exceptions raised by energon-plugins. Every message names the plugin, field or file at fault."""
+
+
+class EnergonPluginsError(Exception):
+    """Base class of every error this package raises on purpose (a user error, not a bug)."""
+
+
+class PluginNotFoundError(EnergonPluginsError, LookupError):
+    """No installed plugin of the requested kind has the requested name."""
+
+
+class PluginConflictError(EnergonPluginsError, LookupError):
+    """A plain name is claimed by more than one distribution."""
+
+
+class PluginLoadError(EnergonPluginsError):
+    """A plugin could not be imported, registered or built."""
+
+
+class PluginOptionsError(EnergonPluginsError, ValueError):
+    """A plugin's options do not validate against its options model."""
+
+
+class ConfigError(EnergonPluginsError, ValueError):
+    """A datamodule configuration (file, mapping or arguments) is invalid."""
+
+
+class DatasetError(EnergonPluginsError, ValueError):
+    """A dataset path is missing, is not an Energon dataset, or lacks a split."""

@@ -1,0 +1,207 @@
+"""Loading plugins: entry points -> pluggy -> a :class:`Registry`, with failures isolated.
+
+Nothing is loaded at import time. :func:`get_registry` loads once and caches; tests and tools
+swap in another registry with :func:`use_registry` or :func:`isolated_registry`.
+
+Environment:
+    ``ENERGON_PLUGINS_LOAD=dist1,dist2``: load only these third-party distributions (set but
+    empty: none). The core's built-ins are always loaded.
+    ``ENERGON_PLUGINS_DISABLE=dist1,...``: skip these distributions.
+"""
+
+import contextlib
+import importlib.metadata
+import os
+import threading
+import traceback
+from collections.abc import Iterable, Iterator
+from types import ModuleType
+from typing import Any
+
+import pluggy
+
+from energon_plugins import hookspecs
+from energon_plugins._markers import ENTRY_POINT_GROUP, PROJECT_NAME
+from energon_plugins.kinds import HOOK_FOR_KIND
+from energon_plugins.registry import LoadFailure, Registry, canonical_distribution
+
+CORE_DISTRIBUTION = "energon-plugins"
+LOAD_ENV = "ENERGON_PLUGINS_LOAD"
+DISABLE_ENV = "ENERGON_PLUGINS_DISABLE"
+
+_cached: Registry | None = None
+_override: Registry | None = None
+_lock = threading.RLock()
+
+
+def _env_set(var: str) -> set[str] | None:
+    value = os.environ.get(var)
+    if value is None:
+        return None
+    return {canonical_distribution(part) for part in value.split(",") if part.strip()}
+
+
+def wanted_distribution(distribution: str) -> bool:
+    """Whether ``ENERGON_PLUGINS_LOAD`` / ``ENERGON_PLUGINS_DISABLE`` let ``distribution`` load."""
+    name = canonical_distribution(distribution)
+    disabled = _env_set(DISABLE_ENV) or set()
+    if name in disabled:
+        return False
+    only = _env_set(LOAD_ENV)
+    if only is None or name == CORE_DISTRIBUTION:
+        return True
+    return name in only
+
+
+def _one_line(exc: BaseException) -> str:
+    text = f"{type(exc).__name__}: {exc}".strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+class _Source:
+    """One plugin module to register, with the distribution it came from."""
+
+    def __init__(self, distribution: str, version: str, entry_point: str, load: Any) -> None:
+        self.distribution = distribution
+        self.version = version
+        self.entry_point = entry_point
+        self.load = load
+
+
+def _entry_point_sources(group: str) -> list[_Source]:
+    sources = []
+    for ep in importlib.metadata.entry_points(group=group):
+        dist = ep.dist
+        distribution = dist.name if dist is not None else "<unknown>"
+        version = dist.version if dist is not None else "?"
+        if not wanted_distribution(distribution):
+            continue
+        sources.append(_Source(distribution, version, f"{ep.name} = {ep.value}", ep.load))
+    # Core first, then alphabetical: a stable order for listings and for hook calls.
+    sources.sort(key=lambda s: (canonical_distribution(s.distribution) != CORE_DISTRIBUTION,
+                                canonical_distribution(s.distribution), s.entry_point))
+    return sources
+
+
+def load_registry(
+    modules: Iterable[ModuleType | Any] = (),
+    *,
+    entry_points: bool = True,
+    distribution: str = "<local>",
+    group: str = ENTRY_POINT_GROUP,
+) -> Registry:
+    """Build a fresh :class:`Registry`.
+
+    Args:
+        modules: plugin objects (modules or instances with ``@hookimpl`` methods) to register
+            in addition to the entry points, attributed to ``distribution``.
+        entry_points: load the installed distributions' entry points of ``group``.
+        distribution: the distribution name shown for ``modules``.
+        group: the entry-point group to read.
+
+    A module that fails to import, a hook implementation with a wrong signature, and a hook
+    that raises are each recorded in ``registry.failures``; loading goes on with the others.
+    """
+    sources = _entry_point_sources(group) if entry_points else []
+    for index, module in enumerate(modules):
+        label = getattr(module, "__name__", type(module).__name__)
+        sources.append(_Source(distribution, "0", f"{label}#{index}", lambda m=module: m))
+    return _fill(Registry(), sources)
+
+
+def _fill(registry: Registry, sources: list[_Source]) -> Registry:
+    pm = pluggy.PluginManager(PROJECT_NAME)
+    pm.add_hookspecs(hookspecs)
+    by_plugin_name: dict[str, _Source] = {}
+    for source in sources:
+        try:
+            plugin = source.load()
+        except BaseException as exc:  # noqa: BLE001 - even SystemExit must not take us down
+            if isinstance(exc, KeyboardInterrupt):
+                raise
+            registry.record_failure(_failure(source, "import", exc))
+            continue
+        plugin_name = f"{source.distribution}:{source.entry_point}"
+        try:
+            pm.register(plugin, name=plugin_name)
+        except Exception as exc:  # pluggy.PluginValidationError, duplicate registration
+            registry.record_failure(_failure(source, "hookimpl", exc))
+            continue
+        by_plugin_name[plugin_name] = source
+
+    for kind, hook_name in HOOK_FOR_KIND.items():
+        hook = getattr(pm.hook, hook_name)
+        # pluggy calls the last registered first; reverse for registration order.
+        for impl in reversed(hook.get_hookimpls()):
+            source = by_plugin_name[impl.plugin_name]
+            module_name = getattr(impl.function, "__module__", source.entry_point)
+            register = registry.register_callback(
+                kind,  # type: ignore[arg-type]
+                distribution=source.distribution,
+                version=source.version,
+                module=module_name,
+            )
+            try:
+                impl.function(register=register)
+            except BaseException as exc:  # noqa: BLE001
+                if isinstance(exc, KeyboardInterrupt):
+                    raise
+                registry.record_failure(_failure(source, hook_name, exc, kind=kind))
+    return registry
+
+
+def _failure(source: _Source, stage: str, exc: BaseException, kind: Any = None) -> LoadFailure:
+    return LoadFailure(
+        distribution=source.distribution,
+        version=source.version,
+        entry_point=source.entry_point,
+        stage=stage,
+        error=_one_line(exc),
+        kind=kind,
+        traceback="".join(traceback.format_exception(exc)),
+    )
+
+
+def get_registry() -> Registry:
+    """The registry in use: an override if one is active, else the cached installed plugins.
+
+    The installed plugins are loaded on the first call and cached; :func:`reset_registry`
+    forgets them (for example after changing ``ENERGON_PLUGINS_LOAD``).
+    """
+    global _cached
+    with _lock:
+        if _override is not None:
+            return _override
+        if _cached is None:
+            _cached = load_registry()
+        return _cached
+
+
+def reset_registry() -> None:
+    """Forget the cached registry; the next :func:`get_registry` loads the plugins again."""
+    global _cached
+    with _lock:
+        _cached = None
+
+
+@contextlib.contextmanager
+def use_registry(registry: Registry) -> Iterator[Registry]:
+    """Make ``registry`` the one :func:`get_registry` returns inside the ``with`` block."""
+    global _override
+    with _lock:
+        previous, _override = _override, registry
+    try:
+        yield registry
+    finally:
+        with _lock:
+            _override = previous
+
+
+@contextlib.contextmanager
+def isolated_registry(
+    *modules: ModuleType | Any, entry_points: bool = True, distribution: str = "<local>"
+) -> Iterator[Registry]:
+    """A freshly loaded registry, plus ``modules``, in use for the ``with`` block only."""
+    registry = load_registry(modules, entry_points=entry_points, distribution=distribution)
+    with use_registry(registry):
+        yield registry

@@ -1,0 +1,388 @@
+"""The registry: what plugins registered, looked up by kind and name.
+
+A :class:`Registry` is filled by :mod:`energon_plugins.manager` from the entry points of the
+installed distributions (or, in tests, from modules handed to it). It holds data only; nothing
+here imports torch, transformers or Energon.
+"""
+
+import dataclasses
+import importlib
+import re
+import threading
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+import pydantic
+
+from energon_plugins._suggest import did_you_mean
+from energon_plugins.context import BuildContext
+from energon_plugins.errors import (
+    PluginConflictError,
+    PluginLoadError,
+    PluginNotFoundError,
+    PluginOptionsError,
+)
+from energon_plugins.kinds import KINDS, Kind, normalize_kind
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+
+Factory = Callable[[Any, BuildContext], Any]
+
+
+def canonical_distribution(name: str) -> str:
+    """Normalise a distribution name as PEP 503 does (``Energon_Plugins`` -> ``energon-plugins``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginSpec:
+    """One registered component: what ``register(...)`` was called with, and who called it."""
+
+    name: str
+    kind: Kind
+    factory: Factory | str
+    options: type[pydantic.BaseModel] | None
+    description: str
+    aliases: tuple[str, ...]
+    distribution: str
+    version: str
+    module: str
+
+    @property
+    def qualified_name(self) -> str:
+        """``distribution:name``, which selects this spec even when the plain name is shared."""
+        return f"{self.distribution}:{self.name}"
+
+    @property
+    def label(self) -> str:
+        """How error messages name this plugin: ``task_encoder 'llava' (energon-plugin-llava)``."""
+        return f"{self.kind} {self.name!r} ({self.distribution})"
+
+    def load_factory(self) -> Factory:
+        """Return the factory, importing it now if it was registered as a ``"module:attr"`` string.
+
+        Raises:
+            PluginLoadError: the string does not name an importable callable.
+        """
+        if callable(self.factory):
+            return self.factory
+        module_name, _, attr = self.factory.partition(":")
+        try:
+            target: Any = importlib.import_module(module_name)
+            for part in attr.split("."):
+                target = getattr(target, part)
+        except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
+            raise PluginLoadError(
+                f"{self.label}: cannot import factory {self.factory!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        if not callable(target):
+            raise PluginLoadError(f"{self.label}: factory {self.factory!r} is not callable")
+        return target
+
+    def validate_options(
+        self, options: Mapping[str, Any] | pydantic.BaseModel | None, *, path: str = "options"
+    ) -> pydantic.BaseModel | None:
+        """Validate ``options`` against this plugin's options model.
+
+        Unknown keys are rejected even when the model itself allows extras, with a suggestion.
+        ``path`` prefixes field names in the message (``task_encoder.options``).
+
+        Raises:
+            PluginOptionsError: naming the plugin and every failing field.
+        """
+        if self.options is None:
+            if options:
+                raise PluginOptionsError(f"{self.label} takes no options, got {path}={options!r}")
+            return None
+        if isinstance(options, self.options):
+            return options
+        if isinstance(options, pydantic.BaseModel):
+            options = options.model_dump()
+        if options is None:
+            options = {}
+        if not isinstance(options, Mapping):
+            raise PluginOptionsError(
+                f"{self.label}: {path} must be a mapping, got {type(options).__name__}"
+            )
+        problems = unknown_keys(self.options, options, path)
+        if not problems:
+            try:
+                return self.options.model_validate(dict(options))
+            except pydantic.ValidationError as exc:
+                problems = format_validation_errors(exc, path)
+        raise PluginOptionsError(f"{self.label}: invalid options:\n  " + "\n  ".join(problems))
+
+
+def unknown_keys(model: type[pydantic.BaseModel], data: Mapping[str, Any], path: str) -> list[str]:
+    """List ``path.key: unknown option ...`` for each key of ``data`` that ``model`` lacks."""
+    known: set[str] = set()
+    for field_name, field in model.model_fields.items():
+        known.add(field_name)
+        if field.alias:
+            known.add(field.alias)
+    return [
+        f"{path}.{key}: unknown option{did_you_mean(str(key), known)}; "
+        f"known: {', '.join(sorted(known)) or '(none)'}"
+        for key in data
+        if key not in known
+    ]
+
+
+def format_validation_errors(exc: pydantic.ValidationError, path: str = "") -> list[str]:
+    """Turn a pydantic error into ``dotted.path: message`` lines."""
+    lines = []
+    for error in exc.errors():
+        loc = ".".join(str(part) for part in error["loc"])
+        where = ".".join(p for p in (path, loc) if p)
+        lines.append(f"{where or '<root>'}: {error['msg']}")
+    return lines
+
+
+@dataclasses.dataclass(frozen=True)
+class LoadFailure:
+    """A plugin that failed to import or register; recorded so the others keep working."""
+
+    distribution: str
+    version: str
+    entry_point: str
+    stage: str
+    """``import``, ``hookimpl`` or the hook name (``register_task_encoders``) that raised."""
+    error: str
+    kind: Kind | None = None
+    traceback: str = dataclasses.field(default="", repr=False, compare=False)
+
+    @property
+    def summary(self) -> str:
+        """The failure in one line."""
+        return f"{self.distribution} {self.version} [{self.entry_point}] {self.stage}: {self.error}"
+
+
+@dataclasses.dataclass(frozen=True)
+class PluginInfo:
+    """One row of :func:`energon_plugins.available`."""
+
+    name: str
+    kind: Kind | None
+    distribution: str
+    version: str
+    description: str
+    status: str
+    """``ok``, ``conflict`` (the plain name is claimed by another distribution) or ``failed``."""
+    aliases: tuple[str, ...] = ()
+    error: str = ""
+
+    def as_dict(self) -> dict[str, Any]:
+        """A JSON-ready mapping."""
+        return dataclasses.asdict(self)
+
+
+class Registry:
+    """Registered plugins by kind, plus the load failures, with name resolution."""
+
+    def __init__(self) -> None:
+        self._specs: dict[str, list[PluginSpec]] = {kind: [] for kind in KINDS}
+        self._failures: list[LoadFailure] = []
+        self._lock = threading.Lock()
+
+    # -- filling -----------------------------------------------------------------------------
+
+    def register_callback(
+        self, kind: Kind, *, distribution: str, version: str, module: str
+    ) -> Callable[..., None]:
+        """Return the ``register`` callable handed to one plugin's hook for ``kind``."""
+
+        def register(
+            name: str,
+            factory: Factory | str,
+            *,
+            options: type[pydantic.BaseModel] | None = None,
+            description: str = "",
+            aliases: Iterable[str] = (),
+        ) -> None:
+            spec = PluginSpec(
+                name=_check_name(name, "name"),
+                kind=kind,
+                factory=_check_factory(factory),
+                options=_check_options(options),
+                description=str(description or ""),
+                aliases=tuple(_check_name(a, "alias") for a in _as_tuple(aliases)),
+                distribution=distribution,
+                version=version,
+                module=module,
+            )
+            self.add(spec)
+
+        register.__doc__ = (
+            f"register(name, factory, *, options=None, description='', aliases=()) -> a {kind}"
+        )
+        return register
+
+    def add(self, spec: PluginSpec) -> None:
+        """Add ``spec``; a name or alias the same distribution already registered is an error."""
+        with self._lock:
+            for other in self._specs[spec.kind]:
+                if other.distribution != spec.distribution:
+                    continue
+                clash = {other.name, *other.aliases} & {spec.name, *spec.aliases}
+                if clash:
+                    raise ValueError(
+                        f"{spec.kind} name {sorted(clash)[0]!r} registered twice by "
+                        f"{spec.distribution} ({other.module} and {spec.module})"
+                    )
+            self._specs[spec.kind].append(spec)
+
+    def record_failure(self, failure: LoadFailure) -> None:
+        """Remember a plugin that failed to load."""
+        with self._lock:
+            self._failures.append(failure)
+
+    # -- reading -----------------------------------------------------------------------------
+
+    @property
+    def failures(self) -> list[LoadFailure]:
+        """Plugins that failed to import or register, in load order."""
+        return list(self._failures)
+
+    def specs(self, kind: str) -> list[PluginSpec]:
+        """Every registered spec of ``kind``, in registration order."""
+        return list(self._specs[normalize_kind(kind)])
+
+    def names(self, kind: str) -> list[str]:
+        """The selectable names of ``kind`` (plain names and aliases), sorted."""
+        return sorted({n for spec in self.specs(kind) for n in (spec.name, *spec.aliases)})
+
+    def resolve(self, kind: str, name: str) -> PluginSpec:
+        """Find the spec that ``name`` selects: a plain name, an alias or ``distribution:name``.
+
+        Raises:
+            PluginNotFoundError: nothing of that kind has the name; the message suggests the
+                closest name and lists the installed ones.
+            PluginConflictError: the plain name is claimed by several distributions; the
+                message names each and how to pick one.
+        """
+        kind = normalize_kind(kind)
+        if not isinstance(name, str) or not name.strip():
+            raise PluginNotFoundError(f"{kind} name must be a non-empty string, got {name!r}")
+        name = name.strip()
+        distribution, sep, plain = name.rpartition(":")
+        candidates = [s for s in self._specs[kind] if plain == s.name or plain in s.aliases]
+        if sep:
+            wanted = canonical_distribution(distribution)
+            candidates = [
+                s for s in candidates if canonical_distribution(s.distribution) == wanted
+            ]
+        if not candidates:
+            raise PluginNotFoundError(self._not_found_message(kind, name, plain))
+        exact = [s for s in candidates if s.name == plain]
+        candidates = exact or candidates
+        if len(candidates) > 1:
+            owners = ", ".join(f"{s.qualified_name} ({s.module})" for s in candidates)
+            raise PluginConflictError(
+                f"{kind} name {plain!r} is registered by {len(candidates)} distributions: "
+                f"{owners}. Select one as 'distribution:{plain}', or uninstall or disable one "
+                f"(ENERGON_PLUGINS_DISABLE)."
+            )
+        return candidates[0]
+
+    def _not_found_message(self, kind: str, name: str, plain: str) -> str:
+        installed = self.names(kind)
+        message = f"unknown {kind} {name!r}{did_you_mean(plain, installed)}."
+        message += f" Installed: {', '.join(installed) if installed else '(none)'}."
+        failed = [f for f in self._failures if f.kind in (None, kind)]
+        if failed:
+            message += " Some plugins failed to load: " + "; ".join(f.summary for f in failed)
+        return message
+
+    def available(self, kind: str | None = None) -> list[PluginInfo]:
+        """Every registered plugin (of ``kind``, if given) and every load failure."""
+        kinds = KINDS if kind is None else (normalize_kind(kind),)
+        rows: list[PluginInfo] = []
+        for k in kinds:
+            specs = self._specs[k]
+            for spec in specs:
+                others = [
+                    s.distribution
+                    for s in specs
+                    if s.name == spec.name and s.distribution != spec.distribution
+                ]
+                rows.append(
+                    PluginInfo(
+                        name=spec.name,
+                        kind=k,
+                        distribution=spec.distribution,
+                        version=spec.version,
+                        description=spec.description,
+                        status="conflict" if others else "ok",
+                        aliases=spec.aliases,
+                        error=f"name also registered by {', '.join(others)}" if others else "",
+                    )
+                )
+        for failure in self._failures:
+            if kind is None or failure.kind in (None, *kinds):
+                rows.append(
+                    PluginInfo(
+                        name=failure.entry_point,
+                        kind=failure.kind,
+                        distribution=failure.distribution,
+                        version=failure.version,
+                        description="",
+                        status="failed",
+                        error=f"{failure.stage}: {failure.error}",
+                    )
+                )
+        return rows
+
+    def create(
+        self,
+        kind: str,
+        name: str,
+        options: Mapping[str, Any] | pydantic.BaseModel | None = None,
+        context: BuildContext | None = None,
+        *,
+        path: str = "options",
+    ) -> Any:
+        """Resolve ``name``, validate ``options`` and call the factory with ``context``.
+
+        Raises:
+            PluginNotFoundError, PluginConflictError: see :meth:`resolve`.
+            PluginOptionsError: the options do not validate; the message names the fields.
+            PluginLoadError: the factory cannot be imported, or raised while building.
+        """
+        spec = self.resolve(kind, name)
+        validated = spec.validate_options(options, path=path)
+        factory = spec.load_factory()
+        try:
+            return factory(validated, context if context is not None else BuildContext())
+        except (PluginOptionsError, PluginLoadError, PluginNotFoundError, PluginConflictError):
+            raise
+        except Exception as exc:
+            raise PluginLoadError(
+                f"{spec.label}: building failed: {type(exc).__name__}: {exc}"
+            ) from exc
+
+
+def _as_tuple(value: Iterable[str] | str) -> tuple[str, ...]:
+    return (value,) if isinstance(value, str) else tuple(value)
+
+
+def _check_name(name: Any, what: str) -> str:
+    if not isinstance(name, str) or not _NAME_RE.match(name):
+        raise ValueError(
+            f"plugin {what} must be letters, digits, '.', '_' or '-' (no ':'), got {name!r}"
+        )
+    return name
+
+
+def _check_factory(factory: Any) -> Factory | str:
+    if callable(factory):
+        return factory
+    if isinstance(factory, str) and re.match(r"^[\w.]+:[\w.]+$", factory):
+        return factory
+    raise ValueError(f"factory must be a callable or a 'module:attr' string, got {factory!r}")
+
+
+def _check_options(options: Any) -> type[pydantic.BaseModel] | None:
+    if options is None or (isinstance(options, type) and issubclass(options, pydantic.BaseModel)):
+        return options
+    raise ValueError(f"options must be a pydantic model class or None, got {options!r}")

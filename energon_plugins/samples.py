@@ -1,0 +1,73 @@
+"""The encoded-sample and batch types that the core's task encoders produce.
+
+Plugins that subclass :class:`energon_plugins.PluginTaskEncoder` return :class:`EncodedSample`
+from ``encode_sample`` and get packing and batching for free; they may subclass both types to
+carry more fields.
+"""
+
+from typing import Any
+
+import torch
+from megatron.energon import Batch, Sample, edataclass
+
+
+@edataclass
+class EncodedSample(Sample):
+    """One tokenized sample (or, after packing, several concatenated ones).
+
+    Attributes:
+        input_ids: ``(L,)`` int64 token ids, image placeholders already expanded.
+        labels: ``(L,)`` int64 target ids; the sample config's ``ignore_index`` where no loss.
+            Labels are aligned with ``input_ids`` (the model shifts them).
+        loss_mask: ``(L,)`` float32, 1.0 where the loss counts.
+        pixel_values: the image processor's output for this sample's images, concatenated along
+            the first dimension (``(N, C, H, W)`` or, for patch-based processors, ``(P, D)``),
+            or ``None`` for a text-only sample.
+        image_grid_thw: ``(N, 3)`` int64 grids for processors that report them, else ``None``.
+        num_images: how many images the sample holds.
+        seq_lengths: lengths of the sub-sequences; one entry for an unpacked sample.
+        truncated: whether tokens were cut to fit the sequence length.
+    """
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    loss_mask: torch.Tensor
+    pixel_values: torch.Tensor | None = None
+    image_grid_thw: torch.Tensor | None = None
+    num_images: int = 0
+    seq_lengths: list[int] | None = None
+    truncated: bool = False
+
+    @property
+    def length(self) -> int:
+        """The number of tokens."""
+        return int(self.input_ids.shape[0])
+
+
+@edataclass
+class MultiModalBatch(Batch):
+    """A collated batch, ready for a Megatron vision-language model.
+
+    Attributes:
+        input_ids, labels: ``(B, L)`` int64, padded to the batch's sequence length with the
+            pad id and ``ignore_index``.
+        loss_mask: ``(B, L)`` float32.
+        position_ids: ``(B, L)`` int64; restarting at 0 in every packed sub-sequence.
+        attention_mask: ``(B, L)`` bool, ``True`` on real tokens (padding mask; causal masking
+            is the model's job). ``None`` for packed batches, which use ``packed_seq_params``.
+        pixel_values: the batch's images concatenated along the first dimension, or ``None``.
+        image_grid_thw: ``(N, 3)`` grids concatenated, or ``None``.
+        num_images: ``(B,)`` int64 images per row, so rows can find their images.
+        packed_seq_params: megatron-core ``PackedSeqParams(qkv_format="thd")`` for packed
+            batches, else ``None``.
+    """
+
+    input_ids: torch.Tensor
+    labels: torch.Tensor
+    loss_mask: torch.Tensor
+    position_ids: torch.Tensor
+    attention_mask: torch.Tensor | None = None
+    pixel_values: torch.Tensor | None = None
+    image_grid_thw: torch.Tensor | None = None
+    num_images: torch.Tensor | None = None
+    packed_seq_params: Any = None

@@ -1,0 +1,1 @@
+"""Task encoders: the base class plugins subclass, and the built-in `multimodal`."""
