@@ -21,6 +21,7 @@ from typing import Any
 import pluggy
 
 from energon_plugins import hookspecs
+from energon_plugins._suggest import did_you_mean
 from energon_plugins._markers import ENTRY_POINT_GROUP, PROJECT_NAME
 from energon_plugins.kinds import HOOK_FOR_KIND
 from energon_plugins.registry import LoadFailure, Registry, canonical_distribution
@@ -128,6 +129,11 @@ def _fill(registry: Registry, sources: list[_Source]) -> Registry:
             registry.record_failure(_failure(source, "hookimpl", exc))
             continue
         by_plugin_name[plugin_name] = source
+        for caller in pm.get_hookcallers(plugin) or ():
+            if not caller.has_spec():  # a typo such as register_encoders would never be called
+                known = list(HOOK_FOR_KIND.values())
+                error = f"unknown hook {caller.name!r}{did_you_mean(caller.name, known)}"
+                registry.record_failure(_failure(source, "hookimpl", ValueError(error)))
 
     for kind, hook_name in HOOK_FOR_KIND.items():
         hook = getattr(pm.hook, hook_name)

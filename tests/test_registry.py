@@ -1,0 +1,314 @@
+"""The plugin host: discovery through real entry points, isolation, names, options, env vars."""
+
+import subprocess
+import sys
+
+import pydantic
+import pytest
+
+import energon_plugins
+from energon_plugins import (
+    BuildContext,
+    PluginConflictError,
+    PluginLoadError,
+    PluginNotFoundError,
+    PluginOptionsError,
+    isolated_registry,
+    load_registry,
+)
+from tests._dists import write_distribution
+
+TOY_PLUGIN = """
+from pydantic import BaseModel, Field
+from energon_plugins import hookimpl
+
+class ToyOptions(BaseModel):
+    width: int = Field(default=4, ge=1)
+    label: str = "toy"
+
+class Toy:
+    def __init__(self, options, context):
+        self.options, self.context = options, context
+
+@hookimpl
+def register_task_encoders(register):
+    register("toy", "toy_pkg.heavy:build", options=ToyOptions, description="A toy encoder",
+             aliases=("toy-alias",))
+
+@hookimpl
+def register_packing_strategies(register):
+    register("toy-pack", lambda options, context: "packer")
+"""
+
+TOY_HEAVY = """
+from toy_pkg.plugin import Toy
+
+def build(options, context):
+    return Toy(options, context)
+"""
+
+
+@pytest.fixture
+def plugin_path(tmp_path, monkeypatch):
+    """A site directory on sys.path where tests write distributions."""
+    site = tmp_path / "site"
+    site.mkdir()
+    monkeypatch.syspath_prepend(str(site))
+    for var in ("ENERGON_PLUGINS_LOAD", "ENERGON_PLUGINS_DISABLE"):
+        monkeypatch.delenv(var, raising=False)
+    yield site
+    for name in [m for m in sys.modules if m.split(".")[0] in {"toy_pkg", "dup_a", "dup_b", "bad_pkg"}]:
+        del sys.modules[name]
+
+
+def _toy(site):
+    write_distribution(
+        site,
+        "energon-plugin-toy",
+        version="2.3",
+        modules={"toy_pkg.plugin": TOY_PLUGIN, "toy_pkg.heavy": TOY_HEAVY},
+        entry_points={"toy": "toy_pkg.plugin"},
+    )
+
+
+def test_builtins_come_through_the_core_entry_points():
+    registry = load_registry()
+    rows = {(r.kind, r.name): r for r in registry.available()}
+    assert rows[("task_encoder", "multimodal")].distribution == "energon-plugins"
+    assert rows[("image_processor", "hf")].status == "ok"
+    assert registry.resolve("task_encoder", "default").name == "multimodal"
+
+
+def test_installed_distribution_is_discovered_and_built_lazily(plugin_path):
+    _toy(plugin_path)
+    registry = load_registry()
+    row = next(r for r in registry.available("task_encoder") if r.name == "toy")
+    assert (row.distribution, row.version, row.description) == ("energon-plugin-toy", "2.3", "A toy encoder")
+    assert "toy_pkg.heavy" not in sys.modules, "listing must not import the factory module"
+
+    context = BuildContext(seq_length=77)
+    toy = registry.create("task_encoder", "toy", {"width": 9}, context)
+    assert "toy_pkg.heavy" in sys.modules
+    assert toy.options.width == 9 and toy.context.seq_length == 77
+    assert registry.create("task_encoder", "toy-alias").options.width == 4
+    assert registry.create("task_encoder", "energon-plugin-toy:toy").options.label == "toy"
+    assert registry.create("packing_strategy", "toy-pack") == "packer"
+
+
+def test_module_level_api_uses_the_isolated_registry(plugin_path):
+    _toy(plugin_path)
+    with isolated_registry() as registry:
+        assert energon_plugins.get_registry() is registry
+        assert "toy" in {r.name for r in energon_plugins.available("task_encoder")}
+        assert energon_plugins.create("task_encoder", "toy").options.width == 4
+    assert energon_plugins.get_registry() is not registry
+
+
+def test_registry_is_cached_and_reset_reloads():
+    energon_plugins.reset_registry()
+    first = energon_plugins.get_registry()
+    assert energon_plugins.get_registry() is first
+    energon_plugins.reset_registry()
+    assert energon_plugins.get_registry() is not first
+
+
+@pytest.mark.parametrize(
+    "module_source, stage, message",
+    [
+        ("raise RuntimeError('boom at import')", "import", "boom at import"),
+        ("import sys; sys.exit(3)", "import", "SystemExit"),
+        ("import not_a_module_anywhere", "import", "not_a_module_anywhere"),
+        (
+            "from energon_plugins import hookimpl\n"
+            "@hookimpl\ndef register_task_encoders(register):\n    raise ValueError('hook boom')\n",
+            "register_task_encoders",
+            "hook boom",
+        ),
+        (
+            "from energon_plugins import hookimpl\n"
+            "@hookimpl\ndef register_task_encoders(reg, extra):\n    pass\n",
+            "hookimpl",
+            "register_task_encoders",
+        ),
+        (
+            "from energon_plugins import hookimpl\n"
+            "@hookimpl\ndef register_encoders(register):\n    pass\n",
+            "hookimpl",
+            "register_encoders",
+        ),
+        (
+            "from energon_plugins import hookimpl\n"
+            "@hookimpl\ndef register_task_encoders(register):\n    register('a:b', len)\n",
+            "register_task_encoders",
+            "'a:b'",
+        ),
+        (
+            "from energon_plugins import hookimpl\n"
+            "@hookimpl\ndef register_task_encoders(register):\n    register('x', 42)\n",
+            "register_task_encoders",
+            "factory must be",
+        ),
+        (
+            "from energon_plugins import hookimpl\n"
+            "@hookimpl\ndef register_task_encoders(register):\n"
+            "    register('x', len)\n    register('x', len)\n",
+            "register_task_encoders",
+            "registered twice",
+        ),
+    ],
+    ids=["raises", "sys-exit", "missing-import", "hook-raises", "bad-signature", "unknown-hook",
+         "bad-name", "bad-factory", "same-name-twice"],
+)
+def test_broken_plugin_is_reported_and_the_others_keep_working(
+    plugin_path, module_source, stage, message
+):
+    _toy(plugin_path)
+    write_distribution(
+        plugin_path,
+        "energon-plugin-bad",
+        version="0.9",
+        modules={"bad_pkg.plugin": module_source},
+        entry_points={"bad": "bad_pkg.plugin"},
+    )
+    registry = load_registry()
+    [failure] = registry.failures
+    assert (failure.distribution, failure.version, failure.stage) == ("energon-plugin-bad", "0.9", stage)
+    assert message in failure.error
+    assert failure.traceback
+    failed_rows = [r for r in registry.available("task_encoder") if r.status == "failed"]
+    assert [r.distribution for r in failed_rows] == ["energon-plugin-bad"]
+    assert message in failed_rows[0].error
+    # Everyone else still works.
+    assert registry.create("task_encoder", "toy").options.width == 4
+    assert registry.resolve("task_encoder", "multimodal").distribution == "energon-plugins"
+
+
+def test_the_same_name_in_two_distributions_is_an_error_naming_both(plugin_path):
+    for dist, pkg, value in (("dist-a", "dup_a", "A"), ("dist-b", "dup_b", "B")):
+        write_distribution(
+            plugin_path,
+            dist,
+            modules={
+                f"{pkg}.plugin": "from energon_plugins import hookimpl\n"
+                "@hookimpl\ndef register_image_processors(register):\n"
+                f"    register('dup', lambda o, c: {value!r})\n"
+            },
+            entry_points={"p": f"{pkg}.plugin"},
+        )
+    registry = load_registry()
+    with pytest.raises(PluginConflictError) as info:
+        registry.resolve("image_processor", "dup")
+    assert "dist-a:dup" in str(info.value) and "dist-b:dup" in str(info.value)
+    assert registry.create("image_processor", "dist-a:dup") == "A"
+    assert registry.create("image_processor", "dist_b:dup") == "B"  # PEP 503 normalisation
+    statuses = {r.distribution: r.status for r in registry.available("image_processor") if r.name == "dup"}
+    assert statuses == {"dist-a": "conflict", "dist-b": "conflict"}
+
+
+def test_load_and_disable_environment_variables(plugin_path, monkeypatch):
+    _toy(plugin_path)
+    names = lambda: {r.name for r in load_registry().available("task_encoder")}  # noqa: E731
+    assert {"toy", "multimodal"} <= names()
+    monkeypatch.setenv("ENERGON_PLUGINS_LOAD", "")
+    assert names() == {"multimodal"}, "empty LOAD: no third-party plugins, built-ins stay"
+    monkeypatch.setenv("ENERGON_PLUGINS_LOAD", "energon_plugin_toy, other")
+    assert "toy" in names()
+    monkeypatch.delenv("ENERGON_PLUGINS_LOAD")
+    monkeypatch.setenv("ENERGON_PLUGINS_DISABLE", "energon-plugin-toy")
+    assert "toy" not in names()
+
+
+def test_unknown_name_suggests_and_lists_installed(plugin_path):
+    _toy(plugin_path)
+    registry = load_registry()
+    with pytest.raises(PluginNotFoundError) as info:
+        registry.resolve("task_encoder", "multimodel")
+    text = str(info.value)
+    assert "did you mean 'multimodal'" in text and "toy-alias" in text
+    with pytest.raises(PluginNotFoundError, match="unknown task_encoder 'nope:toy'"):
+        registry.resolve("task_encoder", "nope:toy")
+    with pytest.raises(ValueError, match="unknown plugin kind"):
+        registry.resolve("tokenizer", "x")
+
+
+def test_options_are_validated_with_plugin_and_field_named(plugin_path):
+    _toy(plugin_path)
+    registry = load_registry()
+    with pytest.raises(PluginOptionsError) as info:
+        registry.create("task_encoder", "toy", {"width": "wide"})
+    assert "task_encoder 'toy' (energon-plugin-toy)" in str(info.value)
+    assert "options.width" in str(info.value)
+    with pytest.raises(PluginOptionsError, match=r"options\.widht: unknown option \(did you mean 'width'\?\)"):
+        registry.create("task_encoder", "toy", {"widht": 3})
+    with pytest.raises(PluginOptionsError, match="takes no options"):
+        registry.create("packing_strategy", "toy-pack", {"x": 1})
+    with pytest.raises(PluginOptionsError, match="must be a mapping"):
+        registry.create("task_encoder", "toy", [1, 2])
+    model = registry.resolve("task_encoder", "toy").options
+    assert isinstance(model(width=3), pydantic.BaseModel)
+    assert registry.create("task_encoder", "toy", model(width=3)).options.width == 3
+
+
+def test_factory_errors_name_the_plugin(plugin_path):
+    write_distribution(
+        plugin_path,
+        "energon-plugin-bad",
+        modules={
+            "bad_pkg.plugin": "from energon_plugins import hookimpl\n"
+            "def explode(options, context):\n    raise RuntimeError('no GPU here')\n"
+            "@hookimpl\ndef register_task_encoders(register):\n"
+            "    register('ghost', 'bad_pkg.missing:build')\n"
+            "    register('explodes', explode)\n"
+        },
+        entry_points={"bad": "bad_pkg.plugin"},
+    )
+    registry = load_registry()
+    with pytest.raises(PluginLoadError, match=r"task_encoder 'ghost' \(energon-plugin-bad\): cannot import factory 'bad_pkg.missing:build'"):
+        registry.create("task_encoder", "ghost")
+    with pytest.raises(PluginLoadError, match=r"'explodes' \(energon-plugin-bad\): building failed: RuntimeError: no GPU here"):
+        registry.create("task_encoder", "explodes")
+
+
+def test_import_has_no_side_effects_and_listing_is_light():
+    code = (
+        "import sys, energon_plugins, energon_plugins.manager as m\n"
+        "assert m._cached is None, 'loaded at import'\n"
+        "rows = energon_plugins.available()\n"
+        "heavy = sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'transformers', 'megatron'})\n"
+        "print(len(rows), heavy)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    count, heavy = out.stdout.strip().split(" ", 1)
+    assert int(count) >= 2
+    assert heavy == "[]"
+
+
+def test_a_pip_installed_distribution_is_found_in_a_fresh_process(tmp_path):
+    """The whole path a user takes: pip install a plugin project, then select it by name."""
+    src = tmp_path / "src"
+    write_distribution(src, "unused", modules={"toy_pkg.plugin": TOY_PLUGIN, "toy_pkg.heavy": TOY_HEAVY},
+                       entry_points={})
+    for leftover in src.glob("*.dist-info"):
+        for f in leftover.iterdir():
+            f.unlink()
+        leftover.rmdir()
+    (src / "pyproject.toml").write_text(
+        '[build-system]\nrequires = ["setuptools>=61"]\nbuild-backend = "setuptools.build_meta"\n'
+        '[project]\nname = "energon-plugin-toy"\nversion = "3.1"\n'
+        '[project.entry-points.energon_plugins]\ntoy = "toy_pkg.plugin"\n'
+        '[tool.setuptools.packages.find]\ninclude = ["toy_pkg*"]\n'
+    )
+    target = tmp_path / "target"
+    subprocess.run(
+        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
+         "--no-index", "--target", str(target), str(src)],
+        check=True, capture_output=True,
+    )
+    code = (
+        f"import sys; sys.path.insert(0, {str(target)!r})\n"
+        "import energon_plugins as ep\n"
+        "row = next(r for r in ep.available('task_encoder') if r.name == 'toy')\n"
+        "print(row.distribution, row.version, ep.create('task_encoder', 'toy', {'width': 5}).options.width)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.split() == ["energon-plugin-toy", "3.1", "5"]
