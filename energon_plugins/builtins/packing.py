@@ -1,9 +1,44 @@
 """Registers the built-in packing strategies."""
 
 from energon_plugins._markers import hookimpl
+from energon_plugins.packing.options import (
+    BestFitDecreasingOptions,
+    FirstFitDecreasingOptions,
+    GreedyKnapsackOptions,
+    NoPackingOptions,
+)
+
+_MODULE = "energon_plugins.packing.strategies"
 
 
 @hookimpl
 def register_packing_strategies(register):
     """Register ``none``, ``first-fit-decreasing``, ``best-fit-decreasing``, ``greedy-knapsack``."""
-    # Filled in by the packing module (issue: packing strategies).
+    register(
+        "none",
+        f"{_MODULE}:make_none",
+        options=NoPackingOptions,
+        description="No packing: every sample is its own sequence",
+        aliases=("no-packing",),
+    )
+    register(
+        "first-fit-decreasing",
+        f"{_MODULE}:make_first_fit_decreasing",
+        options=FirstFitDecreasingOptions,
+        description="Longest first, each into the first pack where it fits (segment tree)",
+        aliases=("ffd",),
+    )
+    register(
+        "best-fit-decreasing",
+        f"{_MODULE}:make_best_fit_decreasing",
+        options=BestFitDecreasingOptions,
+        description="Longest first, each into the fullest pack where it fits (sorted list)",
+        aliases=("bfd",),
+    )
+    register(
+        "greedy-knapsack",
+        f"{_MODULE}:make_greedy_knapsack",
+        options=GreedyKnapsackOptions,
+        description="Fill one pack at a time with the longest sample that fits (NeMo, Megatron-LM)",
+        aliases=("knapsack",),
+    )

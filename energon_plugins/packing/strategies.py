@@ -1,0 +1,341 @@
+"""The built-in packing strategies: pure Python, no torch.
+
+Every strategy answers the same question for one packing buffer: given the length of each
+sample and the capacity of a pack (the sequence length), which samples go together? The
+answer is a :class:`PackingPlan`:
+
+- every sample whose length fits the capacity lands in exactly one group;
+- a longer ("overlong") sample follows the ``overlong`` option: ``truncate`` puts it alone in
+  its own group (the encoder cuts it to the capacity) and lists it in ``plan.truncated``;
+  ``drop`` leaves it out and lists it in ``plan.dropped``; ``error`` raises a ``ValueError``
+  naming its index and length;
+- the total length of every group is at most the capacity (a truncated sample counts as the
+  capacity);
+- indices inside a group are ascending (samples keep their stream order inside a pack), and
+  groups are ordered by their first index (the pack holding the earliest sample comes first);
+- the same input always gives the same plan: ties between equal lengths go to the lower index.
+
+``select(lengths, capacity)`` returns ``plan(lengths, capacity).groups``, the contract of the
+``packing_strategy`` kind.
+
+Costs for ``n`` samples and ``b`` packs: ``none`` O(n); ``first-fit-decreasing`` O(n log b)
+with a segment tree of the packs' remaining capacities; ``best-fit-decreasing`` O(n log b)
+comparisons with a sorted list of remaining capacities; ``greedy-knapsack`` O(n log n)
+comparisons plus list deletions.
+"""
+
+import dataclasses
+import operator
+from bisect import bisect_left, bisect_right, insort
+from collections.abc import Sequence
+from typing import Any, ClassVar
+
+from pydantic import BaseModel
+
+from energon_plugins.packing.options import (
+    BestFitDecreasingOptions,
+    FirstFitDecreasingOptions,
+    GreedyKnapsackOptions,
+    NoPackingOptions,
+    PackingOptions,
+)
+
+__all__ = [
+    "PackingPlan",
+    "PackingStrategy",
+    "NoPacking",
+    "FirstFitDecreasing",
+    "BestFitDecreasing",
+    "GreedyKnapsack",
+    "make_none",
+    "make_first_fit_decreasing",
+    "make_best_fit_decreasing",
+    "make_greedy_knapsack",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class PackingPlan:
+    """The outcome of packing one buffer.
+
+    Attributes:
+        groups: lists of buffer indices, one list per pack (see the module docstring for the
+            order).
+        dropped: indices of overlong samples left out (``overlong="drop"``), ascending.
+        truncated: indices of overlong samples each alone in a group, to be cut to the
+            capacity (``overlong="truncate"``), ascending.
+    """
+
+    groups: list[list[int]]
+    dropped: list[int] = dataclasses.field(default_factory=list)
+    truncated: list[int] = dataclasses.field(default_factory=list)
+
+
+class PackingStrategy:
+    """Base class of the built-in strategies: input checks, the overlong policy, output order.
+
+    A subclass implements :meth:`_pack` for the samples that fit. Third-party strategies may
+    subclass it too; the contract needs only ``select(lengths, capacity)``.
+    """
+
+    name: ClassVar[str] = ""
+    options_class: ClassVar[type[PackingOptions]] = PackingOptions
+
+    def __init__(self, options: BaseModel | None = None) -> None:
+        """Keep validated ``options`` (an instance of :attr:`options_class`; None: defaults)."""
+        self.options = options if options is not None else self.options_class()
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.options!r})"
+
+    def select(self, lengths: Sequence[int], capacity: int) -> list[list[int]]:
+        """Group buffer indices into packs of total length at most ``capacity``."""
+        return self.plan(lengths, capacity).groups
+
+    def plan(self, lengths: Sequence[int], capacity: int) -> PackingPlan:
+        """Pack one buffer and report which overlong samples were dropped or truncated.
+
+        Raises:
+            ValueError: ``capacity`` is not a positive integer, a length is not a
+                non-negative integer, or a sample is overlong and ``overlong="error"``.
+        """
+        capacity = _check_capacity(capacity)
+        lengths = _check_lengths(lengths)
+        fitting: list[int] = []
+        overlong: list[int] = []
+        for index, length in enumerate(lengths):
+            (fitting if length <= capacity else overlong).append(index)
+        dropped: list[int] = []
+        truncated: list[int] = []
+        if overlong:
+            policy = self.options.overlong
+            if policy == "error":
+                first = overlong[0]
+                raise ValueError(
+                    f"packing: sample {first} of the buffer has length {lengths[first]}, more "
+                    f"than the capacity {capacity} ({len(overlong)} overlong sample(s) in this "
+                    f"buffer); set overlong to 'truncate' or 'drop' to accept them"
+                )
+            if policy == "drop":
+                dropped = overlong
+            else:
+                truncated = overlong
+        groups = self._pack(lengths, fitting, capacity) if fitting else []
+        for group in groups:
+            group.sort()
+        groups.extend([index] for index in truncated)
+        groups.sort(key=operator.itemgetter(0))
+        return PackingPlan(groups=groups, dropped=dropped, truncated=truncated)
+
+    def _pack(self, lengths: list[int], items: list[int], capacity: int) -> list[list[int]]:
+        """Group ``items`` (ascending indices whose lengths fit ``capacity``); any order."""
+        raise NotImplementedError
+
+
+class NoPacking(PackingStrategy):
+    """``none``: every sample is its own pack (the overlong policy still applies)."""
+
+    name = "none"
+    options_class = NoPackingOptions
+
+    def _pack(self, lengths: list[int], items: list[int], capacity: int) -> list[list[int]]:
+        return [[index] for index in items]
+
+
+def _decreasing(lengths: list[int], items: list[int]) -> list[int]:
+    """``items`` by length, longest first; equal lengths keep ascending index (stable sort)."""
+    return sorted(items, key=lengths.__getitem__, reverse=True)
+
+
+class FirstFitDecreasing(PackingStrategy):
+    """``first-fit-decreasing``: longest first, each into the first pack where it fits.
+
+    The leftmost pack with enough room is found in O(log b) by descending a segment tree that
+    holds the largest remaining capacity of each subtree of packs (unopened packs count as
+    empty, so the first unopened pack is found the same way).
+    """
+
+    name = "first-fit-decreasing"
+    options_class = FirstFitDecreasingOptions
+
+    def _pack(self, lengths: list[int], items: list[int], capacity: int) -> list[list[int]]:
+        order = _decreasing(lengths, items) if self.options.sort else items
+        # Start with room for the packs a perfect packing needs; double when that is too few.
+        needed = max(1, -(-sum(lengths[i] for i in items) // capacity))
+        size = 1
+        while size < needed:
+            size *= 2
+        tree = [capacity] * (2 * size)
+        bins: list[list[int]] = []
+        for index in order:
+            length = lengths[index]
+            if tree[1] < length:
+                tree, size = _grow(tree, size, capacity)
+            node = 1
+            while node < size:
+                node *= 2
+                if tree[node] < length:
+                    node += 1
+            slot = node - size
+            if slot == len(bins):
+                bins.append([index])
+            else:
+                bins[slot].append(index)
+            tree[node] -= length
+            node //= 2
+            while node:
+                left = tree[2 * node]
+                right = tree[2 * node + 1]
+                best = left if left >= right else right
+                if tree[node] == best:
+                    break
+                tree[node] = best
+                node //= 2
+        return bins
+
+
+def _grow(tree: list[int], size: int, capacity: int) -> tuple[list[int], int]:
+    """Double the number of leaves of a max segment tree; new leaves hold ``capacity``."""
+    new_size = 2 * size
+    new_tree = [capacity] * (2 * new_size)
+    new_tree[new_size : new_size + size] = tree[size : 2 * size]
+    for node in range(new_size - 1, 0, -1):
+        left = new_tree[2 * node]
+        right = new_tree[2 * node + 1]
+        new_tree[node] = left if left >= right else right
+    return new_tree, new_size
+
+
+class BestFitDecreasing(PackingStrategy):
+    """``best-fit-decreasing``: longest first, each into the fullest pack where it still fits.
+
+    Open packs live in a sorted list of integer keys ``remaining * K + pack`` (``K`` exceeds
+    every pack number), so one ``bisect`` finds the pack with the least room that fits, the
+    lowest-numbered one among equals.
+    """
+
+    name = "best-fit-decreasing"
+    options_class = BestFitDecreasingOptions
+
+    def _pack(self, lengths: list[int], items: list[int], capacity: int) -> list[list[int]]:
+        order = _decreasing(lengths, items) if self.options.sort else items
+        scale = len(items) + 1
+        keys: list[int] = []
+        bins: list[list[int]] = []
+        for index in order:
+            length = lengths[index]
+            position = bisect_left(keys, length * scale)
+            if position == len(keys):
+                slot = len(bins)
+                bins.append([index])
+                remaining = capacity - length
+            else:
+                remaining, slot = divmod(keys.pop(position), scale)
+                bins[slot].append(index)
+                remaining -= length
+            insort(keys, remaining * scale + slot)
+        return bins
+
+
+class GreedyKnapsack(PackingStrategy):
+    """``greedy-knapsack``: fill one pack at a time with the largest sample that still fits.
+
+    The packing NeMo, Megatron-LM and LLaMA-Factory use for fine-tuning data, written anew
+    from its description: keep the remaining lengths sorted; start a pack with the longest
+    sample, then repeatedly take the longest one that fits the room left (one ``bisect``);
+    when none fits, close the pack and start the next.
+    """
+
+    name = "greedy-knapsack"
+    options_class = GreedyKnapsackOptions
+
+    def _pack(self, lengths: list[int], items: list[int], capacity: int) -> list[list[int]]:
+        # Key length * K + (K - 1 - index): ascending by length, and among equal lengths the
+        # lowest index has the largest key, so it is taken first.
+        scale = len(lengths) + 1
+        top = scale - 1
+        keys = sorted(lengths[i] * scale + (top - i) for i in items)
+        groups: list[list[int]] = []
+        while keys:
+            room = capacity
+            group: list[int] = []
+            while True:
+                position = bisect_right(keys, room * scale + top)
+                if position == 0:
+                    break
+                length, rest = divmod(keys.pop(position - 1), scale)
+                group.append(top - rest)
+                room -= length
+            groups.append(group)
+        return groups
+
+
+def _check_capacity(capacity: Any) -> int:
+    if isinstance(capacity, bool):
+        raise ValueError(f"packing: capacity must be a positive integer, got {capacity!r}")
+    try:
+        value = operator.index(capacity)
+    except TypeError:
+        raise ValueError(
+            f"packing: capacity must be a positive integer, got {capacity!r}"
+        ) from None
+    if value < 1:
+        raise ValueError(f"packing: capacity must be a positive integer, got {capacity!r}")
+    return value
+
+
+def _check_lengths(lengths: Sequence[Any]) -> list[int]:
+    try:
+        values = [operator.index(length) for length in lengths]
+    except TypeError:
+        bad = next(i for i, x in enumerate(lengths) if not _is_int(x))
+        raise ValueError(
+            f"packing: length of sample {bad} must be an integer, got {lengths[bad]!r}"
+        ) from None
+    if values and min(values) < 0:
+        bad = next(i for i, x in enumerate(values) if x < 0)
+        raise ValueError(f"packing: length of sample {bad} must be >= 0, got {values[bad]}")
+    return values
+
+
+def _is_int(value: Any) -> bool:
+    try:
+        operator.index(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _make(cls: type[PackingStrategy], options: BaseModel | None) -> PackingStrategy:
+    if options is not None and not isinstance(options, cls.options_class):
+        raise TypeError(
+            f"{cls.name}: options must be {cls.options_class.__name__}, "
+            f"got {type(options).__name__}"
+        )
+    return cls(options)
+
+
+def make_none(options: NoPackingOptions | None, context: Any = None) -> NoPacking:
+    """Factory of ``none``."""
+    return _make(NoPacking, options)  # type: ignore[return-value]
+
+
+def make_first_fit_decreasing(
+    options: FirstFitDecreasingOptions | None, context: Any = None
+) -> FirstFitDecreasing:
+    """Factory of ``first-fit-decreasing``."""
+    return _make(FirstFitDecreasing, options)  # type: ignore[return-value]
+
+
+def make_best_fit_decreasing(
+    options: BestFitDecreasingOptions | None, context: Any = None
+) -> BestFitDecreasing:
+    """Factory of ``best-fit-decreasing``."""
+    return _make(BestFitDecreasing, options)  # type: ignore[return-value]
+
+
+def make_greedy_knapsack(
+    options: GreedyKnapsackOptions | None, context: Any = None
+) -> GreedyKnapsack:
+    """Factory of ``greedy-knapsack``."""
+    return _make(GreedyKnapsack, options)  # type: ignore[return-value]
