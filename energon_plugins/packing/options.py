@@ -42,6 +42,17 @@ class FirstFitDecreasingOptions(PackingOptions):
         ),
     )
 
+    refine_max_samples: int = Field(
+        default=1000,
+        ge=0,
+        description=(
+            "When the first pass needs more packs than ceil(total / capacity), re-pack the "
+            "buffer one pack at a time, each filled as full as possible (exact subset sum), and "
+            "keep that if it needs fewer packs. Runs only on buffers of at most this many "
+            "samples (its cost grows with samples x packs x capacity); 0 turns it off."
+        ),
+    )
+
 
 class BestFitDecreasingOptions(PackingOptions):
     """Options of ``best-fit-decreasing``."""
@@ -51,6 +62,17 @@ class BestFitDecreasingOptions(PackingOptions):
         description=(
             "Sort samples by length, longest first, before placing them (best-fit decreasing). "
             "False places them in buffer order (plain best-fit), which packs less tightly."
+        ),
+    )
+
+    refine_max_samples: int = Field(
+        default=1000,
+        ge=0,
+        description=(
+            "When the first pass needs more packs than ceil(total / capacity), re-pack the "
+            "buffer one pack at a time, each filled as full as possible (exact subset sum), and "
+            "keep that if it needs fewer packs. Runs only on buffers of at most this many "
+            "samples (its cost grows with samples x packs x capacity); 0 turns it off."
         ),
     )
 

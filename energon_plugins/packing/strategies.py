@@ -51,6 +51,7 @@ __all__ = [
     "make_first_fit_decreasing",
     "make_best_fit_decreasing",
     "make_greedy_knapsack",
+    "fill_one_pack_at_a_time",
 ]
 
 
@@ -159,6 +160,9 @@ class FirstFitDecreasing(PackingStrategy):
     options_class = FirstFitDecreasingOptions
 
     def _pack(self, lengths: list[int], items: list[int], capacity: int) -> list[list[int]]:
+        return _refined(self, self._first_fit(lengths, items, capacity), lengths, items, capacity)
+
+    def _first_fit(self, lengths: list[int], items: list[int], capacity: int) -> list[list[int]]:
         order = _decreasing(lengths, items) if self.options.sort else items
         # Start with room for the packs a perfect packing needs; double when that is too few.
         needed = max(1, -(-sum(lengths[i] for i in items) // capacity))
@@ -206,6 +210,57 @@ def _grow(tree: list[int], size: int, capacity: int) -> tuple[list[int], int]:
     return new_tree, new_size
 
 
+def _refined(
+    strategy: PackingStrategy,
+    bins: list[list[int]],
+    lengths: list[int],
+    items: list[int],
+    capacity: int,
+) -> list[list[int]]:
+    """Return ``bins``, or an exact-fill packing of ``items`` if that needs fewer packs."""
+    needed = -(-sum(lengths[i] for i in items) // capacity)
+    if len(bins) <= max(needed, 1) or len(items) > strategy.options.refine_max_samples:
+        return bins
+    exact = fill_one_pack_at_a_time(lengths, items, capacity)
+    return exact if len(exact) < len(bins) else bins
+
+
+def fill_one_pack_at_a_time(
+    lengths: Sequence[int], items: Sequence[int], capacity: int
+) -> list[list[int]]:
+    """Pack ``items`` one pack at a time, each with the subset of the rest that fills it most.
+
+    Every pack is an exact subset-sum optimum over the remaining items (a bitset of reachable
+    totals in one Python integer, ``capacity + 1`` bits wide), taken longest-first so ties go
+    the same way every time. Costs O(packs x items) operations on ``capacity``-bit integers.
+    """
+    mask = (1 << (capacity + 1)) - 1
+    remaining = sorted((i for i in items if lengths[i]), key=lengths.__getitem__, reverse=True)
+    empty = [i for i in items if not lengths[i]]  # zero-length items join the first pack
+    bins: list[list[int]] = []
+    while remaining:
+        reachable = 1
+        prefixes = [1]
+        for index in remaining:
+            reachable = (reachable | (reachable << lengths[index])) & mask
+            prefixes.append(reachable)
+        target = reachable.bit_length() - 1
+        chosen: set[int] = set()
+        # Walk back: an item is needed iff the target is not reachable from the items before it.
+        for position in range(len(remaining) - 1, -1, -1):
+            if not (prefixes[position] >> target) & 1:
+                chosen.add(position)
+                target -= lengths[remaining[position]]
+        bins.append([remaining[p] for p in sorted(chosen)])
+        remaining = [index for p, index in enumerate(remaining) if p not in chosen]
+    if empty:
+        if bins:
+            bins[0].extend(empty)
+        else:
+            bins.append(empty)
+    return bins
+
+
 class BestFitDecreasing(PackingStrategy):
     """``best-fit-decreasing``: longest first, each into the fullest pack where it still fits.
 
@@ -218,6 +273,9 @@ class BestFitDecreasing(PackingStrategy):
     options_class = BestFitDecreasingOptions
 
     def _pack(self, lengths: list[int], items: list[int], capacity: int) -> list[list[int]]:
+        return _refined(self, self._best_fit(lengths, items, capacity), lengths, items, capacity)
+
+    def _best_fit(self, lengths: list[int], items: list[int], capacity: int) -> list[list[int]]:
         order = _decreasing(lengths, items) if self.options.sort else items
         scale = len(items) + 1
         keys: list[int] = []
