@@ -1,0 +1,278 @@
+"""The fast image processor: batched torch preprocessing on uint8, like a transformers processor.
+
+Pipeline per call: convert every input to a uint8 HWC tensor (zero-copy where possible), group
+the images by size and resize each group with one ``interpolate(..., antialias=True)`` call on
+uint8 channels-last tensors (torch's vectorised separable kernel, the same filter as PIL's),
+center crop by slicing, then one fused rescale+normalize into a float32 ``(N, 3, H, W)`` batch.
+"""
+
+import dataclasses
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from energon_plugin_fast_image.settings import ProcessorSettings, resolve_settings
+
+_PIL_CODES = {"nearest": 0, "bilinear": 2, "bicubic": 3}
+
+
+class FastBatchFeature(dict):
+    """The result mapping: ``out["pixel_values"]``, ``out.pixel_values`` and ``out.to(device)``."""
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def to(self, *args: Any, **kwargs: Any) -> "FastBatchFeature":
+        """Move every tensor value (like ``BatchFeature.to``); returns a new mapping."""
+        return FastBatchFeature(
+            {k: v.to(*args, **kwargs) if torch.is_tensor(v) else v for k, v in self.items()}
+        )
+
+
+def _is_pil(image: Any) -> bool:
+    return type(image).__module__.startswith("PIL.")
+
+
+def to_uint8_hwc(image: Any, index: int = 0) -> torch.Tensor:
+    """Convert one image to an RGB ``uint8`` tensor of shape ``(H, W, 3)`` (may be a view).
+
+    Accepts PIL images, numpy arrays and torch tensors, ``(H, W)``, ``(C, H, W)`` or
+    ``(H, W, C)`` with 1, 3 or 4 channels (alpha is dropped, grey is repeated). Floating-point
+    inputs are taken to be in ``[0, 1]`` (Energon's default decode) and scaled to 0-255.
+
+    Raises:
+        TypeError, ValueError: naming ``images[index]`` and what is wrong with it.
+    """
+    if _is_pil(image):
+        if image.mode != "RGB":
+            image = image.convert("RGB")
+        return torch.from_numpy(np.array(image))
+    if isinstance(image, np.ndarray):
+        tensor = torch.from_numpy(np.ascontiguousarray(image) if image.dtype.byteorder == ">" else image)
+    elif torch.is_tensor(image):
+        tensor = image.detach()
+        if tensor.device.type != "cpu":
+            tensor = tensor.cpu()
+    else:
+        raise TypeError(
+            f"images[{index}]: expected a PIL image, numpy array or torch tensor, "
+            f"got {type(image).__name__}"
+        )
+    if tensor.ndim == 2:
+        tensor = tensor[:, :, None]
+    elif tensor.ndim == 3:
+        if tensor.shape[0] in (1, 3, 4) and tensor.shape[-1] not in (1, 3, 4):
+            tensor = tensor.permute(1, 2, 0)
+        elif tensor.shape[-1] not in (1, 3, 4):
+            raise ValueError(
+                f"images[{index}]: cannot tell the channel axis of shape {tuple(tensor.shape)}; "
+                "expected 1, 3 or 4 channels first or last"
+            )
+        elif tensor.shape[0] in (1, 3, 4) and tensor.shape[-1] in (1, 3, 4):
+            # Ambiguous (e.g. 3x3x3): channels first, as Energon's decoders produce.
+            tensor = tensor.permute(1, 2, 0)
+    else:
+        raise ValueError(f"images[{index}]: expected 2 or 3 dimensions, got shape {tuple(tensor.shape)}")
+    if tensor.dtype != torch.uint8:
+        if tensor.is_floating_point():
+            tensor = (tensor.float() * 255.0).round_().clamp_(0, 255).to(torch.uint8)
+        elif tensor.dtype == torch.bool:
+            tensor = tensor.to(torch.uint8) * 255
+        else:
+            tensor = tensor.clamp(0, 255).to(torch.uint8)
+    channels = tensor.shape[-1]
+    if channels == 4:
+        tensor = tensor[..., :3]
+    elif channels == 1:
+        tensor = tensor.expand(-1, -1, 3)
+    return tensor
+
+
+def _flatten(images: Any) -> list[Any]:
+    if images is None:
+        raise ValueError("images: no images given")
+    if _is_pil(images) or isinstance(images, np.ndarray) and images.ndim <= 3:
+        return [images]
+    if torch.is_tensor(images):
+        return [images] if images.ndim <= 3 else list(images)
+    if isinstance(images, np.ndarray):
+        return list(images)
+    if isinstance(images, Iterable):
+        out: list[Any] = []
+        for item in images:
+            if isinstance(item, (list, tuple)):
+                out.extend(item)
+            else:
+                out.append(item)
+        return out
+    return [images]
+
+
+@dataclasses.dataclass
+class FastImageProcessor:
+    """A callable image processor with the settings and call shape of a transformers one.
+
+    ``proc(images=[...], return_tensors="pt")`` returns a mapping with ``pixel_values`` of shape
+    ``(N, 3, H, W)``, float32. The settings are attributes named as in transformers
+    (``size``, ``crop_size``, ``image_mean``, ...), so encoders can compute token counts with
+    ``proc.crop_size["height"]``. ``resample`` is PIL's integer code, as in transformers.
+    """
+
+    settings: ProcessorSettings
+    family: str = "clip"
+    model_input_names: list[str] = dataclasses.field(default_factory=lambda: ["pixel_values"])
+
+    def __post_init__(self) -> None:
+        s = self.settings
+        std = torch.tensor(s.image_std, dtype=torch.float32)
+        mean = torch.tensor(s.image_mean, dtype=torch.float32)
+        scale = torch.full((3,), s.rescale_factor if s.do_rescale else 1.0)
+        if s.do_normalize:
+            self._scale, self._bias = scale / std, -mean / std
+        else:
+            self._scale, self._bias = scale, torch.zeros(3)
+        self._scale = self._scale.view(1, 3, 1, 1)
+        self._bias = self._bias.view(1, 3, 1, 1)
+
+    # -- transformers-style attributes ---------------------------------------------------------
+    do_resize = property(lambda self: self.settings.do_resize)
+    size = property(lambda self: dict(self.settings.size))
+    do_center_crop = property(lambda self: self.settings.do_center_crop)
+    crop_size = property(
+        lambda self: dict(self.settings.crop_size) if self.settings.crop_size else None
+    )
+    do_rescale = property(lambda self: self.settings.do_rescale)
+    rescale_factor = property(lambda self: self.settings.rescale_factor)
+    do_normalize = property(lambda self: self.settings.do_normalize)
+    image_mean = property(lambda self: list(self.settings.image_mean))
+    image_std = property(lambda self: list(self.settings.image_std))
+    resample = property(lambda self: _PIL_CODES[self.settings.resample])
+
+    @property
+    def output_size(self) -> tuple[int, int] | None:
+        """``(height, width)`` of every output image, or ``None`` if it depends on the input."""
+        s = self.settings
+        if s.do_center_crop and s.crop_size:
+            return s.crop_size["height"], s.crop_size["width"]
+        if s.do_resize and "height" in s.size:
+            return s.size["height"], s.size["width"]
+        return None
+
+    def to_dict(self) -> dict[str, Any]:
+        """The settings as a transformers-style dict (``resample`` as PIL's code)."""
+        out = dataclasses.asdict(self.settings)
+        out["resample"] = self.resample
+        out["image_processor_type"] = f"fast-{self.family}"
+        return out
+
+    # -- processing ----------------------------------------------------------------------------
+    def resize_target(self, height: int, width: int) -> tuple[int, int]:
+        """The ``(height, width)`` an input of this size is resized to (transformers' rule)."""
+        size = self.settings.size
+        if "shortest_edge" in size:
+            edge = size["shortest_edge"]
+            short, long = (width, height) if width <= height else (height, width)
+            new_long = int(edge * long / short)
+            return (new_long, edge) if width <= height else (edge, new_long)
+        return size["height"], size["width"]
+
+    def _resize_group(self, batch: torch.Tensor, target: tuple[int, int]) -> torch.Tensor:
+        """Resize a uint8 ``(n, 3, H, W)`` channels-last batch to ``target``."""
+        if tuple(batch.shape[-2:]) == target:
+            return batch
+        mode = self.settings.resample
+        if mode == "nearest":
+            return F.interpolate(batch, size=target, mode="nearest-exact")
+        return F.interpolate(batch, size=target, mode=mode, antialias=True, align_corners=False)
+
+    def _center_crop(self, image: torch.Tensor) -> torch.Tensor:
+        """Crop ``(..., H, W)`` around the centre as transformers does; zero-pad if too small."""
+        ch, cw = self.settings.crop_size["height"], self.settings.crop_size["width"]
+        h, w = image.shape[-2:]
+        if h >= ch and w >= cw:
+            top, left = (h - ch) // 2, (w - cw) // 2
+            return image[..., top : top + ch, left : left + cw]
+        nh, nw = max(h, ch), max(w, cw)
+        padded = image.new_zeros((*image.shape[:-2], nh, nw))
+        top, left = (nh - h + 1) // 2, (nw - w + 1) // 2
+        padded[..., top : top + h, left : left + w] = image
+        return self._center_crop(padded)
+
+    def process_uint8(self, images: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+        """Resize and crop uint8 ``(H, W, 3)`` tensors; return uint8 ``(3, h, w)`` views in order."""
+        out: list[torch.Tensor | None] = [None] * len(images)
+        groups: dict[tuple[int, int], list[int]] = {}
+        for i, image in enumerate(images):
+            groups.setdefault(tuple(image.shape[:2]), []).append(i)
+        for (height, width), indices in groups.items():
+            if len(indices) == 1:
+                batch = images[indices[0]][None]
+            else:
+                batch = torch.stack([images[i] for i in indices])
+            batch = batch.permute(0, 3, 1, 2)
+            if self.settings.do_resize:
+                target = self.resize_target(height, width)
+                if tuple(batch.shape[-2:]) != target:
+                    batch = batch.contiguous(memory_format=torch.channels_last)
+                    batch = self._resize_group(batch, target)
+            if self.settings.do_center_crop:
+                batch = self._center_crop(batch)
+            for j, i in enumerate(indices):
+                out[i] = batch[j]
+        return out  # type: ignore[return-value]
+
+    def normalize(self, images: Sequence[torch.Tensor]) -> torch.Tensor:
+        """Stack uint8 ``(3, h, w)`` images and apply rescale+normalize in one float32 pass."""
+        shapes = {tuple(img.shape) for img in images}
+        if len(shapes) > 1:
+            raise ValueError(
+                f"images: processed sizes differ {sorted(shapes)} and cannot be stacked; set "
+                "do_center_crop with crop_size, or a fixed size {height, width}"
+            )
+        (c, h, w) = shapes.pop()
+        out = torch.empty((len(images), c, h, w), dtype=torch.float32)
+        for k, img in enumerate(images):
+            out[k].copy_(img)
+        out.mul_(self._scale).add_(self._bias)
+        return out
+
+    def __call__(self, images: Any = None, return_tensors: str | None = "pt", **kwargs: Any):
+        """Preprocess ``images`` (one image or a list); returns a mapping with ``pixel_values``.
+
+        ``return_tensors``: ``"pt"`` (default; ``None`` too) or ``"np"``. Other keyword arguments
+        of transformers processors (``text``, ``do_resize``...) are refused with an error that
+        names them, rather than silently ignored.
+        """
+        if kwargs:
+            raise TypeError(
+                f"fast-{self.family}: unsupported arguments {sorted(kwargs)}; set processor "
+                "settings through the plugin's options"
+            )
+        items = _flatten(images)
+        if not items:
+            raise ValueError("images: the list is empty")
+        uint8 = [to_uint8_hwc(img, i) for i, img in enumerate(items)]
+        pixel_values = self.normalize(self.process_uint8(uint8))
+        if return_tensors in (None, "pt"):
+            return FastBatchFeature(pixel_values=pixel_values)
+        if return_tensors == "np":
+            return FastBatchFeature(pixel_values=pixel_values.numpy())
+        raise ValueError(f"return_tensors: expected 'pt' or 'np', got {return_tensors!r}")
+
+    preprocess = __call__
+
+
+def build_fast_clip(options: Any, context: Any = None) -> FastImageProcessor:
+    """Factory of ``fast-clip``: CLIPImageProcessor settings, overridden by ``options``."""
+    return FastImageProcessor(resolve_settings("clip", options), family="clip")
+
+
+def build_fast_siglip(options: Any, context: Any = None) -> FastImageProcessor:
+    """Factory of ``fast-siglip``: SiglipImageProcessor settings, overridden by ``options``."""
+    return FastImageProcessor(resolve_settings("siglip", options), family="siglip")
