@@ -1,10 +1,101 @@
-"""The click group and the entry point; each verb lives in its own module."""
+"""The click group and the entry point; each verb lives in its own module.
+
+Verbs are imported only when invoked (:class:`LazyGroup`), so ``energon-plugins list`` pays
+for nothing but the registry; heavy modules (torch, transformers, Energon) are imported inside
+the verbs that build components (``preview``, ``bench``, ``demo``).
+
+A user error (:class:`energon_plugins.errors.EnergonPluginsError`, a missing file, bad YAML)
+ends the program with exit code 1 and a short message on stderr; ``--debug`` shows the
+traceback instead.
+"""
+
+import importlib
+import sys
+from typing import Any
 
 import click
 
+COMMANDS: dict[str, str] = {
+    "list": "energon_plugins.cli.list_cmd:list_command",
+    "show": "energon_plugins.cli.show_cmd:show_command",
+    "validate": "energon_plugins.cli.validate_cmd:validate_command",
+    "schema": "energon_plugins.cli.schema_cmd:schema_command",
+    "preview": "energon_plugins.cli.preview_cmd:preview_command",
+    "bench": "energon_plugins.cli.bench_cmd:bench_command",
+    "demo": "energon_plugins.cli.demo_cmd:demo_command",
+    "new-plugin": "energon_plugins.cli.new_plugin_cmd:new_plugin_command",
+}
+"""Verb name -> ``"module:attr"`` of its click command. A verb whose module is absent is hidden."""
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+EXIT_USER_ERROR = 1
+
+
+def _command_exists(target: str) -> bool:
+    module = target.partition(":")[0]
+    return importlib.util.find_spec(module) is not None
+
+
+class LazyGroup(click.Group):
+    """A click group that imports a verb's module only when the verb is used (or listed in help)."""
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        """The verbs whose modules are installed, in :data:`COMMANDS` order."""
+        return [name for name, target in COMMANDS.items() if _command_exists(target)]
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        """Import and return the verb ``cmd_name`` (``None`` if unknown)."""
+        target = COMMANDS.get(cmd_name)
+        if target is None or not _command_exists(target):
+            return None
+        module_name, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def resolve_command(self, ctx: click.Context, args: list[str]) -> Any:
+        """Resolve the verb, suggesting the closest one for a typo."""
+        name = args[0] if args else ""
+        if name and not name.startswith("-") and self.get_command(ctx, name) is None:
+            from energon_plugins._suggest import did_you_mean
+
+            ctx.fail(
+                f"no such command {name!r}{did_you_mean(name, self.list_commands(ctx))}. "
+                f"Commands: {', '.join(self.list_commands(ctx))}."
+            )
+        return super().resolve_command(ctx, args)
+
+    def invoke(self, ctx: click.Context) -> Any:
+        """Run the verb; turn user errors into a message and exit code 1 unless ``--debug``."""
+        try:
+            return super().invoke(ctx)
+        except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
+            raise
+        except Exception as exc:  # noqa: BLE001 - filtered by is_user_error
+            debug = bool((ctx.obj or {}).get("debug"))
+            if debug or not is_user_error(exc):
+                raise
+            report_error(exc)
+            ctx.exit(EXIT_USER_ERROR)
+
+
+def is_user_error(exc: BaseException) -> bool:
+    """Whether ``exc`` is a mistake in the input (config, file, name) rather than a bug."""
+    from energon_plugins.errors import EnergonPluginsError
+
+    if isinstance(exc, (EnergonPluginsError, FileNotFoundError, IsADirectoryError, PermissionError)):
+        return True
+    yaml = sys.modules.get("yaml")
+    return yaml is not None and isinstance(exc, yaml.YAMLError)
+
+
+def report_error(exc: BaseException) -> None:
+    """Print ``exc`` as ``Error: ...`` on stderr, with a hint about ``--debug``."""
+    text = str(exc).strip() or type(exc).__name__
+    click.echo(f"Error: {text}", err=True)
+    click.echo("(run with --debug for the traceback)", err=True)
+
+
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--debug", is_flag=True, help="Show tracebacks for errors.")
+@click.version_option(package_name="energon-plugins", prog_name="energon-plugins")
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Find, check and run Megatron-Energon task-encoder plugins."""

@@ -1,0 +1,54 @@
+"""``energon-plugins list [--json] [--kind K]``: the installed plugins and the failed ones."""
+
+import click
+
+from energon_plugins.cli._output import console, one_line, print_json
+
+KIND_CHOICES = ["task_encoder", "image_processor", "packing_strategy",
+                "task-encoder", "image-processor", "packing-strategy"]
+
+
+@click.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
+@click.option(
+    "--kind", "kind", type=click.Choice(KIND_CHOICES, case_sensitive=False), default=None,
+    help="Only plugins of this kind.",
+)
+def list_command(as_json: bool, kind: str | None) -> None:
+    """List installed plugins: name, kind, distribution, version, description, status.
+
+    Plugins that failed to load are listed with their error in one line; the others still work.
+    """
+    from energon_plugins.api import available
+    from energon_plugins.kinds import normalize_kind
+
+    rows = available(normalize_kind(kind) if kind else None)
+    if as_json:
+        print_json([row.as_dict() for row in rows])
+        return
+
+    from rich.table import Table
+
+    table = Table(title="energon-plugins", title_justify="left")
+    for column in ("name", "kind", "distribution", "version"):
+        table.add_column(column, no_wrap=True)
+    table.add_column("description", overflow="fold", ratio=1)
+    table.add_column("status", no_wrap=True)
+    for row in rows:
+        status = row.status
+        description = row.description
+        if row.aliases:
+            description += f" (aliases: {', '.join(row.aliases)})"
+        if row.status == "failed":
+            status = "[red]failed[/red]"
+            description = one_line(row.error)
+        elif row.status == "conflict":
+            status = "[yellow]conflict[/yellow]"
+            description = f"{description} — {one_line(row.error)}"
+        table.add_row(row.name, row.kind or "?", row.distribution, row.version,
+                      description, status)
+    out = console()
+    out.print(table)
+    failed = sum(row.status == "failed" for row in rows)
+    if failed:
+        out.print(f"[red]{failed} plugin module(s) failed to load[/red]; the other plugins work.")

@@ -1,0 +1,73 @@
+"""Applying overrides to a config mapping, before it is validated.
+
+The rule (one, for Python and the command line alike):
+
+1. A key with dots is a path into the config: ``"task_encoder.options.image_tokens": 4`` is
+   the same as ``task_encoder={"options": {"image_tokens": 4}}``.
+2. A mapping merges into the mapping already there, key by key, recursively
+   (``task_encoder={"options": {...}}`` keeps the selected ``name``).
+3. Anything else, ``None`` included, replaces the value (``packing=None`` turns packing off).
+
+The keys are the config file's keys (``sample_config``, not ``multimodal_sample_config``).
+"""
+
+import copy
+from collections.abc import Mapping
+from typing import Any
+
+from energon_plugins.errors import ConfigError
+
+
+def expand_dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn ``{"a.b.c": v}`` into ``{"a": {"b": {"c": v}}}``, merging keys that share a prefix.
+
+    Raises:
+        ConfigError: a key is empty, has an empty part, or sets both a value and a sub-key.
+    """
+    result: dict[str, Any] = {}
+    for key, value in overrides.items():
+        parts = str(key).split(".")
+        if not all(parts):
+            raise ConfigError(f"override key {key!r} has an empty part")
+        patch: Any = value
+        for part in reversed(parts[1:]):
+            patch = {part: patch}
+        result = merge(result, {parts[0]: patch}, where=str(key))
+    return result
+
+
+def merge(base: Mapping[str, Any], patch: Mapping[str, Any], *, where: str = "") -> dict[str, Any]:
+    """Return ``base`` with ``patch`` merged in: mappings recursively, other values replaced."""
+    out = {k: copy.deepcopy(v) for k, v in base.items()}
+    for key, value in patch.items():
+        current = out.get(key)
+        if isinstance(value, Mapping) and isinstance(current, Mapping):
+            out[key] = merge(current, value, where=where)
+        else:
+            out[key] = copy.deepcopy(dict(value)) if isinstance(value, Mapping) else value
+    return out
+
+
+def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
+    """Return a copy of ``data`` with ``overrides`` applied by the rule in this module's doc."""
+    if not overrides:
+        return {k: copy.deepcopy(v) for k, v in data.items()}
+    return merge(data, expand_dotted(overrides))
+
+
+def parse_set_option(item: str) -> tuple[str, Any]:
+    """Parse a command-line ``KEY=VALUE`` (``VALUE`` read as YAML: ``4``, ``null``, ``{a: 1}``).
+
+    Raises:
+        ConfigError: no ``=``, or a value that is not valid YAML.
+    """
+    import yaml
+
+    key, sep, text = item.partition("=")
+    if not sep or not key.strip():
+        raise ConfigError(f"--set expects KEY=VALUE (e.g. seq_length=4096), got {item!r}")
+    try:
+        value = yaml.safe_load(text) if text.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: value {text!r} is not valid YAML: {exc}") from exc
+    return key.strip(), value

@@ -1,0 +1,438 @@
+"""Validating a config mapping: every problem at once, each with its dotted path.
+
+:func:`check_config` runs all checks and returns the issues instead of stopping at the first:
+
+- structure, types and ranges (the pydantic models in :mod:`energon_plugins.config.model`),
+  with "did you mean" suggestions for unknown keys;
+- each ``{name, options}`` selection against the registry: an unknown plugin name lists the
+  installed names, and the options are checked against the plugin's own options model
+  (``task_encoder.options.max_tiles: ...``);
+- the dataset path (exists, and is an Energon dataset or metadataset) and the tokenizer path,
+  relative paths resolved against the config file's directory;
+- cross-field rules (packing needs ``packing_buffer_size``, ``global_batch_size`` a multiple of
+  ``micro_batch_size``, ``energon`` must not repeat what the datamodule sets itself).
+
+Import-light: nothing here imports torch, transformers or Energon (plugin factories stay
+``"module:attr"`` strings).
+"""
+
+import dataclasses
+import os
+import re
+import types
+import typing
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pydantic
+import yaml
+
+from energon_plugins._suggest import did_you_mean
+from energon_plugins.config.model import (
+    DEFAULT_IMAGE_PROCESSOR,
+    DEFAULT_TASK_ENCODER,
+    ENERGON_RESERVED,
+    SELECTIONS,
+    DataModuleConfig,
+)
+from energon_plugins.errors import ConfigError, PluginConflictError, PluginNotFoundError
+from energon_plugins.registry import PluginSpec, Registry
+
+_MISSING = object()
+_SELECTION_KEYS = frozenset(SELECTIONS)
+_HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigIssue:
+    """One problem in a config: where (a dotted path such as ``task_encoder.options.x``) and what."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+class ConfigValidationError(ConfigError):
+    """A config has one or more problems; :attr:`issues` lists every one with its path."""
+
+    def __init__(self, issues: list[ConfigIssue], source: str | None = None) -> None:
+        self.issues = list(issues)
+        self.source = source
+        where = f"config {source!r}" if source else "config"
+        count = len(self.issues)
+        lines = "\n".join(f"  {issue}" for issue in self.issues)
+        super().__init__(f"{where} is invalid ({count} error{'s' * (count != 1)}):\n{lines}")
+
+
+def check_config(
+    data: Any,
+    *,
+    base_dir: str | Path | None = None,
+    registry: Registry | None = None,
+    check_paths: bool = True,
+) -> tuple[DataModuleConfig | None, list[ConfigIssue]]:
+    """Run every check on ``data`` and return ``(config, issues)``.
+
+    ``config`` is the validated :class:`DataModuleConfig` (with ``path`` and ``tokenizer.path``
+    resolved against ``base_dir``) when there are no issues, else ``None``.
+
+    Args:
+        data: the parsed config mapping.
+        base_dir: the directory relative paths are resolved against (the config file's);
+            default: the current directory.
+        registry: the plugin registry to check selections against; default: the one in use.
+        check_paths: check that the dataset and tokenizer exist (off for schema-only checks).
+    """
+    if not isinstance(data, Mapping):
+        issue = ConfigIssue("<root>", f"expected a mapping of config keys, got {type(data).__name__}")
+        return None, [issue]
+    if registry is None:
+        from energon_plugins.manager import get_registry
+
+        registry = get_registry()
+    base = Path(base_dir) if base_dir is not None else Path.cwd()
+
+    issues = _structure_issues(data)
+    issues += _selection_issues(data, registry)
+    resolved: dict[str, str] = {}
+    if check_paths:
+        issues += _dataset_path_issues(data, base, resolved)
+        issues += _tokenizer_path_issues(data, base, resolved)
+    issues += _cross_field_issues(data)
+    issues = _ordered(_unique(issues))
+    if issues:
+        return None, issues
+
+    config = DataModuleConfig.model_validate(dict(data))
+    if "path" in resolved:
+        config = config.model_copy(update={"path": resolved["path"]})
+    if "tokenizer" in resolved:
+        tokenizer = config.tokenizer.model_copy(update={"path": resolved["tokenizer"]})
+        config = config.model_copy(update={"tokenizer": tokenizer})
+    return config, []
+
+
+def validate_config(
+    data: Any,
+    *,
+    base_dir: str | Path | None = None,
+    registry: Registry | None = None,
+    source: str | None = None,
+    check_paths: bool = True,
+) -> DataModuleConfig:
+    """Validate ``data`` like :func:`check_config` and return the config.
+
+    Raises:
+        ConfigValidationError: listing every issue with its dotted path.
+    """
+    config, issues = check_config(
+        data, base_dir=base_dir, registry=registry, check_paths=check_paths
+    )
+    if issues or config is None:
+        raise ConfigValidationError(issues, source)
+    return config
+
+
+# -- structure ---------------------------------------------------------------------------------
+
+
+def _structure_issues(data: Mapping[str, Any]) -> list[ConfigIssue]:
+    try:
+        DataModuleConfig.model_validate(dict(data))
+    except pydantic.ValidationError as exc:
+        return [_issue_from_pydantic(error, DataModuleConfig) for error in exc.errors()]
+    return []
+
+
+def _issue_from_pydantic(error: Any, root: type[pydantic.BaseModel], prefix: str = "") -> ConfigIssue:
+    loc = [str(part) for part in error["loc"]]
+    path = ".".join(p for p in (prefix, ".".join(loc)) if p) or "<root>"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        known = _known_keys(root, loc[:-1])
+        message = f"unknown key{did_you_mean(loc[-1], known)}"
+        if known:
+            message += f"; known keys here: {', '.join(sorted(known))}"
+        return ConfigIssue(path, message)
+    if kind == "missing":
+        return ConfigIssue(path, "required key is missing")
+    message = error["msg"]
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        message = "expected a mapping" + (
+            " like {name: ..., options: {...}}" if loc and loc[-1] in _SELECTION_KEYS else ""
+        )
+    if "input" in error and not isinstance(error["input"], Mapping):
+        message += f" (got {_short(error['input'])})"
+    return ConfigIssue(path, message)
+
+
+def _known_keys(root: type[pydantic.BaseModel], loc: list[str]) -> list[str]:
+    """The field names of the model found by walking ``loc`` from ``root`` (empty if unknown)."""
+    model: Any = root
+    for part in loc:
+        if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
+            return []
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+    if isinstance(model, type) and issubclass(model, pydantic.BaseModel):
+        return list(model.model_fields)
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model inside ``annotation`` (``Model``, ``Model | None``, ``Annotated``)."""
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+# -- plugin selections ---------------------------------------------------------------------------
+
+
+def _selection_issues(data: Mapping[str, Any], registry: Registry) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
+    train = data.get("task_encoder", {})
+    train = train if isinstance(train, Mapping) else {}
+    defaults = {
+        "task_encoder": DEFAULT_TASK_ENCODER,
+        "image_processor": DEFAULT_IMAGE_PROCESSOR,
+        "validation_task_encoder": train.get("name", DEFAULT_TASK_ENCODER),
+        "packing": _MISSING,
+    }
+    for key, kind in SELECTIONS.items():
+        raw = data.get(key, _MISSING)
+        if raw is _MISSING:
+            if key not in ("task_encoder", "image_processor"):
+                continue
+            raw = {}
+        if raw is None or not isinstance(raw, Mapping):
+            continue  # null where allowed, or a type error the structure check reports
+        name = raw.get("name", defaults[key])
+        if name is _MISSING or name is None and key != "validation_task_encoder":
+            continue
+        if name is None:
+            name = defaults[key]
+        if not isinstance(name, str) or not name.strip():
+            continue
+        options = raw.get("options")
+        if key == "validation_task_encoder":
+            same_name = name.strip() == str(defaults[key]).strip()
+            if options is None and same_name:
+                continue  # identical to the train encoder, which is checked already
+        try:
+            spec = registry.resolve(kind, name)
+        except (PluginNotFoundError, PluginConflictError) as exc:
+            issues.append(ConfigIssue(f"{key}.name", str(exc)))
+            continue
+        if options is None:
+            options = {}
+        if not isinstance(options, Mapping):
+            continue
+        issues += option_issues(spec, options, f"{key}.options")
+    return issues
+
+
+def option_issues(spec: PluginSpec, options: Mapping[str, Any], path: str) -> list[ConfigIssue]:
+    """Check ``options`` against ``spec``'s options model; one issue per bad key or field.
+
+    Unknown keys get a "did you mean" suggestion; the known keys are validated too, so every
+    problem is reported at once.
+    """
+    model = spec.options
+    if model is None:
+        if options:
+            return [ConfigIssue(path, f"{spec.label} takes no options, got {_short(dict(options))}")]
+        return []
+    known: set[str] = set()
+    for field_name, field in model.model_fields.items():
+        known.add(field_name)
+        if field.alias:
+            known.add(field.alias)
+    issues = [
+        ConfigIssue(
+            f"{path}.{key}",
+            f"unknown option of {spec.label}{did_you_mean(str(key), known)}; "
+            f"known: {', '.join(sorted(known)) or '(none)'}",
+        )
+        for key in options
+        if key not in known
+    ]
+    try:
+        model.model_validate({k: v for k, v in options.items() if k in known})
+    except pydantic.ValidationError as exc:
+        for error in exc.errors():
+            issue = _issue_from_pydantic(error, model, prefix=path)
+            issues.append(ConfigIssue(issue.path, f"{issue.message} ({spec.label})"))
+    return issues
+
+
+# -- paths -------------------------------------------------------------------------------------
+
+
+def resolve_local_path(raw: str, base: Path) -> Path:
+    """``raw`` with ``~`` expanded, made absolute against ``base`` when relative."""
+    path = Path(raw).expanduser()
+    return path if path.is_absolute() else (base / path)
+
+
+def dataset_path_problem(path: Path) -> str | None:
+    """Why ``path`` is not an Energon dataset or metadataset, or ``None`` if it looks like one."""
+    if not path.exists():
+        return f"dataset {str(path)!r} does not exist"
+    if path.is_dir():
+        if (path / ".nv-meta" / "dataset.yaml").is_file():
+            return None
+        return (
+            f"{str(path)!r} is not an Energon dataset: it has no .nv-meta/dataset.yaml "
+            "(prepare it with `energon prepare`, or point to a metadataset YAML file)"
+        )
+    if path.suffix.lower() not in (".yaml", ".yml"):
+        return f"{str(path)!r} is neither a prepared dataset directory nor a metadataset YAML file"
+    try:
+        content = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
+        return f"metadataset {str(path)!r} cannot be read: {' '.join(str(exc).split())}"
+    if not isinstance(content, Mapping) or not (
+        "__class__" in content or "splits" in content
+    ):
+        return (
+            f"{str(path)!r} is not an Energon metadataset (expected a mapping with "
+            "'__module__', '__class__' and 'splits')"
+        )
+    return None
+
+
+def _dataset_path_issues(
+    data: Mapping[str, Any], base: Path, resolved: dict[str, str]
+) -> list[ConfigIssue]:
+    raw = data.get("path")
+    if not isinstance(raw, str) or not raw.strip():
+        if isinstance(raw, str):
+            return [ConfigIssue("path", "must not be empty")]
+        return []
+    if "://" in raw:  # a remote (multi-storage-client) URL: Energon checks it when loading
+        resolved["path"] = raw
+        return []
+    path = resolve_local_path(raw, base)
+    problem = dataset_path_problem(path)
+    if problem is not None:
+        if not Path(raw).expanduser().is_absolute():
+            problem += f" (relative paths are resolved against {str(base)!r})"
+        return [ConfigIssue("path", problem)]
+    resolved["path"] = str(path.resolve())
+    return []
+
+
+def hf_cache_dir() -> Path:
+    """The Hugging Face hub cache directory, found from the environment without importing it."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    home = os.environ.get("HF_HOME") or os.path.join(
+        os.environ.get("XDG_CACHE_HOME", os.path.expanduser("~/.cache")), "huggingface"
+    )
+    return Path(home).expanduser() / "hub"
+
+
+def _tokenizer_path_issues(
+    data: Mapping[str, Any], base: Path, resolved: dict[str, str]
+) -> list[ConfigIssue]:
+    section = data.get("tokenizer")
+    if not isinstance(section, Mapping):
+        return []
+    raw = section.get("path")
+    if not isinstance(raw, str) or not raw.strip():
+        return [ConfigIssue("tokenizer.path", "must not be empty")] if isinstance(raw, str) else []
+    path = resolve_local_path(raw, base)
+    if path.is_dir():
+        resolved["tokenizer"] = str(path.resolve())
+        return []
+    if path.exists():
+        return [ConfigIssue("tokenizer.path", f"{str(path)!r} is a file; expected a tokenizer directory")]
+    looks_local = raw.startswith((".", "/", "~"))
+    if _HUB_ID.match(raw) and not looks_local:
+        cache = hf_cache_dir() / ("models--" + raw.replace("/", "--"))
+        if cache.is_dir():
+            return []
+        return [
+            ConfigIssue(
+                "tokenizer.path",
+                f"no directory {str(path)!r} and no hub id {raw!r} in the local Hugging Face "
+                f"cache ({str(hf_cache_dir())!r}); downloads are disabled",
+            )
+        ]
+    return [ConfigIssue("tokenizer.path", f"tokenizer directory {str(path)!r} does not exist")]
+
+
+# -- cross-field -------------------------------------------------------------------------------
+
+
+def _int_or_none(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
+
+
+def _cross_field_issues(data: Mapping[str, Any]) -> list[ConfigIssue]:
+    issues: list[ConfigIssue] = []
+    packing = data.get("packing")
+    if isinstance(packing, Mapping) and data.get("packing_buffer_size") is None:
+        name = packing.get("name", "?")
+        issues.append(
+            ConfigIssue(
+                "packing_buffer_size",
+                f"packing selects {name!r} but packing_buffer_size is not set: set "
+                "packing_buffer_size (how many encoded samples the strategy chooses from, "
+                "e.g. 32) or remove packing",
+            )
+        )
+    micro = _int_or_none(data.get("micro_batch_size", 1))
+    global_ = _int_or_none(data.get("global_batch_size", 1))
+    if micro is not None and global_ is not None and global_ % micro:
+        issues.append(
+            ConfigIssue(
+                "global_batch_size",
+                f"global_batch_size ({global_}) must be a multiple of micro_batch_size ({micro})",
+            )
+        )
+    energon = data.get("energon")
+    if isinstance(energon, Mapping):
+        for key in energon:
+            if key in ENERGON_RESERVED:
+                owner = ENERGON_RESERVED[key]
+                hint = f"use the top-level key {owner!r}" if not owner.startswith("(") else owner
+                issues.append(
+                    ConfigIssue(f"energon.{key}", f"is set by the datamodule itself; {hint}")
+                )
+    return issues
+
+
+# -- ordering ----------------------------------------------------------------------------------
+
+
+def _unique(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    seen: set[ConfigIssue] = set()
+    out = []
+    for issue in issues:
+        if issue not in seen:
+            seen.add(issue)
+            out.append(issue)
+    return out
+
+
+def _ordered(issues: list[ConfigIssue]) -> list[ConfigIssue]:
+    order = {name: index for index, name in enumerate(DataModuleConfig.model_fields)}
+    return sorted(issues, key=lambda i: order.get(i.path.split(".", 1)[0], len(order)))
