@@ -44,16 +44,30 @@ def sample_lengths(count: int, seed: int) -> list[int]:
     return lengths
 
 
-def run_independent(strategy, lengths, buffer_size, repeats):
-    """Pack every buffer on its own; return fill, packs, bound and the best time per sample."""
-    buffers = [lengths[i : i + buffer_size] for i in range(0, len(lengths), buffer_size)]
-    best = math.inf
-    for _ in range(repeats):
-        plans = []
-        start = time.perf_counter()
-        for buffer in buffers:
-            plans.append(strategy.plan(buffer, CAPACITY))
-        best = min(best, time.perf_counter() - start)
+def split_buffers(lengths, buffer_size):
+    """The stream cut into consecutive buffers of ``buffer_size`` samples."""
+    return [lengths[i : i + buffer_size] for i in range(0, len(lengths), buffer_size)]
+
+
+def time_strategies(strategies, lengths, buffer_size, repeats):
+    """Best time per sample (µs) of each strategy, rounds interleaved so load hits all alike."""
+    buffers = split_buffers(lengths, buffer_size)
+    best = {name: math.inf for name in strategies}
+    names = list(strategies)
+    for round_ in range(repeats):
+        for name in names[round_ % len(names) :] + names[: round_ % len(names)]:
+            plan = strategies[name].plan
+            start = time.perf_counter()
+            for buffer in buffers:
+                plan(buffer, CAPACITY)
+            best[name] = min(best[name], time.perf_counter() - start)
+    return {name: seconds / len(lengths) * 1e6 for name, seconds in best.items()}
+
+
+def run_independent(strategy, lengths, buffer_size):
+    """Pack every buffer on its own; check it and return fill, packs and the bound."""
+    buffers = split_buffers(lengths, buffer_size)
+    plans = [strategy.plan(buffer, CAPACITY) for buffer in buffers]
     packs = real = bound_capacity = dropped = 0
     for buffer, plan in zip(buffers, plans):
         seen = sorted(i for g in plan.groups for i in g) + list(plan.dropped)
@@ -70,13 +84,12 @@ def run_independent(strategy, lengths, buffer_size, repeats):
         "packs": packs,
         "bound": real / bound_capacity,
         "min_packs": bound_capacity // CAPACITY,
-        "us_per_sample": best / len(lengths) * 1e6,
         "dropped": dropped,
         "truncated": sum(1 for x in lengths if x > CAPACITY),
     }
 
 
-def run_carry(strategy, lengths, buffer_size, max_carries):
+def run_carry(strategy, lengths, buffer_size, max_carries, min_fill=0.995, carry_groups=1):
     """Pack with carry-over; return fill, packs, the most carries of a sample and a loss check."""
     carried: list[int] = []  # stream positions held back
     carries: dict[int, int] = {}
@@ -96,7 +109,9 @@ def run_carry(strategy, lengths, buffer_size, max_carries):
         buffer = [lengths[i] for i in ids]
         plan = strategy.plan(buffer, CAPACITY)
         pinned = [i for i, sid in enumerate(ids) if carries.get(sid, 0) >= max_carries]
-        groups, keep = split_carry(plan.groups, buffer, CAPACITY, pinned=pinned)
+        groups, keep = split_carry(
+            plan.groups, buffer, CAPACITY, min_fill=min_fill, max_groups=carry_groups, pinned=pinned
+        )
         emit(groups, ids)
         emitted.extend(ids[i] for i in plan.dropped)
         carried = [ids[i] for i in keep]
@@ -126,8 +141,8 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=20_000)
     parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--repeats", type=int, default=3, help="best-of repeats for timing")
-    parser.add_argument("--max-carries", type=int, default=4)
+    parser.add_argument("--repeats", type=int, default=9, help="best-of rounds for timing")
+    parser.add_argument("--max-carries", type=int, default=8)
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
 
@@ -140,8 +155,10 @@ def main(argv=None) -> int:
     results: dict[str, dict] = {}
     rows = []
     for buffer_size in BUFFER_SIZES:
+        timings = time_strategies(strategies, lengths, buffer_size, args.repeats)
         for name, strategy in strategies.items():
-            plain = run_independent(strategy, lengths, buffer_size, args.repeats)
+            plain = run_independent(strategy, lengths, buffer_size)
+            plain["us_per_sample"] = timings[name]
             carry = None
             if name != "none":
                 carry = run_carry(strategy, lengths, buffer_size, args.max_carries)

@@ -171,10 +171,26 @@ def test_aliases_select_the_same_strategy():
     assert type(make("knapsack")) is type(make("greedy-knapsack"))
 
 
+@SETTINGS
+@given(lengths=fitting_st)
+def test_ffd_tree_and_bisect_paths_agree_and_equal_greedy_knapsack(lengths):
+    # Longest-first first fit and "largest that still fits" pack by pack give one partition.
+    tree = make("first-fit-decreasing", refine_max_samples=0)
+    tree.bisect_max_samples = 0  # instance attribute: this object only
+    scan = make("first-fit-decreasing", refine_max_samples=0)
+    knapsack = make("greedy-knapsack")
+    groups = tree.select(lengths, CAPACITY)
+    assert groups == scan.select(lengths, CAPACITY)
+    assert groups == knapsack.select(lengths, CAPACITY)
+    # Refinement only ever lowers the pack count.
+    assert len(make("first-fit-decreasing").select(lengths, CAPACITY)) <= len(groups)
+
+
 def test_first_fit_decreasing_is_not_quadratic():
-    """Time growth from n=10,000 to 4n as a ratio (never an absolute time)."""
+    """Time growth from n=10,000 to 4n as a ratio (never an absolute time), on the tree path."""
     rng = random.Random(7)
     strategy = make("first-fit-decreasing")
+    strategy.bisect_max_samples = 0
 
     def seconds(n):
         lengths = [rng.randint(1, 400) for _ in range(n)]

@@ -16,7 +16,7 @@ def split_carry(
     lengths: Sequence[int],
     capacity: int,
     *,
-    min_fill: float = 0.99,
+    min_fill: float = 0.995,
     max_groups: int = 1,
     pinned: Collection[int] = (),
 ) -> tuple[list[list[int]], list[int]]:
