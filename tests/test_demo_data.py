@@ -116,7 +116,7 @@ def test_every_kind_reads_back_through_energon(tmp_path, kind):
     image_size = ((16, 20), (40, 36)) if kind == "chatml" else (24, 24)
     info = write_dataset(tmp_path / kind, kind=kind, num_samples=30, samples_per_shard=5,
                          image_size=image_size, seed=3)
-    assert set(info.split_keys) == {"train", "val"}
+    assert isinstance(info, DatasetInfo) and set(info.split_keys) == {"train", "val"}
     assert sorted(k for keys in info.split_keys.values() for k in keys) == sorted(info.samples)
     assert len(info.shards) == 6 and all(s.exists() for s in info.shards)
     meta = tmp_path / kind / ".nv-meta"
