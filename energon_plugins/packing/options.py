@@ -49,7 +49,8 @@ class FirstFitDecreasingOptions(PackingOptions):
             "When the first pass needs more packs than ceil(total / capacity), re-pack the "
             "buffer one pack at a time, each filled as full as possible (exact subset sum), and "
             "keep that if it needs fewer packs. Runs only on buffers of at most this many "
-            "samples (its cost grows with samples x packs x capacity); 0 turns it off."
+            "samples (its cost grows with samples x packs x capacity: about 1 ms for 200 "
+            "samples, 0.1 s for 1,000 at capacity 4,096); 0 turns it off."
         ),
     )
 
@@ -72,7 +73,8 @@ class BestFitDecreasingOptions(PackingOptions):
             "When the first pass needs more packs than ceil(total / capacity), re-pack the "
             "buffer one pack at a time, each filled as full as possible (exact subset sum), and "
             "keep that if it needs fewer packs. Runs only on buffers of at most this many "
-            "samples (its cost grows with samples x packs x capacity); 0 turns it off."
+            "samples (its cost grows with samples x packs x capacity: about 1 ms for 200 "
+            "samples, 0.1 s for 1,000 at capacity 4,096); 0 turns it off."
         ),
     )
 

@@ -19,9 +19,16 @@ answer is a :class:`PackingPlan`:
 ``packing_strategy`` kind.
 
 Costs for ``n`` samples and ``b`` packs: ``none`` O(n); ``first-fit-decreasing`` O(n log b)
-with a segment tree of the packs' remaining capacities; ``best-fit-decreasing`` O(n log b)
-comparisons with a sorted list of remaining capacities; ``greedy-knapsack`` O(n log n)
-comparisons plus list deletions.
+with a segment tree of the packs' remaining capacities (below 32,768 samples the equivalent,
+faster ``bisect`` scan); ``best-fit-decreasing`` O(n log b) comparisons with a sorted list of
+remaining capacities; ``greedy-knapsack`` O(n log n) comparisons plus list deletions.
+
+First-fit and best-fit decreasing then refine: when they need more packs than
+``ceil(total / capacity)`` and the buffer has at most ``refine_max_samples`` samples, the buffer
+is re-packed one pack at a time with an exact subset-sum fill
+(:func:`fill_one_pack_at_a_time`), kept if it needs fewer packs. That costs O(b x n)
+operations on capacity-bit integers (measured: 1.4 ms for 200 samples, 92 ms for 1,000 at
+capacity 4,096) and runs only on the buffers where the first pass missed the bound.
 """
 
 import dataclasses
