@@ -1,0 +1,149 @@
+"""Reading a collated ``MultiModalBatch`` back: segments, decoded text, statistics.
+
+Shared by ``preview`` (what the model sees) and ``bench`` (padding and fill ratios). Works on
+any batch with the core's fields; imports torch lazily through the tensors themselves.
+"""
+
+import dataclasses
+from typing import Any
+
+
+@dataclasses.dataclass(frozen=True)
+class Segment:
+    """A run of one row: ``[start, end)`` token positions; ``padding`` for the row's pad tail."""
+
+    start: int
+    end: int
+    padding: bool
+
+    @property
+    def length(self) -> int:
+        """Tokens in the segment."""
+        return self.end - self.start
+
+
+def batch_fields(batch: Any) -> dict[str, Any]:
+    """The batch's data fields (tensors and values), without Energon's bookkeeping keys."""
+    if dataclasses.is_dataclass(batch):
+        names = [f.name for f in dataclasses.fields(batch)]
+    else:
+        names = list(vars(batch))
+    return {n: getattr(batch, n) for n in names if not n.startswith("_")}
+
+
+def row_segments(batch: Any, row: int, pad_id: int | None, ignore_index: int) -> list[Segment]:
+    """The sub-sequences of ``row`` in order, its padding tail (if any) marked ``padding``."""
+    input_ids = batch.input_ids
+    width = int(input_ids.shape[1])
+    params = getattr(batch, "packed_seq_params", None)
+    if params is not None:
+        cu = [int(x) for x in params.cu_seqlens_q.tolist()]
+        lo, hi = row * width, (row + 1) * width
+        segments = [
+            Segment(a - lo, b - lo, False) for a, b in zip(cu, cu[1:]) if a >= lo and b <= hi
+        ]
+        if segments:
+            tail = segments[-1]
+            ids = input_ids[row, tail.start : tail.end]
+            labels = batch.labels[row, tail.start : tail.end]
+            if (pad_id is None or bool((ids == pad_id).all())) and bool(
+                (labels == ignore_index).all()
+            ) and len(segments) > 1:
+                segments[-1] = Segment(tail.start, tail.end, True)
+        return segments
+    mask = getattr(batch, "attention_mask", None)
+    real = int(mask[row].sum()) if mask is not None else width
+    segments = [Segment(0, real, False)]
+    if real < width:
+        segments.append(Segment(real, width, True))
+    return segments
+
+
+def image_token_id(tokenizer: Any, sample_config: Any) -> int | None:
+    """The image placeholder's id: the sample config's, else the tokenizer's for its token."""
+    if getattr(sample_config, "image_token_id", None) is not None:
+        return int(sample_config.image_token_id)
+    token = getattr(sample_config, "image_token", "<image>")
+    try:
+        value = tokenizer.convert_tokens_to_ids(token)
+    except Exception:  # noqa: BLE001 - a tokenizer without the token
+        return None
+    unk = getattr(tokenizer, "unk_token_id", None)
+    return None if value is None or (unk is not None and value == unk) else int(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Span:
+    """A run of tokens rendered together: text, or a collapsed image run, with loss flag."""
+
+    text: str
+    kind: str
+    """``text``, ``image`` (collapsed image tokens) or ``pad``."""
+    loss: bool
+    count: int
+
+
+def render_spans(
+    tokenizer: Any, ids: list[int], labels: list[int], ignore_index: int, image_id: int | None
+) -> list[Span]:
+    """Group tokens into runs of (text or image, loss or not) and decode each text run."""
+    spans: list[Span] = []
+    start = 0
+    n = len(ids)
+    while start < n:
+        is_image = image_id is not None and ids[start] == image_id
+        loss = labels[start] != ignore_index
+        end = start + 1
+        while end < n and (image_id is not None and ids[end] == image_id) == is_image and (
+            labels[end] != ignore_index
+        ) == loss:
+            end += 1
+        if is_image:
+            token = getattr(tokenizer, "convert_ids_to_tokens", lambda i: "<image>")(ids[start])
+            spans.append(Span(f"{token.rstrip('>')} x{end - start}>" if str(token).endswith(">")
+                              else f"<{token} x{end - start}>", "image", loss, end - start))
+        else:
+            text = tokenizer.decode(ids[start:end], skip_special_tokens=False)
+            spans.append(Span(text, "text", loss, end - start))
+        start = end
+    return spans
+
+
+@dataclasses.dataclass
+class BatchStats:
+    """Token accounting of one or more batches."""
+
+    rows: int = 0
+    samples: int = 0
+    real_tokens: int = 0
+    total_tokens: int = 0
+    loss_tokens: int = 0
+    capacity_tokens: int = 0
+
+    @property
+    def padding_fraction(self) -> float:
+        """Padding tokens / all tokens of the padded batches."""
+        return 1.0 - self.real_tokens / self.total_tokens if self.total_tokens else 0.0
+
+    @property
+    def fill_ratio(self) -> float:
+        """Real tokens / (rows x seq_length): how full the packed sequences are."""
+        return self.real_tokens / self.capacity_tokens if self.capacity_tokens else 0.0
+
+    def add(self, other: "BatchStats") -> None:
+        """Accumulate ``other`` into this."""
+        for field in dataclasses.fields(self):
+            setattr(self, field.name, getattr(self, field.name) + getattr(other, field.name))
+
+
+def batch_stats(batch: Any, pad_id: int | None, ignore_index: int, seq_length: int) -> BatchStats:
+    """Count rows, samples (sub-sequences), real, padded and loss tokens of ``batch``."""
+    rows, width = (int(x) for x in batch.input_ids.shape[:2])
+    stats = BatchStats(rows=rows, total_tokens=rows * width, capacity_tokens=rows * seq_length)
+    stats.loss_tokens = int((batch.loss_mask > 0).sum())
+    for row in range(rows):
+        for segment in row_segments(batch, row, pad_id, ignore_index):
+            if not segment.padding:
+                stats.samples += 1
+                stats.real_tokens += segment.length
+    return stats

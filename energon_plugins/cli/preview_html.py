@@ -1,0 +1,95 @@
+"""The self-contained HTML page of ``energon-plugins preview --html``.
+
+One page, no external resources: images as base64 PNG, the decoded text with image runs
+collapsed and loss spans highlighted, and for each row a bar of its segments (packed
+sub-sequences and the padding tail) scaled to the sequence length.
+"""
+
+import base64
+import html
+import io
+from typing import Any
+
+_STYLE = """
+body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
+.row{border:1px solid #ccc;border-radius:6px;padding:1em;margin:1em 0}
+.bar{display:flex;height:18px;border:1px solid #999;margin:.5em 0;width:100%}
+.seg{height:100%;border-right:1px solid #fff;box-sizing:border-box;font-size:11px;
+     color:#fff;overflow:hidden;text-align:center}
+.pad{background:#ddd;color:#666}
+.text{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:13px}
+.loss{background:#d4f7d4;border-bottom:2px solid #2a2}
+.img{background:#e8e0ff;color:#538;font-weight:bold}
+.padtok{color:#aaa}
+img{image-rendering:pixelated;width:128px;height:128px;margin:2px;border:1px solid #aaa}
+.meta{color:#666;font-size:12px}
+"""
+_COLORS = ["#4a7fd4", "#d4774a", "#4ab07a", "#a04ad4", "#d4b84a", "#4ac0d4", "#d44a86"]
+
+
+def image_to_png_base64(tensor: Any, mean: Any = None, std: Any = None) -> str | None:
+    """A ``(C, H, W)`` float tensor (normalised) as a base64 PNG, or ``None`` if not an image."""
+    import numpy as np
+    from PIL import Image
+
+    if tensor is None or tensor.dim() != 3 or tensor.shape[0] not in (1, 3):
+        return None
+    array = tensor.detach().float().cpu().numpy()
+    if mean is not None and std is not None and len(mean) == array.shape[0]:
+        array = array * np.asarray(std, dtype=np.float32)[:, None, None]
+        array = array + np.asarray(mean, dtype=np.float32)[:, None, None]
+    else:
+        low, high = float(array.min()), float(array.max())
+        array = (array - low) / (high - low) if high > low else array * 0
+    array = (np.clip(array, 0.0, 1.0) * 255).round().astype("uint8").transpose(1, 2, 0)
+    if array.shape[2] == 1:
+        array = array[:, :, 0]
+    buffer = io.BytesIO()
+    Image.fromarray(array).save(buffer, format="PNG")
+    return base64.b64encode(buffer.getvalue()).decode("ascii")
+
+
+def render_page(title: str, rows: list[dict[str, Any]]) -> str:
+    """The HTML page for ``rows``; each row has ``label``, ``segments``, ``width``,
+    ``seq_length``, ``spans`` (per segment), ``images`` (base64 PNGs) and ``shapes``."""
+    parts = [
+        "<!DOCTYPE html><html><head><meta charset='utf-8'>",
+        f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        "<p class='meta'>Green: tokens with loss. Violet: collapsed image tokens. "
+        "The bar shows each row's segments (packed sub-sequences) and its padding in grey.</p>",
+    ]
+    for row in rows:
+        parts.append("<div class='row'>")
+        parts.append(f"<h3>{html.escape(row['label'])}</h3>")
+        parts.append(f"<div class='meta'>{html.escape(row['shapes'])}</div>")
+        parts.append("<div class='bar'>")
+        width = max(row["width"], 1)
+        for index, segment in enumerate(row["segments"]):
+            percent = 100.0 * segment.length / width
+            if segment.padding:
+                parts.append(
+                    f"<div class='seg pad' style='width:{percent:.3f}%' "
+                    f"title='padding: {segment.length} tokens'>pad</div>"
+                )
+            else:
+                color = _COLORS[index % len(_COLORS)]
+                parts.append(
+                    f"<div class='seg' style='width:{percent:.3f}%;background:{color}' "
+                    f"title='segment {index}: {segment.length} tokens'>{segment.length}</div>"
+                )
+        parts.append("</div>")
+        for image in row["images"]:
+            parts.append(f"<img alt='image' src='data:image/png;base64,{image}'>")
+        for index, spans in enumerate(row["spans"]):
+            parts.append(f"<p class='meta'>segment {index}</p><div class='text'>")
+            for span in spans:
+                text = html.escape(span.text)
+                css = {"image": "img", "pad": "padtok"}.get(span.kind, "")
+                if span.loss:
+                    css = f"{css} loss".strip()
+                parts.append(f"<span class='{css}'>{text}</span>" if css else text)
+            parts.append("</div>")
+        parts.append("</div>")
+    parts.append("</body></html>")
+    return "".join(parts)

@@ -1,0 +1,132 @@
+"""Building a datamodule from a config, with late binding.
+
+:func:`build_datamodule` applies the overrides to the config, validates the result (every
+error at once), and only then loads the tokenizer and builds the image processor and the
+packing strategy through :func:`energon_plugins.create` with a :class:`BuildContext` of the
+final values. The task encoders are handed to the datamodule as ``{name, options}``
+selections, which it builds through ``create`` from its own final attributes on first use
+(the validation encoder with ``split="val"``), so no component ever sees a stale
+``seq_length`` or packing setting (the upstream bug, Megatron-Bridge 4343).
+"""
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from energon_plugins.config.model import DataModuleConfig
+from energon_plugins.context import BuildContext
+from energon_plugins.errors import ConfigError
+
+RUNTIME_ARGUMENTS = ("pg_collection", "validation_mode")
+"""Keyword arguments of :func:`build_datamodule` that are not config keys but runtime objects,
+passed to the datamodule's constructor as they are."""
+
+
+def load_tokenizer(path: str) -> Any:
+    """``AutoTokenizer.from_pretrained(path, local_files_only=True)``, with a clear error.
+
+    Raises:
+        ConfigError: naming ``tokenizer.path`` and why loading failed.
+    """
+    from transformers import AutoTokenizer
+
+    try:
+        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+    except Exception as exc:  # noqa: BLE001 - re-raised with the config key named
+        text = " ".join(str(exc).split())
+        raise ConfigError(
+            f"tokenizer.path: cannot load a tokenizer from {path!r}: {type(exc).__name__}: {text}"
+        ) from exc
+
+
+def base_context(config: DataModuleConfig, **changes: Any) -> BuildContext:
+    """A :class:`BuildContext` from the config's final values (plus ``changes``)."""
+    values: dict[str, Any] = {
+        "sample_config": config.sample_config,
+        "seq_length": config.seq_length,
+        "decoder_seq_length": config.decoder_seq_length,
+        "micro_batch_size": config.micro_batch_size,
+        "packing_buffer_size": config.packing_buffer_size,
+        "split": "train",
+    }
+    values.update(changes)
+    return BuildContext(**values)
+
+
+def build_components(config: DataModuleConfig, tokenizer: Any = None) -> dict[str, Any]:
+    """Load the tokenizer and build the image processor and packing strategy of ``config``.
+
+    Returns ``{"tokenizer", "image_processor", "packing"}`` (``packing`` is ``None`` without a
+    ``packing`` selection). Each is built after validation, from the final values.
+    """
+    from energon_plugins.api import create
+
+    if tokenizer is None:
+        tokenizer = load_tokenizer(config.tokenizer.path)
+    context = base_context(config, tokenizer=tokenizer)
+    image_processor = create(
+        "image_processor", config.image_processor.name, config.image_processor.options, context
+    )
+    packing = None
+    if config.packing is not None:
+        context = context.replace(image_processor=image_processor)
+        packing = create("packing_strategy", config.packing.name, config.packing.options, context)
+    return {"tokenizer": tokenizer, "image_processor": image_processor, "packing": packing}
+
+
+def datamodule_arguments(config: DataModuleConfig) -> dict[str, Any]:
+    """The constructor arguments that come straight from ``config`` (no component built)."""
+    args: dict[str, Any] = {
+        "path": config.path,
+        "seq_length": config.seq_length,
+        "micro_batch_size": config.micro_batch_size,
+        "global_batch_size": config.global_batch_size,
+        "num_workers": config.num_workers,
+        "num_val_workers": config.num_val_workers,
+        "pin_memory": config.pin_memory,
+        "shuffle_buffer_size": config.shuffle_buffer_size,
+        "max_samples_per_sequence": config.max_samples_per_sequence,
+        "multimodal_sample_config": config.sample_config,
+        "decoder_seq_length": config.decoder_seq_length,
+        "packing_buffer_size": config.packing_buffer_size,
+        "task_encoder": {"name": config.task_encoder.name, "options": config.task_encoder.options},
+        "validation_task_encoder": None,
+    }
+    if config.validation_task_encoder is not None:
+        val = config.resolved_validation_selection()
+        args["validation_task_encoder"] = {"name": val.name, "options": val.options}
+    args.update(config.energon)
+    return args
+
+
+def build_datamodule(config_or_path: "str | Path | Mapping[str, Any] | DataModuleConfig",
+                     **overrides: Any) -> Any:
+    """Build an :class:`~energon_plugins.EnergonMultiModalDataModule` from a config.
+
+    Args:
+        config_or_path: a YAML/JSON file, a mapping, or a :class:`DataModuleConfig`.
+        **overrides: config keys to change before anything is built. A mapping merges into
+            the section (``task_encoder={"options": {"image_tokens": 4}}`` keeps the name); a
+            dotted key addresses one value (``**{"task_encoder.options.image_tokens": 4}``);
+            any other value, ``None`` included, replaces. ``pg_collection`` and
+            ``validation_mode`` are passed to the constructor as they are.
+
+    Raises:
+        ConfigValidationError: the config with the overrides applied is invalid (every error,
+            each with its dotted path); nothing has been built.
+        ConfigError, PluginLoadError: a component cannot be loaded or built.
+    """
+    from energon_plugins.config.load import load_config
+
+    runtime = {key: overrides.pop(key) for key in RUNTIME_ARGUMENTS if key in overrides}
+    config = load_config(config_or_path, overrides)  # validated before anything is built
+    components = build_components(config)
+    from energon_plugins.datamodule import EnergonMultiModalDataModule
+
+    return EnergonMultiModalDataModule(
+        tokenizer=components["tokenizer"],
+        image_processor=components["image_processor"],
+        packing=components["packing"],
+        **datamodule_arguments(config),
+        **runtime,
+    )
