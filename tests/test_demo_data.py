@@ -45,7 +45,9 @@ def _cook(sample: dict) -> CrudeView:
     images = [sample["png"]] if "png" in sample else [
         sample[f"{i}.png"] for i in range(sum(1 for k in sample if k.endswith(".png")))
     ]
-    return CrudeView(**basic_sample_keys(sample), meta=sample["json"], images=images)
+    meta = sample["json"]
+    meta["conversations"]  # a cooker needs it: a sample without it fails here, as in a plugin
+    return CrudeView(**basic_sample_keys(sample), meta=meta, images=images)
 
 
 class _PassEncoder(DefaultTaskEncoder):
@@ -192,15 +194,15 @@ def _members(shard: pathlib.Path) -> list[tuple[str, bytes]]:
         return [(m.name, tar.extractfile(m).read()) for m in tar.getmembers() if m.isfile()]
 
 
-@pytest.mark.parametrize("kind", ["vqa", "chatml", "interleaved"])
+@pytest.mark.parametrize("kind", ["vqa", "captioning", "chatml", "interleaved"])
 def test_corrupt_keys_are_exactly_the_failures(tmp_path, kind):
     info = write_dataset(tmp_path / kind, kind=kind, num_samples=60, samples_per_shard=10,
                          split_ratio=[("train", 0.5), ("val", 0.5)], seed=2,
-                         corrupt={"image": 3, "json": 2, "truncated_shard": 1})
+                         corrupt={"image": 3, "json": 2, "missing_field": 2, "truncated_shard": 1})
     assert {k: len(v) for k, v in info.corrupt_keys.items()} == {
-        "image": 3, "json": 2, "truncated_shard": 5}
+        "image": 3, "json": 2, "missing_field": 2, "truncated_shard": 5}
     bad = {k for keys in info.corrupt_keys.values() for k in keys}
-    assert len(bad) == 10
+    assert len(bad) == 12
     errors: list = []
     arrived = []
     truncated_split = None
@@ -219,10 +221,11 @@ def test_corrupt_keys_are_exactly_the_failures(tmp_path, kind):
             truncated_split = split
     assert truncated_split == "val"  # the last shard, read last in the unshuffled val split
     assert sorted(arrived) == sorted(info.good_keys)
-    assert len(arrived) == len(set(arrived)) == 50
-    bad = {k for reason in ("image", "json") for k in info.corrupt_keys[reason]}
-    # Energon's error handler saw exactly the image/json corrupt samples (the handler gets the
-    # raw sample, a RawSampleData in 7.4.1, whose data holds the tar parts and the key).
+    assert len(arrived) == len(set(arrived)) == 48
+    bad = {k for reason in ("image", "json", "missing_field") for k in info.corrupt_keys[reason]}
+    # Energon's error handler saw exactly the image/json/missing_field corrupt samples (the
+    # handler gets the raw sample, a RawSampleData in 7.4.1 whose data holds the key, or the
+    # crude dict when the cooker failed; `sources` is None for raw samples).
     assert sorted(_failed_key(sample) for _, sample, _ in errors) == sorted(bad)
 
 
@@ -251,6 +254,8 @@ def test_truncated_shard_is_really_shorter(tmp_path):
         (dict(corrupt={"pixels": 1}), "corrupt"),
         (dict(image_size=(2, 2)), "image_size"),
         (dict(num_samples=20, samples_per_shard=10, corrupt={"truncated_shard": 2}), "truncated_shard"),
+        (dict(num_samples=20, samples_per_shard=10, split_ratio=[("train", 0.5), ("val", 0.5)],
+              corrupt={"image": 8, "json": 3, "truncated_shard": 1}), "only 10 samples"),
     ],
 )
 def test_bad_arguments_raise_clear_errors(tmp_path, kwargs, match):

@@ -37,7 +37,11 @@ Register a cooker per format, for example::
         cookers = [Cooker(cook_llava, has_subflavors={"format": "llava"})]
 
 Corruption (``corrupt=``): ``{"image": n}`` replaces n images with bytes that are not a PNG;
-``{"json": n}`` replaces n JSON parts with text that does not parse; ``{"truncated_shard": n}``
+``{"json": n}`` replaces n JSON parts with text that does not parse; ``{"missing_field": n}``
+writes n JSON parts that parse but lack the kind's required field (``REQUIRED_FIELD``): for
+vqa, captioning and interleaved Energon's own loader fails on them, for the crude kinds
+(llava, chatml) Energon delivers them and the task encoder's cooker must fail;
+``{"truncated_shard": n}``
 cuts the last n shards in half *after* prepare (at a sample boundary), so the index still
 lists the samples of the lost half. The keys affected are in ``DatasetInfo.corrupt_keys``;
 every other sample stays readable. Energon 7.4.1 skips the image/json failures through
@@ -63,7 +67,15 @@ from typing import Any
 from energon_plugins.demo.images import COLORS, SHAPES, draw_scene
 
 KINDS = ("vqa", "captioning", "interleaved", "llava", "chatml")
-CORRUPTIONS = ("image", "json", "truncated_shard")
+CORRUPTIONS = ("image", "json", "missing_field", "truncated_shard")
+# The JSON field each kind needs; "missing_field" corruption leaves it out.
+REQUIRED_FIELD = {
+    "vqa": "question",
+    "captioning": "caption",
+    "interleaved": "sequence",
+    "llava": "conversations",
+    "chatml": "conversations",
+}
 STAMP_NAME = "energon_plugins_demo.json"
 _STAMP_VERSION = 1
 
@@ -186,10 +198,10 @@ def _validate_args(kind, num_samples, samples_per_shard, split_ratio, image_size
         )
     intact = (num_shards - truncated) * samples_per_shard
     intact = min(intact, num_samples)
-    needed = corrupt.get("image", 0) + corrupt.get("json", 0)
+    needed = sum(corrupt.get(r, 0) for r in ("image", "json", "missing_field"))
     if needed > intact:
         raise ValueError(
-            f"corrupt: {needed} image/json corruptions requested but only {intact} samples lie in "
+            f"corrupt: {needed} image/json/missing_field corruptions requested but only {intact} samples lie in "
             f"untruncated shards"
         )
     return split_ratio, sizes, corrupt, num_shards
@@ -504,7 +516,7 @@ def write_dataset(
     intact_keys = keys[: (num_shards - truncated) * samples_per_shard]
     picks = list(rng.permutation(len(intact_keys)))
     corrupt_keys: dict[str, list[str]] = {}
-    for reason in ("image", "json"):
+    for reason in ("image", "json", "missing_field"):
         n = corrupt_map.get(reason, 0)
         if n:
             chosen = sorted(intact_keys[int(i)] for i in picks[:n])
@@ -515,8 +527,12 @@ def write_dataset(
                 if reason == "image":
                     name = next(p for p in parts if p.endswith("png"))
                     parts[name] = b"this is not a PNG file " + key.encode()
-                else:
+                elif reason == "json":
                     parts["json"] = b'{"broken": "json' + key.encode()
+                else:
+                    meta = json.loads(parts["json"])
+                    del meta[REQUIRED_FIELD[kind]]
+                    parts["json"] = json.dumps(meta).encode()
 
     shards_dir = path
     shards_dir.mkdir(parents=True, exist_ok=True)
