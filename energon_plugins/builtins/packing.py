@@ -39,6 +39,6 @@ def register_packing_strategies(register):
         "greedy-knapsack",
         f"{_MODULE}:make_greedy_knapsack",
         options=GreedyKnapsackOptions,
-        description="Fill one pack at a time with the longest sample that fits (NeMo, Megatron-LM)",
+        description="Reference: fill one pack at a time with the longest sample that fits",
         aliases=("knapsack",),
     )

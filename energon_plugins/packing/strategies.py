@@ -320,10 +320,12 @@ class BestFitDecreasing(PackingStrategy):
 class GreedyKnapsack(PackingStrategy):
     """``greedy-knapsack``: fill one pack at a time with the largest sample that still fits.
 
-    The packing NeMo, Megatron-LM and LLaMA-Factory use for fine-tuning data, written anew
-    from its description: keep the remaining lengths sorted; start a pack with the longest
-    sample, then repeatedly take the longest one that fits the room left (one ``bisect``);
-    when none fits, close the pack and start the next.
+    The "greedy knapsack" packing of LLM fine-tuning toolkits (LLaMA-Factory's, and the one
+    this project's issue attributes to NeMo and Megatron-LM), written anew from its
+    description: keep the remaining lengths sorted; start a pack with the longest sample, then
+    repeatedly take the longest one that fits the room left (one ``bisect``); when none fits,
+    close the pack and start the next. It yields the same partition as first-fit decreasing
+    without refinement (see :class:`FirstFitDecreasing`); kept as the reference to compare.
     """
 
     name = "greedy-knapsack"
