@@ -1,0 +1,116 @@
+"""CLI start-up cost: ``energon-plugins list`` against ``python -c "import pluggy, pydantic, yaml"``.
+
+Both are run as fresh processes in the same session, alternating, several times each; the
+medians and their ratio are printed (goal: ratio < 2). ``list`` loads every installed plugin's
+registration (entry points, options models) but must not import torch, transformers or
+megatron; the script also checks that with a third probe.
+
+Usage: python benchmarks/cli_startup.py [--runs N] [--json]
+"""
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+HEAVY = ("torch", "transformers", "megatron")
+
+
+def _cli() -> list[str]:
+    script = Path(sys.executable).with_name("energon-plugins")
+    if script.exists():
+        return [str(script)]
+    found = shutil.which("energon-plugins")
+    return [found] if found else [sys.executable, "-m", "energon_plugins"]
+
+
+def _time(cmd: list[str], env: dict[str, str]) -> float:
+    start = time.perf_counter()
+    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return time.perf_counter() - start
+
+
+def heavy_modules_after_list(env: dict[str, str]) -> list[str]:
+    """The heavy top-level modules imported by running ``list`` in-process (should be none)."""
+    code = (
+        "import sys, io, contextlib\n"
+        "from energon_plugins.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()):\n"
+        "    try:\n        main(['list'])\n    except SystemExit:\n        pass\n"
+        f"print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
+                         capture_output=True, text=True).stdout.strip()
+    return [m for m in out.split(",") if m]
+
+
+BREAKDOWN = {
+    "python -c pass": "pass",
+    "+ pydantic.BaseModel": "import pluggy, pydantic, yaml; from pydantic import BaseModel",
+    "import energon_plugins": "import energon_plugins",
+    "+ load the registry": "import energon_plugins; energon_plugins.get_registry()",
+}
+"""Probes that show where the start-up time goes (each a fresh interpreter)."""
+
+
+def measure(runs: int = 7) -> dict:
+    """Median wall times of both commands over ``runs`` alternating runs, and their ratio."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
+    baseline_cmd = [sys.executable, "-c", "import pluggy, pydantic, yaml"]
+    cli_cmd = [*_cli(), "list"]
+    probes = {label: [sys.executable, "-c", code] for label, code in BREAKDOWN.items()}
+    _time(baseline_cmd, env)  # warm the file-system cache for both
+    _time(cli_cmd, env)
+    baseline, cli = [], []
+    probe_times: dict[str, list[float]] = {label: [] for label in probes}
+    for _ in range(runs):
+        baseline.append(_time(baseline_cmd, env))
+        cli.append(_time(cli_cmd, env))
+        for label, cmd in probes.items():
+            probe_times[label].append(_time(cmd, env))
+    base_median = statistics.median(baseline)
+    cli_median = statistics.median(cli)
+    return {
+        "breakdown_median_s": {
+            label: round(statistics.median(times), 4) for label, times in probe_times.items()
+        },
+        "runs": runs,
+        "baseline_command": " ".join(baseline_cmd),
+        "cli_command": " ".join(cli_cmd),
+        "baseline_median_s": round(base_median, 4),
+        "cli_median_s": round(cli_median, 4),
+        "ratio": round(cli_median / base_median, 2),
+        "goal_ratio": 2.0,
+        "heavy_modules_imported_by_list": heavy_modules_after_list(env),
+    }
+
+
+def main() -> None:
+    """Print the measurement (a table, or JSON with ``--json``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runs", type=int, default=7)
+    parser.add_argument("--json", action="store_true")
+    args = parser.parse_args()
+    result = measure(args.runs)
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return
+    print(f"CLI start-up, median of {result['runs']} runs each:")
+    print(f"  {result['baseline_command']:<60} {result['baseline_median_s'] * 1000:8.1f} ms")
+    print(f"  {result['cli_command'][-60:]:<60} {result['cli_median_s'] * 1000:8.1f} ms")
+    verdict = "meets" if result["ratio"] < result["goal_ratio"] else "misses"
+    print(f"  ratio {result['ratio']:.2f} ({verdict} the goal < {result['goal_ratio']:.0f})")
+    print("  where the time goes (fresh interpreters, medians):")
+    for label, seconds in result["breakdown_median_s"].items():
+        print(f"    {label:<30} {seconds * 1000:8.1f} ms")
+    heavy = result["heavy_modules_imported_by_list"]
+    print(f"  heavy modules imported by list: {', '.join(heavy) if heavy else 'none'}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,100 @@
+"""``energon-plugins bench CONFIG [--batches N] [--json]``: loader throughput of a config.
+
+Builds the datamodule from CONFIG (with its worker count), takes one warm-up batch (worker
+start-up and first shard open are not counted), then times N batches of the training loader
+behind a rich progress bar and prints samples/s, tokens/s, the padding fraction and, with
+packing, the fill ratio (real tokens / (rows x seq_length)).
+"""
+
+import time
+from typing import Any
+
+import click
+
+
+def run_bench(datamodule: Any, batches: int, progress: Any = None) -> dict[str, Any]:
+    """Time ``batches`` training batches after one warm-up batch; return the figures."""
+    from energon_plugins.cli.batch_view import BatchStats, batch_stats
+
+    tokenizer = datamodule.tokenizer
+    pad_id = getattr(tokenizer, "pad_token_id", None)
+    ignore = datamodule.multimodal_sample_config.ignore_index
+    seq_length = datamodule.seq_length
+    iterator = iter(datamodule.train_dataloader())
+    started = time.perf_counter()
+    next(iterator)
+    warmup = time.perf_counter() - started
+    totals = BatchStats()
+    started = time.perf_counter()
+    for _ in range(batches):
+        batch = next(iterator)
+        totals.add(batch_stats(batch, pad_id, ignore, seq_length))
+        if progress is not None:
+            progress()
+    elapsed = time.perf_counter() - started
+    packed = getattr(datamodule, "packing", None) is not None
+    result = {
+        "batches": batches,
+        "seconds": round(elapsed, 4),
+        "warmup_seconds": round(warmup, 4),
+        "rows": totals.rows,
+        "samples": totals.samples,
+        "samples_per_second": round(totals.samples / elapsed, 2) if elapsed else None,
+        "tokens_per_second": round(totals.real_tokens / elapsed, 1) if elapsed else None,
+        "padding_fraction": round(totals.padding_fraction, 4),
+        "loss_tokens": totals.loss_tokens,
+        "packing": packed,
+        "fill_ratio": round(totals.fill_ratio, 4) if packed else None,
+        "num_workers": datamodule.num_workers,
+        "micro_batch_size": datamodule.micro_batch_size,
+        "seq_length": seq_length,
+    }
+    return result
+
+
+@click.command("bench")
+@click.argument("config", type=click.Path(dir_okay=False))
+@click.option("--batches", type=click.IntRange(min=1), default=20, show_default=True,
+              help="Batches to time (after one warm-up batch).")
+@click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON only.")
+@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
+              help="Override a config key (dotted keys, YAML values); repeatable.")
+def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...]) -> None:
+    """Measure the training loader of CONFIG: samples/s, tokens/s, padding, fill ratio."""
+    from energon_plugins.cli._output import print_json
+    from energon_plugins.config.build import build_datamodule
+    from energon_plugins.config.overrides import parse_set_option
+
+    datamodule = build_datamodule(config, **dict(parse_set_option(item) for item in sets))
+    if as_json:
+        print_json(run_bench(datamodule, batches))
+        return
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
+    from rich.table import Table
+
+    from energon_plugins.cli._output import console
+
+    out = console()
+    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=out, transient=False) as bar:
+        task = bar.add_task("batches", total=batches)
+        result = run_bench(datamodule, batches, progress=lambda: bar.advance(task))
+    table = Table(title=f"bench {config}", title_justify="left")
+    table.add_column("measure")
+    table.add_column("value", justify="right")
+    rows = [
+        ("batches (rows)", f"{result['batches']} ({result['rows']})"),
+        ("samples", str(result["samples"])),
+        ("time (s)", f"{result['seconds']:.3f} (+{result['warmup_seconds']:.3f} warm-up)"),
+        ("samples/s", f"{result['samples_per_second']:.1f}"),
+        ("tokens/s", f"{result['tokens_per_second']:.0f}"),
+        ("padding fraction", f"{result['padding_fraction']:.1%}"),
+    ]
+    if result["packing"]:
+        rows.append(("fill ratio", f"{result['fill_ratio']:.1%}"))
+    rows.append(("workers / micro batch / seq_length",
+                 f"{result['num_workers']} / {result['micro_batch_size']} / {result['seq_length']}"))
+    for name, value in rows:
+        table.add_row(name, value)
+    out.print(table)

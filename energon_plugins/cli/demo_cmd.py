@@ -1,0 +1,59 @@
+"""``energon-plugins demo``: the embedded default (what ``make demo`` runs).
+
+Generates the demo dataset and tokenizer offline (cached), builds a datamodule and runs it;
+see :func:`energon_plugins.demo.run.run_demo`. ``--prepare-only`` writes just the data and
+tokenizer (``DIR/demo.yaml`` and ``DIR/tokenizer``) that ``examples/*.yaml`` point at.
+"""
+
+import inspect
+
+import click
+
+
+def prepare_demo_data(directory: str) -> dict[str, str]:
+    """Write the demo metadataset and the demo tokenizer into ``directory``; return their paths."""
+    from pathlib import Path
+
+    from energon_plugins.demo.data import write_demo_datasets
+    from energon_plugins.demo.tokenizer import save_demo_tokenizer
+
+    root = Path(directory).expanduser()
+    info = write_demo_datasets(root)
+    tokenizer = root / "tokenizer"
+    if not (tokenizer / "tokenizer_config.json").is_file():
+        save_demo_tokenizer(tokenizer)
+    return {"path": str(info.path), "tokenizer": str(tokenizer.resolve())}
+
+
+@click.command("demo")
+@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
+              help="Where the demo data lives (default: $ENERGON_PLUGINS_CACHE or "
+                   "~/.cache/energon-plugins).")
+@click.option("--prepare-only", is_flag=True,
+              help="Only write the demo dataset (CACHE_DIR/demo.yaml) and tokenizer "
+                   "(CACHE_DIR/tokenizer), e.g. for examples/*.yaml with --cache-dir .cache/demo.")
+@click.option("--json", "as_json", is_flag=True, help="Print the demo's result as JSON.")
+def demo_command(cache_dir: str | None, prepare_only: bool, as_json: bool) -> None:
+    """Run the embedded demo: a generated dataset, an offline tokenizer, real Energon loaders."""
+    from energon_plugins.cli._output import console, print_json
+
+    if prepare_only:
+        if cache_dir is None:
+            from energon_plugins.demo.data import default_cache_dir
+
+            cache_dir = str(default_cache_dir() / "demo")
+        paths = prepare_demo_data(cache_dir)
+        if as_json:
+            print_json(paths)
+        else:
+            click.echo(f"dataset:   {paths['path']}\ntokenizer: {paths['tokenizer']}")
+        return
+
+    from energon_plugins.demo.run import run_demo
+
+    kwargs = {"cache_dir": cache_dir}
+    if not as_json and "console" in inspect.signature(run_demo).parameters:
+        kwargs["console"] = console()
+    result = run_demo(**kwargs)
+    if as_json:
+        print_json(result)
