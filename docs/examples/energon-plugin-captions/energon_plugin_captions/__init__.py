@@ -1,0 +1,1 @@
+"""A captioning task encoder for energon-plugins."""

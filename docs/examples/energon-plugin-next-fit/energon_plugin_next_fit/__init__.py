@@ -1,0 +1,1 @@
+"""A next-fit packing strategy for energon-plugins."""

@@ -1,0 +1,1 @@
+"""A torch resize-and-normalize image processor for energon-plugins."""

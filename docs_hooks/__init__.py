@@ -1,0 +1,1 @@
+"""Build-time generators of the documentation site (mkdocs hooks); not part of the package."""

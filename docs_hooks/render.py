@@ -1,0 +1,527 @@
+"""Render reference pages from the code: hook specs, config models, plugin options, CLI.
+
+Pure functions returning markdown, so the mkdocs hook (:mod:`docs_hooks.generate`) and the
+documentation tests (``tests/test_docs.py``) share one source of truth for what must appear.
+Nothing here runs at import time.
+"""
+
+import enum
+import inspect
+import json
+import re
+import tomllib
+import types
+import typing
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+
+CONTRACT_VERBS = ("list", "show", "validate", "schema", "preview", "bench", "demo", "new-plugin")
+"""The CLI verbs that /work/shared/DESIGN.md promises (shown as "not yet available" if absent)."""
+
+
+# ----------------------------------------------------------------------------- helpers
+def _cell(text: Any) -> str:
+    """Escape text for one markdown table cell."""
+    return str(text).replace("|", "\\|").replace("\n", " ").strip()
+
+
+def format_annotation(annotation: Any) -> str:
+    """A readable type: ``int | None``, ``Literal['right', 'drop']``, ``dict[str, Any]``."""
+    if annotation is None or annotation is type(None):
+        return "None"
+    if annotation is Any:
+        return "Any"
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return format_annotation(args[0])
+    if origin in (typing.Union, types.UnionType):
+        return " | ".join(format_annotation(a) for a in args)
+    if origin is typing.Literal:
+        return "Literal[" + ", ".join(repr(a) for a in args) + "]"
+    if origin is not None:
+        name = getattr(origin, "__name__", str(origin))
+        return f"{name}[{', '.join(format_annotation(a) for a in args)}]" if args else name
+    if isinstance(annotation, type):
+        return annotation.__name__
+    return re.sub(r"\b(typing|collections\.abc)\.", "", str(annotation))
+
+
+def _constraints(field: Any) -> str:
+    """``>= 1`` style constraints from a pydantic field's metadata."""
+    parts = []
+    for meta in getattr(field, "metadata", ()):
+        for attr, sign in (("ge", ">="), ("gt", ">"), ("le", "<="), ("lt", "<")):
+            value = getattr(meta, attr, None)
+            if value is not None:
+                parts.append(f"{sign} {value}")
+        min_length = getattr(meta, "min_length", None)
+        if min_length:
+            parts.append(f"min length {min_length}")
+    return ", ".join(parts)
+
+
+def _default(field: Any) -> str:
+    """The default shown in a table (``required`` when there is none)."""
+    if field.is_required():
+        return "**required**"
+    if field.default_factory is not None:
+        try:
+            value = field.default_factory()
+        except TypeError:  # factories that take the validated data
+            return "(computed)"
+    else:
+        value = field.default
+    if hasattr(value, "model_dump"):
+        return "see below" if type(value).model_fields else "`{}`"
+    if isinstance(value, enum.Enum):
+        value = value.value
+    return f"`{json.dumps(value)}`" if _jsonable(value) else f"`{value!r}`"
+
+
+def _jsonable(value: Any) -> bool:
+    try:
+        json.dumps(value)
+    except TypeError:
+        return False
+    return True
+
+
+def _nested_model(annotation: Any) -> type | None:
+    """The pydantic model inside ``annotation`` (``Model``, ``Model | None``), if any."""
+    import pydantic
+
+    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
+        return annotation
+    for arg in typing.get_args(annotation):
+        found = _nested_model(arg)
+        if found is not None:
+            return found
+    return None
+
+
+def rst_to_md(text: str) -> str:
+    """Turn the reST bits of our docstrings into markdown (roles, ``::`` literal blocks)."""
+    text = re.sub(r":(?:class|func|meth|data|attr|mod|exc):`~?([^`]+)`", r"`\1`", text)
+    text = re.sub(r"``([^`]+)``", r"`\1`", text)
+    return re.sub(r"::\n", ":\n", text)
+
+
+def _doc(obj: Any) -> str:
+    """The cleaned docstring of ``obj`` as markdown."""
+    return rst_to_md(inspect.cleandoc(getattr(obj, "__doc__", None) or ""))
+
+
+def _first_paragraph(doc: str | None) -> str:
+    text = rst_to_md(inspect.cleandoc(doc or ""))
+    return text.split("\n\n")[0].replace("\n", " ").strip()
+
+
+def _field_description(model: type, name: str, field: Any) -> str:
+    """The field's description, else its entry in the class docstring's ``Attributes:``."""
+    if field.description:
+        return field.description
+    doc = inspect.cleandoc(model.__doc__ or "")
+    match = re.search(rf"^\s+{re.escape(name)}:\s*(.+?)(?=^\s+\w+:|\Z)", doc, re.M | re.S)
+    if match:
+        return rst_to_md(" ".join(match.group(1).split()))
+    nested = _nested_model(field.annotation)
+    return _first_paragraph(nested.__doc__) if nested is not None else ""
+
+
+# ----------------------------------------------------------------------------- models
+def model_rows(model: type, prefix: str = "") -> Iterator[tuple[str, Any, type]]:
+    """Yield ``(dotted key, field, owning model)`` for every field, nested models recursively."""
+    for name, field in model.model_fields.items():
+        key = f"{prefix}{field.alias or name}"
+        yield key, field, model
+        nested = _nested_model(field.annotation)
+        if nested is not None and nested is not model:
+            yield from model_rows(nested, key + ".")
+
+
+def model_keys(model: type) -> list[str]:
+    """Every dotted key of ``model`` (what the config reference must list)."""
+    return [key for key, _, _ in model_rows(model)]
+
+
+def render_model_table(model: type, prefix: str = "") -> str:
+    """A markdown table of key, type, default, constraints and description."""
+    lines = ["| Key | Type | Default | Description |", "|---|---|---|---|"]
+    for key, field, owner in model_rows(model, prefix):
+        nested = _nested_model(field.annotation)
+        type_text = format_annotation(field.annotation)
+        if nested is not None:
+            type_text = type_text.replace(nested.__name__, f"{nested.__name__} (mapping)")
+        description = _field_description(owner, key.rsplit(".", 1)[-1], field)
+        constraints = _constraints(field)
+        if constraints:
+            description = f"{description} *({constraints})*".strip()
+        lines.append(
+            f"| `{key}` | `{_cell(type_text)}` | {_cell(_default(field))} | {_cell(description)} |"
+        )
+    return "\n".join(lines)
+
+
+def config_model() -> tuple[type, str]:
+    """The pydantic model of the whole config file, and its import path.
+
+    Falls back to :class:`energon_plugins.MultiModalSampleConfig` while
+    ``energon_plugins.config`` is not there.
+    """
+    try:
+        from energon_plugins.config.model import DataModuleConfig
+
+        return DataModuleConfig, "energon_plugins.config.DataModuleConfig"
+    except ImportError:
+        from energon_plugins import MultiModalSampleConfig
+
+        return MultiModalSampleConfig, "energon_plugins.MultiModalSampleConfig"
+
+
+def render_config_reference() -> str:
+    """The config reference: every key of the config model (nested models flattened)."""
+    model, where = config_model()
+    intro = (
+        f"Generated from the pydantic model `{where}` at build time. Every model forbids "
+        "unknown keys; a dotted key such as `sample_config.image_token` is a nested mapping "
+        "in the file. The `options` of each `{name, options}` selection are validated against "
+        "the selected plugin's own options model ([Built-in plugins](builtins.md))."
+    )
+    doc = _doc(model)
+    return f"{intro}\n\n{doc}\n\n{render_model_table(model)}\n"
+
+
+# ----------------------------------------------------------------------------- hooks
+def hook_names() -> list[str]:
+    """The hook specs' names (``register_*``), in source order."""
+    from energon_plugins import hookspecs
+
+    names = []
+    for name, fn in inspect.getmembers(hookspecs, inspect.isfunction):
+        if fn.__module__ == hookspecs.__name__ and name.startswith("register_"):
+            names.append((fn.__code__.co_firstlineno, name))
+    return [name for _, name in sorted(names)]
+
+
+def render_hook_reference() -> str:
+    """Each hook's signature and docstring, plus the module docstring (the register contract)."""
+    from energon_plugins import hookspecs
+    from energon_plugins.kinds import HOOK_FOR_KIND
+
+    kind_of = {hook: kind for kind, hook in HOOK_FOR_KIND.items()}
+    out = [
+        "Generated from the docstrings of `energon_plugins/hookspecs.py` at build time.",
+        "",
+        "## The `register` callable",
+        "",
+        _doc(hookspecs),
+        "",
+        "`Register` is `Callable[..., None]`; the hooks return nothing.",
+        "",
+    ]
+    for name in hook_names():
+        fn = getattr(hookspecs, name)
+        params = ", ".join(
+            f"{p.name}: {'Register' if p.annotation is hookspecs.Register else format_annotation(p.annotation)}"
+            for p in inspect.signature(fn).parameters.values()
+        )
+        signature = f"@hookimpl\ndef {name}({params}) -> None"
+        out += [
+            f"## `{name}`",
+            "",
+            f"Kind: `{kind_of.get(name, '?')}`",
+            "",
+            "```python",
+            signature,
+            "```",
+            "",
+            _doc(fn) or "*(no docstring)*",
+            "",
+        ]
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- plugins
+def repo_distributions() -> set[str]:
+    """The core and the distributions under ``plugins/`` (canonical names)."""
+    from energon_plugins.registry import canonical_distribution
+
+    names = {"energon-plugins"}
+    for pyproject in sorted((REPO / "plugins").glob("*/pyproject.toml")):
+        with pyproject.open("rb") as fh:
+            names.add(canonical_distribution(tomllib.load(fh)["project"]["name"]))
+    return names
+
+
+def documented_specs() -> list[Any]:
+    """Registered specs of the core and of this repository's plugin distributions."""
+    from energon_plugins.kinds import KINDS
+    from energon_plugins.manager import load_registry
+    from energon_plugins.registry import canonical_distribution
+
+    registry = load_registry()
+    ours = repo_distributions()
+    core_first = lambda s: (s.distribution != "energon-plugins", s.distribution)  # noqa: E731
+    specs = []
+    for kind in KINDS:
+        kind_specs = [
+            s for s in registry.specs(kind) if canonical_distribution(s.distribution) in ours
+        ]
+        specs += sorted(kind_specs, key=core_first)
+    return specs
+
+
+def render_builtins() -> str:
+    """Per-plugin options of every built-in and every distribution under ``plugins/``."""
+    from energon_plugins.kinds import KINDS
+
+    specs = documented_specs()
+    out = [
+        "Generated at build time from the registry: the core's built-ins and the distributions "
+        "under `plugins/` in this repository (a distribution that is not installed, or that "
+        "fails to load, is not listed). `energon-plugins show NAME` prints the same for any "
+        "installed plugin.",
+        "",
+    ]
+    for kind in KINDS:
+        out += [f"## {kind.replace('_', ' ').capitalize()}s", ""]
+        kind_specs = [s for s in specs if s.kind == kind]
+        if not kind_specs:
+            out += ["*(none installed)*", ""]
+        for spec in kind_specs:
+            aliases = ", ".join(f"`{a}`" for a in spec.aliases) or "none"
+            factory = spec.factory if isinstance(spec.factory, str) else (
+                f"{spec.factory.__module__}:{spec.factory.__qualname__}"
+            )
+            out += [
+                f"### `{spec.name}`",
+                "",
+                spec.description or "",
+                "",
+                f"- distribution: `{spec.distribution}` (select as `{spec.qualified_name}`)",
+                f"- aliases: {aliases}",
+                f"- factory: `{factory}`",
+            ]
+            if spec.options is None:
+                out += ["- options: none", ""]
+            else:
+                opts = spec.options
+                out += [
+                    f"- options model: `{opts.__module__}.{opts.__qualname__}`",
+                    "",
+                    _first_paragraph(opts.__doc__),
+                    "",
+                ]
+                if opts.model_fields:
+                    out += [render_model_table(opts, prefix="options."), ""]
+                else:
+                    out += ["*(no options)*", ""]
+    return "\n".join(out)
+
+
+# ----------------------------------------------------------------------------- CLI
+def cli_group() -> Any:
+    """The click group ``energon_plugins.cli.main:cli``."""
+    from energon_plugins.cli.main import cli
+
+    return cli
+
+
+def _subcommands(group: Any, ctx: Any) -> dict[str, Any]:
+    """``name -> command`` through ``list_commands``/``get_command`` (works for lazy groups)."""
+    found = {}
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        if command is not None:
+            found[name] = command
+    return found
+
+
+def cli_verbs() -> list[str]:
+    """The command names of the click group, in the group's own order."""
+    import click
+
+    group = cli_group()
+    return list(_subcommands(group, click.Context(group, info_name="energon-plugins")))
+
+
+def _render_params(command: Any, ctx: Any) -> list[str]:
+    import click
+
+    rows = ["| Parameter | Type | Default | Help |", "|---|---|---|---|"]
+    any_param = False
+    for param in command.get_params(ctx):
+        if isinstance(param, click.Option) and "--help" in param.opts:
+            continue
+        any_param = True
+        if isinstance(param, click.Argument):
+            label = f"`{param.human_readable_name}` (argument)"
+            help_text = ""
+        else:
+            label = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
+            help_text = param.help or ""
+        if param.is_flag if isinstance(param, click.Option) else False:
+            type_text = "flag"
+        else:
+            type_text = param.type.name if hasattr(param.type, "name") else str(param.type)
+            if isinstance(param.type, click.Choice):
+                type_text = " \\| ".join(str(c) for c in param.type.choices)
+        default = param.get_default(ctx, call=False)
+        if getattr(param, "multiple", False):
+            type_text += " (repeatable)"
+        if (
+            callable(default)
+            or default is None
+            or type(default).__name__ == "Sentinel"  # click >= 8.3: no default
+            or default in ((), False, "")
+        ):
+            default_text = "" if not param.required else "**required**"
+        else:
+            default_text = f"`{default}`"
+        if param.required and not default_text:
+            default_text = "**required**"
+        rows.append(f"| {label} | {type_text} | {default_text} | {_cell(help_text)} |")
+    return rows if any_param else ["*(no parameters)*"]
+
+
+def _render_command(command: Any, ctx: Any, path: str, level: int) -> list[str]:
+    import click
+
+    out = [
+        f"{'#' * level} `{path}`",
+        "",
+        "```text",
+        command.get_usage(ctx),
+        "```",
+        "",
+        inspect.cleandoc(command.help or "").replace("\b\n", ""),
+        "",
+        *_render_params(command, ctx),
+        "",
+    ]
+    if isinstance(command, click.Group):
+        for name, sub in _subcommands(command, ctx).items():
+            sub_ctx = click.Context(sub, info_name=name, parent=ctx)
+            out += _render_command(sub, sub_ctx, f"{path} {name}", min(level + 1, 6))
+    return out
+
+
+def render_cli_reference() -> str:
+    """Every command of the click group: usage, help and parameters."""
+    import click
+
+    group = cli_group()
+    root = click.Context(group, info_name="energon-plugins")
+    out = [
+        "Generated from the click group `energon_plugins.cli.main:cli` at build time. "
+        "Also runnable as `python -m energon_plugins`.",
+        "",
+        "## `energon-plugins`",
+        "",
+        "```text",
+        group.get_usage(root),
+        "```",
+        "",
+        inspect.cleandoc(group.help or ""),
+        "",
+        *_render_params(group, root),
+        "",
+    ]
+    commands = _subcommands(group, root)
+    for name, command in commands.items():
+        ctx = click.Context(command, info_name=name, parent=root)
+        out += _render_command(command, ctx, f"energon-plugins {name}", 2)
+    missing = [v for v in CONTRACT_VERBS if v not in commands]
+    if missing:
+        out += [
+            "## Not yet available",
+            "",
+            "The design promises these verbs; this build of the CLI does not have them yet: "
+            + ", ".join(f"`{v}`" for v in missing)
+            + ".",
+            "",
+        ]
+    return "\n".join(out)
+
+
+def render_missing_verbs(arg: str) -> str:
+    """A warning admonition if any of the comma-separated CLI verbs is not in this build."""
+    verbs = [v for v in arg.split(",") if v]
+    have = set(cli_verbs())
+    missing = [v for v in verbs if v not in have]
+    if not missing:
+        return ""
+    names = ", ".join(f"`energon-plugins {v}`" for v in missing)
+    return (
+        f'!!! warning "Not yet available"\n    {names} is part of the design but not in this '
+        "build of the CLI yet (the CLI reference lists the verbs that exist).\n"
+    )
+
+
+def render_missing_modules(arg: str) -> str:
+    """A warning admonition if any of the comma-separated modules is not importable yet."""
+    import importlib.util
+
+    missing = []
+    for name in (m for m in arg.split(",") if m):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:
+            found = False
+        if not found:
+            missing.append(name)
+    if not missing:
+        return ""
+    names = ", ".join(f"`{m}`" for m in missing)
+    return (
+        f'!!! warning "Not yet available"\n    {names}: described here from the design, '
+        "but not in this build yet.\n"
+    )
+
+
+def render_missing_methods(arg: str) -> str:
+    """A warning if any ``module.Class.method`` is not defined by energon_plugins code yet.
+
+    A method inherited from Energon (e.g. ``DefaultTaskEncoder.select_samples_to_pack``) does
+    not count: the page describes what this project adds.
+    """
+    import importlib
+
+    missing = []
+    for path in (p for p in arg.split(",") if p):
+        module_name, class_name, method = path.rsplit(".", 2)
+        try:
+            cls = getattr(importlib.import_module(module_name), class_name)
+            fn = getattr(cls, method)
+            ours = getattr(fn, "__module__", "").startswith("energon_plugins")
+        except (ImportError, AttributeError):
+            ours = False
+        if not ours:
+            missing.append(f"{class_name}.{method}")
+    if not missing:
+        return ""
+    names = ", ".join(f"`{m}`" for m in missing)
+    return (
+        f'!!! warning "Not yet available"\n    {names}: described here from the design; in '
+        "this build the base class still inherits Energon's default.\n"
+    )
+
+
+GENERATORS = {
+    "hooks": render_hook_reference,
+    "config": render_config_reference,
+    "builtins": render_builtins,
+    "cli": render_cli_reference,
+    "missing-verbs": render_missing_verbs,
+    "missing-modules": render_missing_modules,
+    "missing-methods": render_missing_methods,
+}
+"""Placeholder name (``<!-- generated:NAME -->`` or ``<!-- generated:NAME:ARG -->``) -> renderer.
+
+``missing-verbs`` and ``missing-modules`` take an argument and render a warning only while
+something the page describes is not built yet, so the pages never claim what does not exist.
+"""

@@ -1,0 +1,239 @@
+"""The documentation site: it builds strictly, and it documents every hook, config key and verb.
+
+The rule these tests enforce, so that a missing piece is caught:
+
+1. ``mkdocs build --strict`` passes (broken links, missing anchors, pages outside the nav and
+   unknown placeholders all fail it).
+2. The GENERATED reference pages, as built, contain every hook spec (``register_*`` in
+   ``energon_plugins/hookspecs.py``), every key of the config model (nested models
+   recursively, as dotted keys), every option of every built-in plugin, and every command of
+   the click group with each of its options. The lists of names come from the code, not from
+   the renderer's output, so a renderer that drops something fails here.
+3. The HAND-WRITTEN pages (everything under ``docs/`` except ``reference/`` and the example
+   sources) mention every hook name, every top-level config key (as `` `key` ``, ``key:`` or
+   ``key=``) and every CLI verb (as ``energon-plugins VERB``) at least once. A new hook, key
+   or verb that nobody explained fails this test even though the generated reference lists it.
+4. The quickstart and the guides link to the reference pages.
+5. The example distributions the guides include (``docs/examples/*``) pass their own tests,
+   and their entry-point modules import no torch.
+"""
+
+import os
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from docs_hooks import render
+
+REPO = Path(__file__).resolve().parent.parent
+DOCS = REPO / "docs"
+EXAMPLES = DOCS / "examples"
+MKDOCS = REPO / ".venv" / "bin" / "mkdocs"
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ, HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", NO_MKDOCS_2_WARNING="1")
+    env.pop("PYTHONPATH", None)
+    return env
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The site built with ``mkdocs build --strict`` into a temporary folder."""
+    out = tmp_path_factory.mktemp("site")
+    mkdocs = str(MKDOCS) if MKDOCS.exists() else str(Path(sys.executable).parent / "mkdocs")
+    proc = subprocess.run(
+        [mkdocs, "build", "--strict", "--site-dir", str(out)],
+        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
+    return out
+
+
+def page(site: Path, name: str) -> str:
+    """The built HTML of the page ``name`` (``reference/hooks``)."""
+    return (site / name / "index.html").read_text(encoding="utf-8")
+
+
+def hand_written() -> str:
+    """The markdown of every hand-written page (not the generated references, not examples)."""
+    texts = []
+    for md in sorted(DOCS.rglob("*.md")):
+        rel = md.relative_to(DOCS)
+        if rel.parts[0] in ("reference", "examples"):
+            continue
+        texts.append(md.read_text(encoding="utf-8"))
+    return "\n".join(texts)
+
+
+def missing_in(names: list[str], text: str, pattern: str = "{name}") -> list[str]:
+    """The names for which ``pattern`` (with ``{name}`` escaped) does not occur in ``text``."""
+    return [
+        name for name in names
+        if not re.search(pattern.replace("{name}", re.escape(name)), text)
+    ]
+
+
+def config_top_keys() -> list[str]:
+    model, _ = render.config_model()
+    return [field.alias or name for name, field in model.model_fields.items()]
+
+
+# ----------------------------------------------------------------------------- the build
+def test_mkdocs_build_strict_passes(site: Path) -> None:
+    """The build succeeded (the fixture asserts it) and produced every page of the nav."""
+    for name in ("quickstart", "concepts", "troubleshooting", "guides/plugin-contract",
+                 "guides/task-encoder", "guides/image-processor", "guides/packing-strategy",
+                 "reference/hooks", "reference/config", "reference/builtins", "reference/cli"):
+        assert (site / name / "index.html").is_file(), name
+
+
+def test_no_placeholder_left_unexpanded(site: Path) -> None:
+    for html in site.rglob("*.html"):
+        assert "generated:" not in html.read_text(encoding="utf-8"), html
+
+
+def test_theme_fetches_no_web_fonts(site: Path) -> None:
+    assert "fonts.googleapis.com" not in page(site, "quickstart")
+
+
+# ----------------------------------------------------------------------------- rule 2
+def test_every_hook_is_in_the_hook_reference(site: Path) -> None:
+    import energon_plugins.hookspecs as hookspecs
+
+    names = [n for n in vars(hookspecs) if n.startswith("register_") and callable(getattr(hookspecs, n))]
+    assert len(names) >= 3
+    html = page(site, "reference/hooks")
+    assert missing_in(names, html, 'id="{name}"') == []
+    for name in names:  # the docstring's first line is rendered
+        first = getattr(hookspecs, name).__doc__.strip().splitlines()[0]
+        assert first in html, (name, first)
+
+
+def test_every_config_key_is_in_the_config_reference(site: Path) -> None:
+    model, _ = render.config_model()
+    keys = render.model_keys(model)
+    # independent check of the recursion: every field of every nested model is listed
+    assert set(config_top_keys()) <= set(keys)
+    assert any("." in key for key in keys), "nested models must be flattened to dotted keys"
+    html = page(site, "reference/config")
+    assert missing_in(keys, html, "<code>{name}</code>") == []
+
+
+def test_every_builtin_option_is_in_the_builtins_reference(site: Path) -> None:
+    from energon_plugins.kinds import KINDS
+    from energon_plugins.manager import load_registry
+
+    registry = load_registry()
+    html = page(site, "reference/builtins")
+    core = [s for kind in KINDS for s in registry.specs(kind) if s.distribution == "energon-plugins"]
+    assert {"multimodal", "hf", "none", "first-fit-decreasing"} <= {s.name for s in core}
+    for spec in core:
+        assert f'id="{spec.name}"' in html, spec.name
+        for field in (spec.options.model_fields if spec.options else {}):
+            assert f"<code>options.{field}</code>" in html, (spec.name, field)
+
+
+def test_every_cli_verb_and_option_is_in_the_cli_reference(site: Path) -> None:
+    import click
+
+    from energon_plugins.cli.main import cli
+
+    root = click.Context(cli, info_name="energon-plugins")
+    verbs = cli.list_commands(root)
+    html = page(site, "reference/cli")
+    assert missing_in(verbs, html, "<code>energon-plugins {name}</code>") == []
+    for verb in verbs:
+        command = cli.get_command(root, verb)
+        for param in command.params:
+            for opt in getattr(param, "opts", []) if isinstance(param, click.Option) else []:
+                assert f"<code>{opt}</code>" in html, (verb, opt)
+
+
+# ----------------------------------------------------------------------------- rule 3
+def test_hand_written_pages_mention_every_hook() -> None:
+    assert missing_in(render.hook_names(), hand_written()) == []
+
+
+def test_hand_written_pages_mention_every_top_level_config_key() -> None:
+    pattern = r"(`{name}`|(?<![\w.]){name}:|(?<![\w.]){name}=)"
+    assert missing_in(config_top_keys(), hand_written(), pattern) == []
+
+
+def test_hand_written_pages_mention_every_cli_verb() -> None:
+    verbs = render.cli_verbs()
+    assert verbs, "the click group has no commands"
+    assert missing_in(verbs, hand_written(), r"energon-plugins {name}(?![\w-])") == []
+
+
+def test_the_rule_catches_a_missing_name(site: Path) -> None:
+    """The checks above would fail for a name nobody documented."""
+    assert missing_in(["register_widgets"], page(site, "reference/hooks"), 'id="{name}"') == [
+        "register_widgets"
+    ]
+    assert missing_in(["frobnicate"], hand_written(), r"energon-plugins {name}(?![\w-])") == [
+        "frobnicate"
+    ]
+    assert missing_in(["bogus_key"], hand_written(), r"(`{name}`|(?<![\w.]){name}:)") == [
+        "bogus_key"
+    ]
+
+
+# ----------------------------------------------------------------------------- rule 4
+@pytest.mark.parametrize(
+    ("source", "targets"),
+    [
+        ("quickstart.md", ["reference/config.md", "reference/cli.md", "reference/builtins.md"]),
+        ("guides/plugin-contract.md", ["../reference/hooks.md"]),
+        ("guides/task-encoder.md", ["../reference/hooks.md", "../reference/builtins.md"]),
+        ("guides/image-processor.md", ["../reference/hooks.md", "../reference/builtins.md"]),
+        ("guides/packing-strategy.md", ["../reference/hooks.md", "../reference/builtins.md"]),
+    ],
+)
+def test_pages_link_to_the_references(source: str, targets: list[str]) -> None:
+    text = (DOCS / source).read_text(encoding="utf-8")
+    for target in targets:
+        assert f"]({target}" in text, (source, target)
+
+
+# ----------------------------------------------------------------------------- rule 5
+EXAMPLE_DIRS = sorted(p.parent for p in EXAMPLES.glob("*/pyproject.toml"))
+
+
+def test_there_is_one_example_per_kind() -> None:
+    hooks = set()
+    for example in EXAMPLE_DIRS:
+        for py in example.rglob("plugin.py"):
+            hooks |= set(re.findall(r"def (register_\w+)\(register\)", py.read_text()))
+    assert hooks == set(render.hook_names())
+
+
+@pytest.mark.parametrize("example", EXAMPLE_DIRS, ids=lambda p: p.name)
+def test_example_distribution_passes_its_tests(example: Path) -> None:
+    env = _env() | {"PYTHONPATH": str(example)}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         str(example / "tests")],
+        cwd=example, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("example", EXAMPLE_DIRS, ids=lambda p: p.name)
+def test_example_entry_point_is_import_light(example: Path) -> None:
+    with (example / "pyproject.toml").open("rb") as fh:
+        entry_points = tomllib.load(fh)["project"]["entry-points"]["energon_plugins"]
+    assert entry_points
+    for module in entry_points.values():
+        code = (
+            f"import sys, {module}\n"
+            "heavy = [m for m in ('torch', 'transformers', 'megatron') if m in sys.modules]\n"
+            "assert not heavy, heavy\n"
+        )
+        env = _env() | {"PYTHONPATH": str(example)}
+        proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stderr
