@@ -15,9 +15,30 @@ class MultimodalOptions(BaseModel):
         ge=1,
         description="Image embeddings per image; None derives it from the image processor.",
     )
+    patch_size: int = Field(
+        default=14,
+        ge=1,
+        description="Vision patch size used to derive image embeddings from pixel_values "
+        "(H/patch * W/patch) when the processor reports no image_grid_thw.",
+    )
+    merge_size: int | None = Field(
+        default=None,
+        ge=1,
+        description="Spatial merge size for processors that report image_grid_thw "
+        "(t*h*w / merge^2 embeddings); None reads the processor's merge_size, else 1.",
+    )
     truncation: Literal["right", "drop", "error"] = Field(
         default="right",
-        description="What to do with a sample longer than seq_length: cut it, skip it, or fail.",
+        description="What to do with a sample longer than seq_length: cut it (never inside an "
+        "image), skip it, or fail.",
+    )
+    padding: Literal["seq_length", "longest"] = Field(
+        default="seq_length",
+        description="Pad batches to seq_length (fixed shapes) or to the longest row.",
+    )
+    caption_prompt: str = Field(
+        default="",
+        description="The user text that precedes a caption (captioning samples); may be empty.",
     )
     on_error: Literal["skip", "raise"] = Field(
         default="skip",

@@ -1,0 +1,190 @@
+"""The built-in ``hf`` image processor: any transformers image processor.
+
+Energon decodes images to CHW float tensors in ``[0, 1]``. A transformers processor given
+such a tensor would rescale it by 1/255 a second time (or guess the channel layout), so the
+processor is wrapped in :class:`HFImageProcessor`, which turns each tensor back into the
+8-bit PIL image it was decoded from before calling the processor. The result equals calling
+the processor on the original image. transformers is imported only when a processor is built.
+"""
+
+import difflib
+from pathlib import Path
+from typing import Any
+
+from energon_plugins.errors import ConfigError, PluginLoadError
+from energon_plugins.image_processors.options import HFImageProcessorOptions
+
+DEFAULT_CLASS = "CLIPImageProcessor"
+
+
+def energon_image_to_pil(image: Any) -> Any:
+    """Convert an Energon image (CHW float tensor in [0, 1], or uint8) to a PIL RGB image.
+
+    PIL images and numpy arrays pass through unchanged.
+    """
+    import torch
+
+    if not isinstance(image, torch.Tensor):
+        return image
+    from PIL import Image
+
+    t = image.detach().cpu()
+    if t.dim() == 2:
+        t = t.unsqueeze(0)
+    if t.dim() != 3:
+        raise ValueError(f"expected a (C, H, W) image tensor, got shape {tuple(t.shape)}")
+    if t.dtype.is_floating_point:
+        t = (t.clamp(0.0, 1.0) * 255.0).round().to(torch.uint8)
+    else:
+        t = t.to(torch.uint8)
+    channels = t.shape[0]
+    array = t.permute(1, 2, 0).numpy()
+    if channels == 1:
+        return Image.fromarray(array[:, :, 0], mode="L").convert("RGB")
+    if channels == 3:
+        return Image.fromarray(array, mode="RGB")
+    if channels == 4:
+        return Image.fromarray(array, mode="RGBA").convert("RGB")
+    raise ValueError(f"expected 1, 3 or 4 channels, got {channels}")
+
+
+class HFImageProcessor:
+    """A transformers image processor that accepts Energon's image tensors.
+
+    Call it like the wrapped processor: ``proc(images=[...], return_tensors="pt")``.
+    Attribute access (``size``, ``merge_size``, ``patch_size``, ...) falls through to it.
+    """
+
+    accepts_energon_images = True
+
+    def __init__(self, processor: Any) -> None:
+        """Wrap ``processor`` (a transformers image processor instance)."""
+        self.processor = processor
+
+    def __call__(self, images: Any = None, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(images, (list, tuple)):
+            images = [energon_image_to_pil(img) for img in images]
+        elif images is not None:
+            images = energon_image_to_pil(images)
+        return self.processor(images=images, *args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "processor":  # not yet set (e.g. during unpickling)
+            raise AttributeError(name)
+        return getattr(self.processor, name)
+
+    def __repr__(self) -> str:
+        return f"HFImageProcessor({type(self.processor).__name__})"
+
+
+def wrap_image_processor(processor: Any) -> Any:
+    """Wrap a raw transformers image processor in :class:`HFImageProcessor`.
+
+    Anything else (``None``, an already wrapped processor, a plugin's own processor) is
+    returned unchanged.
+    """
+    if processor is None or getattr(processor, "accepts_energon_images", False):
+        return processor
+    module = type(processor).__module__ or ""
+    if module.startswith("transformers."):
+        return HFImageProcessor(processor)
+    return processor
+
+
+def _image_processor_class_names(transformers: Any) -> list[str]:
+    return sorted(
+        name
+        for name in dir(transformers)
+        if name.endswith(("ImageProcessor", "ImageProcessorFast", "ImageProcessorPil"))
+    )
+
+
+def _accepted_kwargs(cls: type) -> set[str] | None:
+    """Keyword arguments ``cls`` documents (its ``valid_kwargs`` TypedDict or signature)."""
+    import inspect
+    import typing
+
+    valid = getattr(cls, "valid_kwargs", None)
+    if valid is not None:
+        try:
+            return set(typing.get_type_hints(valid))
+        except Exception:  # noqa: BLE001 - fall back to the signature
+            pass
+    try:
+        params = inspect.signature(cls.__init__).parameters.values()
+    except (TypeError, ValueError):
+        return None
+    if any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params):
+        return None
+    return {p.name for p in params if p.name != "self"}
+
+
+def _check_kwargs(cls: type, name: str, kwargs: dict[str, Any]) -> None:
+    """Reject keyword arguments the class would silently store and ignore."""
+    accepted = _accepted_kwargs(cls)
+    if accepted is None:
+        return
+    unknown = sorted(set(kwargs) - accepted)
+    if unknown:
+        hints = []
+        for key in unknown:
+            close = difflib.get_close_matches(key, sorted(accepted), n=1)
+            hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+        raise ConfigError(
+            f"image_processor.options.kwargs: {name} does not take {', '.join(hints)}"
+        )
+
+
+def build_hf_image_processor(
+    options: HFImageProcessorOptions | None, context: Any = None
+) -> HFImageProcessor:
+    """Factory of the ``hf`` image processor (``factory(options, context)``).
+
+    With ``options.path``: ``AutoImageProcessor.from_pretrained(path, local_files_only=True,
+    trust_remote_code=options.trust_remote_code, **options.kwargs)``. Otherwise the class
+    ``options.class_name`` (default ``CLIPImageProcessor``) built with ``options.kwargs``.
+
+    Raises:
+        ConfigError: the directory is missing, or the class is unknown (close names suggested).
+    """
+    options = options if options is not None else HFImageProcessorOptions()
+    import transformers
+
+    if options.path is not None:
+        path = Path(options.path).expanduser()
+        if not path.is_dir():
+            raise ConfigError(f"image_processor.options.path: {str(path)!r} is not a directory")
+        if not (path / "preprocessor_config.json").is_file() and not any(path.glob("*.json")):
+            raise ConfigError(
+                f"image_processor.options.path: {str(path)!r} holds no preprocessor_config.json"
+            )
+        try:
+            proc = transformers.AutoImageProcessor.from_pretrained(
+                str(path),
+                trust_remote_code=options.trust_remote_code,
+                local_files_only=True,
+                **options.kwargs,
+            )
+        except Exception as exc:  # noqa: BLE001 - re-raised with the path named
+            raise PluginLoadError(
+                f"image processor 'hf': cannot load from {str(path)!r}: {type(exc).__name__}: {exc}"
+            ) from exc
+        return HFImageProcessor(proc)
+    name = options.class_name or DEFAULT_CLASS
+    cls = getattr(transformers, name, None) if not name.startswith("_") else None
+    known = _image_processor_class_names(transformers)
+    if cls is None or name not in known:
+        close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
+        hint = f" Did you mean: {', '.join(close)}?" if close else ""
+        raise ConfigError(
+            f"image_processor.options.class_name: transformers has no image processor "
+            f"class {name!r}.{hint}"
+        )
+    _check_kwargs(cls, name, options.kwargs)
+    try:
+        proc = cls(**options.kwargs)
+    except TypeError as exc:
+        raise ConfigError(
+            f"image_processor.options.kwargs: {name} rejects {sorted(options.kwargs)}: {exc}"
+        ) from exc
+    return HFImageProcessor(proc)

@@ -1,0 +1,281 @@
+"""``PluginTaskEncoder``: the Energon task encoder that plugin authors subclass.
+
+A subclass implements ``encode_sample(sample) -> EncodedSample``; the base gives it
+
+- an explicit error policy (``on_error="skip"`` counts failures by reason and skips the
+  sample quietly; ``"raise"`` stops the loader with the sample named),
+- ``batch``: padding, position ids, attention mask, image concatenation, and packed
+  sub-sequences (several ``seq_lengths``) turned into megatron-core ``PackedSeqParams``,
+- Energon's own ``select_samples_to_pack`` / ``pack_selected_samples`` / ``build_batch``
+  left in place as the extension points for packing.
+
+Everything runs downstream of Energon's shuffle buffer, so every stage is ``@stateless``:
+``encode_sample`` must be a pure function of the sample (use
+``@stateless(restore_seeds=True)`` from ``megatron.energon`` if it draws random numbers).
+"""
+
+import collections
+import functools
+import inspect
+from collections.abc import Callable
+from typing import Any, Generic, Literal, TypeVar
+
+import torch
+from megatron.energon import DefaultTaskEncoder, SkipSample, stateless
+from megatron.energon.errors import FatalSampleError
+
+from energon_plugins.context import BuildContext
+from energon_plugins.sample_config import MultiModalSampleConfig
+from energon_plugins.samples import EncodedSample, MultiModalBatch
+
+T_sample = TypeVar("T_sample")
+
+#: Consecutive skipped samples after which the encoder gives up (the data is likely broken).
+DEFAULT_MAX_CONSECUTIVE_ERRORS = 100
+
+
+class CountedSkip(SkipSample):
+    """Skip a sample on purpose and count it under ``reason`` (e.g. ``too_long``)."""
+
+    def __init__(self, reason: str, message: str = "") -> None:
+        super().__init__(message or reason)
+        self.reason = reason
+
+
+def _sample_key(sample: Any) -> str:
+    return str(getattr(sample, "__key__", None) or "<unknown key>")
+
+
+def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Wrap a subclass's ``encode_sample`` with the error policy, keeping Energon's markers."""
+
+    if inspect.isgeneratorfunction(fn):
+
+        @functools.wraps(fn)
+        def gen_wrapper(self: "PluginTaskEncoder", sample: Any):
+            try:
+                yield from fn(self, sample)
+            except Exception as exc:  # noqa: BLE001 - the policy decides
+                self._handle_encode_error(exc, sample)
+            else:
+                self._consecutive_errors = 0
+
+        wrapper = gen_wrapper
+    else:
+
+        @functools.wraps(fn)
+        def wrapper(self: "PluginTaskEncoder", sample: Any):
+            try:
+                result = fn(self, sample)
+            except Exception as exc:  # noqa: BLE001 - the policy decides
+                self._handle_encode_error(exc, sample)
+            self._consecutive_errors = 0
+            return result
+
+    # A PluginTaskEncoder's encode_sample is a pure function of the sample: mark it stateless
+    # (functools.wraps copied __stateless__ / __failure_tolerance__ / the seed wrapper already).
+    wrapper.__stateless__ = True  # type: ignore[attr-defined]
+    wrapper.__plugin_error_policy__ = True  # type: ignore[attr-defined]
+    return wrapper
+
+
+class PluginTaskEncoder(
+    DefaultTaskEncoder[T_sample, EncodedSample, MultiModalBatch, MultiModalBatch],
+    Generic[T_sample],
+):
+    """Base class of task encoders built by energon-plugins factories.
+
+    Args:
+        context: the :class:`~energon_plugins.BuildContext` (tokenizer, image processor,
+            sample config, sequence length, packing strategy, split).
+        on_error: ``"skip"`` (count the failure by exception type and skip the sample) or
+            ``"raise"`` (stop with an error naming the sample).
+        padding: ``"seq_length"`` pads every batch to ``context.seq_length`` (fixed shapes,
+            what Megatron expects), ``"longest"`` to the longest row of the batch.
+        max_consecutive_errors: after this many skipped samples in a row, fail (0: never).
+
+    Attributes:
+        context, tokenizer, image_processor, sample_config, seq_length, packing.
+
+    Error counts (:meth:`error_counts`) live in the process that encodes: with
+    ``num_workers > 0`` each worker process holds its own counts.
+    """
+
+    def __init__(
+        self,
+        context: BuildContext | None = None,
+        *,
+        on_error: Literal["skip", "raise"] = "skip",
+        padding: Literal["seq_length", "longest"] = "seq_length",
+        max_consecutive_errors: int = DEFAULT_MAX_CONSECUTIVE_ERRORS,
+    ) -> None:
+        super().__init__()
+        if on_error not in ("skip", "raise"):
+            raise ValueError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
+        if padding not in ("seq_length", "longest"):
+            raise ValueError(f"padding must be 'seq_length' or 'longest', got {padding!r}")
+        self.context = context if context is not None else BuildContext()
+        self.tokenizer = self.context.tokenizer
+        self.image_processor = self.context.image_processor
+        self.sample_config: MultiModalSampleConfig = (
+            self.context.sample_config
+            if self.context.sample_config is not None
+            else MultiModalSampleConfig()
+        )
+        self.seq_length = int(self.context.seq_length)
+        self.packing = self.context.packing
+        self.on_error = on_error
+        self.padding = padding
+        self.max_consecutive_errors = max_consecutive_errors
+        self._error_counts: collections.Counter[str] = collections.Counter()
+        self._consecutive_errors = 0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        fn = cls.__dict__.get("encode_sample")
+        if fn is not None and not getattr(fn, "__plugin_error_policy__", False):
+            cls.encode_sample = _wrap_encode_sample(fn)  # type: ignore[method-assign]
+
+    # ------------------------------------------------------------------ error policy
+    @property
+    def ignore_index(self) -> int:
+        """The label value the loss ignores (from the sample config)."""
+        return self.sample_config.ignore_index
+
+    @property
+    def pad_token_id(self) -> int:
+        """The id used to pad ``input_ids``: the tokenizer's pad, else its eos, else 0."""
+        tok = self.tokenizer
+        for attr in ("pad_token_id", "eos_token_id"):
+            value = getattr(tok, attr, None) if tok is not None else None
+            if isinstance(value, int):
+                return value
+        return 0
+
+    def error_counts(self) -> dict[str, int]:
+        """Samples skipped so far in this process, by reason (exception type or skip reason)."""
+        return dict(self._error_counts)
+
+    def _handle_encode_error(self, exc: Exception, sample: Any) -> None:
+        """Apply the error policy to ``exc`` raised while encoding ``sample`` (always raises)."""
+        if isinstance(exc, CountedSkip):
+            self._error_counts[exc.reason] += 1
+            raise exc
+        if isinstance(exc, SkipSample):
+            self._error_counts["SkipSample"] += 1
+            raise exc
+        if isinstance(exc, FatalSampleError) or self.on_error == "raise":
+            if isinstance(exc, FatalSampleError):
+                raise exc
+            raise FatalSampleError(
+                f"{type(self).__name__} failed on sample {_sample_key(sample)!r}: "
+                f"{type(exc).__name__}: {exc}"
+            ) from exc
+        self._error_counts[type(exc).__name__] += 1
+        self._consecutive_errors += 1
+        if self.max_consecutive_errors and self._consecutive_errors >= self.max_consecutive_errors:
+            raise FatalSampleError(
+                f"{type(self).__name__}: {self._consecutive_errors} samples in a row failed to "
+                f"encode (last: {_sample_key(sample)!r}, {type(exc).__name__}: {exc}); "
+                f"counts so far: {dict(self._error_counts)}"
+            ) from exc
+        raise SkipSample(f"{type(exc).__name__}: {exc}") from exc
+
+    # ------------------------------------------------------------------ batching
+    def _padded_length(self, lengths: list[int]) -> int:
+        longest = max(lengths)
+        if self.padding == "seq_length":
+            return max(self.seq_length, longest)
+        return longest
+
+    @stateless
+    def batch(self, samples: list[EncodedSample]) -> MultiModalBatch:
+        """Collate encoded samples into a :class:`MultiModalBatch`.
+
+        ``input_ids`` are padded with :attr:`pad_token_id`, ``labels`` with the ignore index,
+        ``loss_mask`` with 0. A row whose ``seq_lengths`` has several entries is a packed row:
+        its position ids restart at every sub-sequence, the batch gets ``packed_seq_params``
+        (THD) and no ``attention_mask``.
+        """
+        if not samples:
+            raise ValueError("batch() got no samples")
+        lengths = [s.length for s in samples]
+        width = self._padded_length(lengths)
+        bsz = len(samples)
+        input_ids = torch.full((bsz, width), self.pad_token_id, dtype=torch.long)
+        labels = torch.full((bsz, width), self.ignore_index, dtype=torch.long)
+        loss_mask = torch.zeros((bsz, width), dtype=torch.float32)
+        position_ids = torch.zeros((bsz, width), dtype=torch.long)
+        real = torch.zeros((bsz, width), dtype=torch.bool)
+        packed = any(s.seq_lengths is not None and len(s.seq_lengths) > 1 for s in samples)
+        segments: list[int] = []
+        for row, sample in enumerate(samples):
+            n = lengths[row]
+            input_ids[row, :n] = sample.input_ids
+            labels[row, :n] = sample.labels
+            loss_mask[row, :n] = sample.loss_mask.to(torch.float32)
+            real[row, :n] = True
+            sub = list(sample.seq_lengths) if sample.seq_lengths else [n]
+            if sum(sub) != n:
+                raise ValueError(
+                    f"sample {_sample_key(sample)!r}: seq_lengths {sub} sum to {sum(sub)}, "
+                    f"but it has {n} tokens"
+                )
+            start = 0
+            for sub_len in sub:
+                position_ids[row, start : start + sub_len] = torch.arange(sub_len)
+                start += sub_len
+            if width > n:
+                position_ids[row, n:] = torch.arange(width - n)
+            segments.extend(sub)
+            if width > n:
+                segments.append(width - n)
+        pixel_values = _cat([s.pixel_values for s in samples])
+        image_grid_thw = _cat([s.image_grid_thw for s in samples])
+        num_images = torch.tensor([int(s.num_images) for s in samples], dtype=torch.long)
+        packed_seq_params = build_packed_seq_params(segments) if packed else None
+        return MultiModalBatch.from_samples(
+            samples,
+            input_ids=input_ids,
+            labels=labels,
+            loss_mask=loss_mask,
+            position_ids=position_ids,
+            attention_mask=None if packed else real,
+            pixel_values=pixel_values,
+            image_grid_thw=image_grid_thw,
+            num_images=num_images,
+            packed_seq_params=packed_seq_params,
+        )
+
+    @stateless
+    def encode_batch(self, batch: MultiModalBatch) -> MultiModalBatch:
+        """Return the batch unchanged (override to post-process a collated batch)."""
+        return batch
+
+
+def _cat(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
+    tensors = [p for p in parts if p is not None]
+    if not tensors:
+        return None
+    return torch.cat(tensors, dim=0)
+
+
+def build_packed_seq_params(segment_lengths: list[int]) -> Any:
+    """Megatron-core ``PackedSeqParams`` (``qkv_format="thd"``) for rows laid end to end.
+
+    ``segment_lengths`` lists every sub-sequence of every row in order, each row's padding
+    tail as its own segment, so the cumulative lengths cover the flattened ``B * L`` tokens.
+    """
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    lengths = torch.tensor(segment_lengths, dtype=torch.int32)
+    cu = torch.zeros(len(segment_lengths) + 1, dtype=torch.int32)
+    cu[1:] = torch.cumsum(lengths, dim=0)
+    max_len = int(lengths.max()) if len(segment_lengths) else 0
+    return PackedSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=cu,
+        cu_seqlens_kv=cu.clone(),
+        max_seqlen_q=max_len,
+        max_seqlen_kv=max_len,
+    )

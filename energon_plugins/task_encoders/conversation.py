@@ -1,0 +1,229 @@
+"""Chat rendering, tokenization with assistant-only labels, and image-token expansion.
+
+These helpers hold no state and are shared by the built-in ``multimodal`` encoder and by
+plugin encoders. Labels are aligned with ``input_ids`` (the model shifts them); every token
+outside an assistant answer carries the ignore index.
+"""
+
+from collections.abc import Sequence
+from typing import Any
+
+from energon_plugins.errors import ConfigError
+from energon_plugins.sample_config import ConversationTemplate, MultiModalSampleConfig
+
+Message = dict[str, str]
+
+
+def build_messages(
+    template: ConversationTemplate, turns: Sequence[tuple[str, str]]
+) -> list[Message]:
+    """Chat messages from ``(kind, text)`` turns, ``kind`` in ``system``/``user``/``assistant``.
+
+    The template's role names are used, and its system prompt is put first unless the turns
+    already start with a system turn.
+    """
+    roles = {
+        "system": template.system_role,
+        "user": template.user_role,
+        "assistant": template.assistant_role,
+    }
+    messages: list[Message] = []
+    if template.system_prompt and (not turns or turns[0][0] != "system"):
+        messages.append({"role": template.system_role, "content": template.system_prompt})
+    for kind, text in turns:
+        if kind not in roles:
+            raise ValueError(f"unknown turn kind {kind!r} (system, user or assistant)")
+        messages.append({"role": roles[kind], "content": text})
+    return messages
+
+
+def _has_chat_template(tokenizer: Any, override: str | None) -> bool:
+    return bool(override) or bool(getattr(tokenizer, "chat_template", None))
+
+
+def render_chat(
+    tokenizer: Any,
+    messages: Sequence[Message],
+    template: ConversationTemplate,
+    *,
+    add_generation_prompt: bool = False,
+) -> str:
+    """Render ``messages`` to text with the chat template.
+
+    ``template.chat_template`` overrides the tokenizer's; without either, each message is
+    rendered as ``"{role}: {content}\\n"`` (the assistant content followed by the template's
+    stop string, if any) and the generation prompt is ``"{assistant_role}: "``.
+    """
+    override = template.chat_template
+    if _has_chat_template(tokenizer, override):
+        kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
+        if override:
+            kwargs["chat_template"] = override
+        text = tokenizer.apply_chat_template(list(messages), **kwargs)
+        if not isinstance(text, str):
+            raise TypeError(f"apply_chat_template returned {type(text).__name__}, expected str")
+        return text
+    parts = []
+    for msg in messages:
+        content = msg["content"]
+        if msg["role"] == template.assistant_role and template.stop_string:
+            content = content + template.stop_string
+        parts.append(f"{msg['role']}: {content}\n")
+    if add_generation_prompt:
+        parts.append(f"{template.assistant_role}: ")
+    return "".join(parts)
+
+
+def tokenize_text(tokenizer: Any, text: str) -> list[int]:
+    """Token ids of ``text`` without added special tokens (the template already has them)."""
+    return list(tokenizer(text, add_special_tokens=False)["input_ids"])
+
+
+def _assistant_spans(
+    tokenizer: Any, messages: Sequence[Message], template: ConversationTemplate
+) -> tuple[str, list[tuple[int, int]]]:
+    """The full rendered text and the character spans of every assistant answer.
+
+    Uses the prefix property: rendering the conversation up to an assistant turn with
+    ``add_generation_prompt=True`` gives a prefix of the full text; the answer runs from
+    there to the end of the rendering that includes that turn. Where a template breaks the
+    property (it rewrites earlier turns), the answer text itself is located in the full text.
+    Whitespace the template writes after a turn is not part of the answer.
+    """
+    full = render_chat(tokenizer, messages, template)
+    spans: list[tuple[int, int]] = []
+    prefix_ok = True
+    for i, msg in enumerate(messages):
+        if msg["role"] != template.assistant_role:
+            continue
+        before = render_chat(tokenizer, messages[:i], template, add_generation_prompt=True)
+        upto = render_chat(tokenizer, messages[: i + 1], template)
+        if not (upto.startswith(before) and full.startswith(upto)):
+            prefix_ok = False
+            break
+        spans.append((len(before), len(upto)))
+    if prefix_ok:
+        return full, [_rstrip_span(full, a, b) for a, b in spans]
+    # Fallback: find each answer's text in order; label it plus a following stop string.
+    spans = []
+    pos = 0
+    for msg in messages:
+        if msg["role"] != template.assistant_role:
+            continue
+        content = msg["content"]
+        start = full.find(content, pos) if content else -1
+        if start < 0:
+            raise ValueError(
+                "cannot locate an assistant answer in the rendered chat (the chat template "
+                "neither keeps the prefix property nor the answer text verbatim)"
+            )
+        end = start + len(content)
+        stop = template.stop_string
+        if stop and full.startswith(stop, end):
+            end += len(stop)
+        spans.append((start, end))
+        pos = end
+    return full, spans
+
+
+def _rstrip_span(text: str, start: int, end: int) -> tuple[int, int]:
+    """Drop whitespace that the template puts after a turn (``"</s>\\n"`` -> ``"</s>"``)."""
+    stripped = text[start:end].rstrip()
+    return (start, start + len(stripped)) if stripped else (start, end)
+
+
+def tokenize_conversation(
+    tokenizer: Any,
+    messages: Sequence[Message],
+    sample_config: MultiModalSampleConfig,
+) -> tuple[list[int], list[int]]:
+    """Tokenize a conversation; only assistant answer tokens keep their id as label.
+
+    Returns ``(input_ids, labels)`` of equal length, labels holding ``ignore_index`` outside
+    the assistant answers. The rendered text is tokenized piece by piece, split where each
+    answer starts and ends, so the prompt tokens are exactly those the model sees at
+    inference (the prompt rendered with ``add_generation_prompt=True``) even where a
+    byte-level BPE would merge the answer's first word with the space before it.
+    """
+    template = sample_config.conversation_template
+    ignore = sample_config.ignore_index
+    full, spans = _assistant_spans(tokenizer, messages, template)
+    ids: list[int] = []
+    labels: list[int] = []
+    pos = 0
+    for a, b in spans:
+        piece = tokenize_text(tokenizer, full[pos:a]) if a > pos else []
+        ids += piece
+        labels += [ignore] * len(piece)
+        answer = tokenize_text(tokenizer, full[a:b]) if b > a else []
+        ids += answer
+        labels += answer
+        pos = b
+    tail = tokenize_text(tokenizer, full[pos:]) if pos < len(full) else []
+    ids += tail
+    labels += [ignore] * len(tail)
+    return ids, labels
+
+
+def resolve_image_token_ids(tokenizer: Any, sample_config: MultiModalSampleConfig) -> tuple[int, int]:
+    """``(text_id, model_id)``: the id the image tag tokenizes to, and the id to emit.
+
+    ``model_id`` is ``sample_config.image_token_id`` when set, else ``text_id``.
+
+    Raises:
+        ConfigError: the tokenizer does not turn the image tag into one token.
+    """
+    token = sample_config.image_token
+    if tokenizer is None:
+        raise ConfigError("a tokenizer is required to encode multimodal samples")
+    ids = tokenize_text(tokenizer, token)
+    known = tokenizer.convert_tokens_to_ids(token)
+    unk = getattr(tokenizer, "unk_token_id", None)
+    if len(ids) != 1 or known is None or (unk is not None and known == unk) or ids[0] != known:
+        raise ConfigError(
+            f"sample_config.image_token: the tokenizer has no single token {token!r} (it "
+            f"tokenizes to {ids}); add it as a special token, e.g. "
+            f"tokenizer.add_special_tokens({{'additional_special_tokens': [{token!r}]}}), or "
+            "set sample_config.image_token to the tag the tokenizer knows"
+        )
+    model_id = sample_config.image_token_id if sample_config.image_token_id is not None else known
+    return int(known), int(model_id)
+
+
+def expand_image_tokens(
+    input_ids: Sequence[int],
+    labels: Sequence[int],
+    *,
+    text_id: int,
+    model_id: int,
+    counts: Sequence[int],
+    ignore_index: int,
+) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+    """Replace the i-th image tag (``text_id``) by ``counts[i]`` copies of ``model_id``.
+
+    Returns the new ids, labels (ignore index on image tokens) and the ``(start, end)`` span
+    of every image run.
+
+    Raises:
+        ValueError: the number of image tags differs from ``len(counts)``.
+    """
+    tags = sum(1 for t in input_ids if t == text_id)
+    if tags != len(counts):
+        raise ValueError(
+            f"the text holds {tags} image tag(s) but the sample has {len(counts)} image(s)"
+        )
+    out_ids: list[int] = []
+    out_labels: list[int] = []
+    runs: list[tuple[int, int]] = []
+    k = 0
+    for tok, lab in zip(input_ids, labels, strict=True):
+        if tok == text_id:
+            start = len(out_ids)
+            out_ids.extend([model_id] * counts[k])
+            out_labels.extend([ignore_index] * counts[k])
+            runs.append((start, len(out_ids)))
+            k += 1
+        else:
+            out_ids.append(tok)
+            out_labels.append(lab)
+    return out_ids, out_labels, runs
