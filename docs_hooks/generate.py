@@ -10,7 +10,7 @@ import re
 import sys
 from pathlib import Path
 
-_PLACEHOLDER = re.compile(r"<!--\s*generated:([\w-]+)(?::([\w.,-]+))?\s*-->")
+_PLACEHOLDER = re.compile(r"<!--\s*generated:([\w-]+)(?::([\w.,:-]+))?\s*-->")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 

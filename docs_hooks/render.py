@@ -275,6 +275,13 @@ def documented_specs() -> list[Any]:
     return specs
 
 
+KIND_TITLES = {
+    "task_encoder": "Task encoders",
+    "image_processor": "Image processors",
+    "packing_strategy": "Packing strategies",
+}
+
+
 def render_builtins() -> str:
     """Per-plugin options of every built-in and every distribution under ``plugins/``."""
     from energon_plugins.kinds import KINDS
@@ -288,7 +295,7 @@ def render_builtins() -> str:
         "",
     ]
     for kind in KINDS:
-        out += [f"## {kind.replace('_', ' ').capitalize()}s", ""]
+        out += [f"## {KIND_TITLES.get(kind, kind)}", ""]
         kind_specs = [s for s in specs if s.kind == kind]
         if not kind_specs:
             out += ["*(none installed)*", ""]
@@ -363,6 +370,8 @@ def _render_params(command: Any, ctx: Any) -> list[str]:
             help_text = ""
         else:
             label = ", ".join(f"`{o}`" for o in [*param.opts, *param.secondary_opts])
+            if param.metavar and not param.is_flag:
+                label += f" `{param.metavar}`"
             help_text = param.help or ""
         if param.is_flag if isinstance(param, click.Option) else False:
             type_text = "flag"
@@ -511,6 +520,33 @@ def render_missing_methods(arg: str) -> str:
     )
 
 
+def render_missing_use(arg: str) -> str:
+    """A warning unless each ``module:name`` pair's module source mentions ``name``.
+
+    For features that exist as a helper but must also be wired in somewhere (e.g. the
+    datamodule calling ``configure_pinning``).
+    """
+    import importlib.util
+
+    missing = []
+    for pair in (p for p in arg.split(",") if p):
+        module_name, _, name = pair.partition(":")
+        try:
+            spec = importlib.util.find_spec(module_name)
+        except ModuleNotFoundError:
+            spec = None
+        origin = Path(spec.origin) if spec is not None and spec.origin else None
+        if origin is None or not origin.is_file() or name not in origin.read_text("utf-8"):
+            missing.append(f"`{module_name}` using `{name}`")
+    if not missing:
+        return ""
+    return (
+        '!!! warning "Not yet wired in"\n    Described here from the design; in this build '
+        + ", ".join(missing)
+        + " is not there yet.\n"
+    )
+
+
 GENERATORS = {
     "hooks": render_hook_reference,
     "config": render_config_reference,
@@ -519,6 +555,7 @@ GENERATORS = {
     "missing-verbs": render_missing_verbs,
     "missing-modules": render_missing_modules,
     "missing-methods": render_missing_methods,
+    "missing-use": render_missing_use,
 }
 """Placeholder name (``<!-- generated:NAME -->`` or ``<!-- generated:NAME:ARG -->``) -> renderer.
 

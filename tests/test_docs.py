@@ -213,12 +213,12 @@ def test_there_is_one_example_per_kind() -> None:
 
 
 @pytest.mark.parametrize("example", EXAMPLE_DIRS, ids=lambda p: p.name)
-def test_example_distribution_passes_its_tests(example: Path) -> None:
+def test_example_distribution_passes_its_tests(example: Path, tmp_path: Path) -> None:
     env = _env() | {"PYTHONPATH": str(example)}
-    proc = subprocess.run(
+    proc = subprocess.run(  # cwd: a temporary folder, so hypothesis leaves nothing in docs/
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
          str(example / "tests")],
-        cwd=example, env=env, capture_output=True, text=True, timeout=600,
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 
