@@ -205,21 +205,24 @@ class FastImageProcessor:
         return self._center_crop(padded)
 
     def process_uint8(self, images: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Resize and crop uint8 ``(H, W, 3)`` tensors; return uint8 ``(3, h, w)`` views in order."""
+        """Resize and crop uint8 ``(H, W, 3)`` tensors; return uint8 ``(3, h, w)`` views in order.
+
+        Images of the same size are stacked and resized with one ``interpolate`` call. The
+        memory layout of each input is kept (a channels-last view from PIL/numpy goes through
+        torch's vectorised channels-last kernel; a contiguous CHW tensor is not copied first).
+        """
         out: list[torch.Tensor | None] = [None] * len(images)
         groups: dict[tuple[int, int], list[int]] = {}
         for i, image in enumerate(images):
             groups.setdefault(tuple(image.shape[:2]), []).append(i)
         for (height, width), indices in groups.items():
             if len(indices) == 1:
-                batch = images[indices[0]][None]
+                batch = images[indices[0]].permute(2, 0, 1)[None]
             else:
-                batch = torch.stack([images[i] for i in indices])
-            batch = batch.permute(0, 3, 1, 2)
+                batch = torch.stack([images[i].permute(2, 0, 1) for i in indices])
             if self.settings.do_resize:
                 target = self.resize_target(height, width)
-                if tuple(batch.shape[-2:]) != target:
-                    batch = batch.contiguous(memory_format=torch.channels_last)
+                if (height, width) != target:
                     batch = self._resize_group(batch, target)
             if self.settings.do_center_crop:
                 batch = self._center_crop(batch)
@@ -237,9 +240,10 @@ class FastImageProcessor:
             )
         (c, h, w) = shapes.pop()
         out = torch.empty((len(images), c, h, w), dtype=torch.float32)
+        scale, bias = self._scale[0], self._bias[0]
         for k, img in enumerate(images):
-            out[k].copy_(img)
-        out.mul_(self._scale).add_(self._bias)
+            # One fused pass per image (uint8 in, float32 out) while the image is in cache.
+            torch.addcmul(bias, img, scale, out=out[k])
         return out
 
     def __call__(self, images: Any = None, return_tensors: str | None = "pt", **kwargs: Any):

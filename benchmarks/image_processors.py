@@ -1,0 +1,133 @@
+"""Image-processor benchmark: transformers' PIL path against fast-clip / fast-siglip.
+
+Run: ``python benchmarks/image_processors.py [--images 256] [--repeats 3] [--json out.json]``.
+
+One seeded set of natural-looking images (gradients, shapes, noise) with sides drawn from
+200-640 px. transformers' ``CLIPImageProcessor()`` / ``SiglipImageProcessor()`` (its default
+PIL backend; torchvision is not installed) is fed PIL images, and in a second column uint8 CHW
+tensors (Energon's ``torchrgb8`` decode); ``fast-clip`` / ``fast-siglip`` (built through the
+plugin registry) are fed the uint8 CHW tensors. Two call patterns, each timed in this run:
+
+- ``batch``: one call with all images (the batched path: one output tensor of N images);
+- ``per-sample``: one call per image, as a task encoder's ``encode_sample`` makes it.
+
+The fast processors are timed with torch's default thread count and with one thread (what a
+DataLoader worker uses); transformers' PIL path is single-threaded either way. Each figure is
+the best of ``--repeats`` timed passes after one warm-up pass; a ratio is fast images/s over
+transformers' images/s with PIL input, in the same call pattern.
+"""
+
+import argparse
+import sys
+import time
+import warnings
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import goal_line, print_table, write_json  # noqa: E402
+
+GOAL_RATIO = 5.0
+
+
+def _best_rate(fn, n_images: int, repeats: int) -> float:
+    """Images per second of ``fn()`` (which processes ``n_images``), best of ``repeats``."""
+    fn()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - start)
+    return n_images / best
+
+
+def _runner(proc, images, pattern):
+    if pattern == "batch":
+        return lambda: proc(images=images, return_tensors="pt")
+    return lambda: [proc(images=[image], return_tensors="pt") for image in images]
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Measure and print; return the results mapping (also written with ``--json``)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--images", type=int, default=256)
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--json", metavar="FILE", help="write the results to FILE")
+    args = parser.parse_args(argv)
+
+    import PIL.Image
+    import torch
+    import transformers
+
+    import energon_plugins
+    from energon_plugin_fast_image.testing import mixed_size_images
+
+    arrays = mixed_size_images(args.images, seed=args.seed, min_side=200, max_side=640)
+    pils = [PIL.Image.fromarray(a) for a in arrays]
+    tensors = [torch.from_numpy(a).permute(2, 0, 1).contiguous() for a in arrays]
+    threads = torch.get_num_threads()
+    results = {"images": args.images, "sides": [200, 640], "torch_threads": threads, "rows": []}
+    table = []
+    n = len(arrays)
+    for family, hf_class in (("clip", "CLIPImageProcessor"), ("siglip", "SiglipImageProcessor")):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            hf = getattr(transformers, hf_class)()
+        fast = energon_plugins.create("image_processor", f"fast-{family}")
+        ref = hf(images=pils, return_tensors="pt")["pixel_values"]
+        diff = (fast(images=tensors)["pixel_values"] - ref).abs()
+        for pattern in ("batch", "per-sample"):
+            hf_pil = _best_rate(_runner(hf, pils, pattern), n, args.repeats)
+            hf_tensor = _best_rate(_runner(hf, tensors, pattern), n, args.repeats)
+            fast_rate = _best_rate(_runner(fast, tensors, pattern), n, args.repeats)
+            torch.set_num_threads(1)
+            try:
+                fast_1 = _best_rate(_runner(fast, tensors, pattern), n, args.repeats)
+            finally:
+                torch.set_num_threads(threads)
+            row = {
+                "family": family,
+                "pattern": pattern,
+                "hf_class": type(hf).__name__,
+                "hf_pil_images_per_s": round(hf_pil, 1),
+                "hf_tensor_images_per_s": round(hf_tensor, 1),
+                "fast_images_per_s": round(fast_rate, 1),
+                "ratio": round(fast_rate / hf_pil, 2),
+                "fast_1_thread_images_per_s": round(fast_1, 1),
+                "ratio_1_thread": round(fast_1 / hf_pil, 2),
+                "max_abs_diff": round(float(diff.max()), 4),
+                "mean_abs_diff": round(float(diff.mean()), 6),
+            }
+            results["rows"].append(row)
+            table.append([
+                f"{family} {pattern}", row["hf_pil_images_per_s"], row["hf_tensor_images_per_s"],
+                row["fast_images_per_s"], f"{row['ratio']}x", row["fast_1_thread_images_per_s"],
+                f"{row['ratio_1_thread']}x", f"{row['max_abs_diff']} / {row['mean_abs_diff']}",
+            ])
+    print_table(
+        f"Image processors: {n} images, sides 200-640 px, torch threads {threads} "
+        "(transformers: CLIPImageProcessorPil / SiglipImageProcessorPil)",
+        ["processor, calls", "hf img/s (PIL in)", "hf img/s (uint8 in)", "fast img/s",
+         "ratio", "fast img/s (1 thread)", "ratio (1 thread)", "max / mean |diff|"],
+        table,
+    )
+    goals = []
+    for row in results["rows"]:
+        if row["family"] != "clip":
+            continue
+        ok = row["ratio"] >= GOAL_RATIO
+        goals.append(ok)
+        print(goal_line(
+            f"fast-clip ({row['pattern']} calls) >= {GOAL_RATIO}x transformers' PIL path", ok,
+            f"{row['ratio']}x ({row['fast_images_per_s']} vs {row['hf_pil_images_per_s']} "
+            f"images/s; {row['ratio_1_thread']}x with one torch thread)",
+        ))
+    results["goal_met"] = all(goals)
+    if args.json:
+        print(f"wrote {write_json(args.json, 'image_processors', results)}")
+    return results
+
+
+if __name__ == "__main__":
+    main()
