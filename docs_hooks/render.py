@@ -257,13 +257,13 @@ def repo_distributions() -> set[str]:
     return names
 
 
-def documented_specs() -> list[Any]:
+def documented_specs(registry: Any = None) -> list[Any]:
     """Registered specs of the core and of this repository's plugin distributions."""
     from energon_plugins.kinds import KINDS
     from energon_plugins.manager import load_registry
     from energon_plugins.registry import canonical_distribution
 
-    registry = load_registry()
+    registry = registry if registry is not None else load_registry()
     ours = repo_distributions()
     core_first = lambda s: (s.distribution != "energon-plugins", s.distribution)  # noqa: E731
     specs = []
@@ -285,8 +285,13 @@ KIND_TITLES = {
 def render_builtins() -> str:
     """Per-plugin options of every built-in and every distribution under ``plugins/``."""
     from energon_plugins.kinds import KINDS
+    from energon_plugins.manager import load_registry
+    from energon_plugins.registry import canonical_distribution
 
-    specs = documented_specs()
+    registry = load_registry()
+    specs = documented_specs(registry)
+    ours = repo_distributions()
+    failed = [f for f in registry.failures if canonical_distribution(f.distribution) in ours]
     out = [
         "Generated at build time from the registry: the core's built-ins and the distributions "
         "under `plugins/` in this repository (a distribution that is not installed, or that "
@@ -294,6 +299,10 @@ def render_builtins() -> str:
         "installed plugin.",
         "",
     ]
+    if failed:
+        out += ['!!! warning "Failed to load when this site was built"', ""]
+        out += [f"    - `{_cell(f.summary)}`" for f in failed]
+        out += [""]
     for kind in KINDS:
         out += [f"## {KIND_TITLES.get(kind, kind)}", ""]
         kind_specs = [s for s in specs if s.kind == kind]

@@ -13,7 +13,8 @@ The rule these tests enforce, so that a missing piece is caught:
    sources) mention every hook name, every top-level config key (as `` `key` ``, ``key:`` or
    ``key=``) and every CLI verb (as ``energon-plugins VERB``) at least once. A new hook, key
    or verb that nobody explained fails this test even though the generated reference lists it.
-4. The quickstart and the guides link to the reference pages.
+4. The quickstart and the guides link to the reference pages, and the troubleshooting page
+   names every ``EnergonPluginsError`` subclass the package defines.
 5. The example distributions the guides include (``docs/examples/*``) pass their own tests,
    and their entry-point modules import no torch.
 """
@@ -128,12 +129,20 @@ def test_every_builtin_option_is_in_the_builtins_reference(site: Path) -> None:
     from energon_plugins.kinds import KINDS
     from energon_plugins.manager import load_registry
 
+    from energon_plugins.registry import canonical_distribution
+
     registry = load_registry()
     html = page(site, "reference/builtins")
     core = [s for kind in KINDS for s in registry.specs(kind) if s.distribution == "energon-plugins"]
     assert {"multimodal", "hf", "none", "first-fit-decreasing"} <= {s.name for s in core}
-    for spec in core:
-        assert f'id="{spec.name}"' in html, spec.name
+    # the distributions under plugins/ that are installed here are documented too
+    ours = render.repo_distributions()
+    bundled = [
+        s for kind in KINDS for s in registry.specs(kind)
+        if canonical_distribution(s.distribution) in ours
+    ]
+    for spec in core + bundled:
+        assert re.search(rf'id="{re.escape(spec.name)}(_\d+)?"', html), spec.name
         for field in (spec.options.model_fields if spec.options else {}):
             assert f"<code>options.{field}</code>" in html, (spec.name, field)
 
@@ -198,6 +207,30 @@ def test_pages_link_to_the_references(source: str, targets: list[str]) -> None:
     text = (DOCS / source).read_text(encoding="utf-8")
     for target in targets:
         assert f"]({target}" in text, (source, target)
+
+
+def test_troubleshooting_names_every_error_class() -> None:
+    """Every exception class users can catch has an entry (found by importing every module)."""
+    import importlib
+    import pkgutil
+
+    import energon_plugins
+    from energon_plugins.errors import EnergonPluginsError
+
+    for info in pkgutil.walk_packages(energon_plugins.__path__, "energon_plugins."):
+        if not info.name.endswith("__main__"):
+            importlib.import_module(info.name)
+
+    def subclasses(cls: type) -> set[type]:
+        found = set(cls.__subclasses__())
+        for sub in list(found):
+            found |= subclasses(sub)
+        return found
+
+    names = sorted({c.__name__ for c in subclasses(EnergonPluginsError)})
+    assert "PluginNotFoundError" in names
+    text = (DOCS / "troubleshooting.md").read_text(encoding="utf-8")
+    assert missing_in(names, text, "`{name}`") == []
 
 
 # ----------------------------------------------------------------------------- rule 5
