@@ -22,6 +22,7 @@ def energon_image_to_pil(image: Any) -> Any:
 
     PIL images and numpy arrays pass through unchanged.
     """
+    import numpy as np
     import torch
 
     if not isinstance(image, torch.Tensor):
@@ -33,18 +34,20 @@ def energon_image_to_pil(image: Any) -> Any:
         t = t.unsqueeze(0)
     if t.dim() != 3:
         raise ValueError(f"expected a (C, H, W) image tensor, got shape {tuple(t.shape)}")
+    # numpy, not torch: per-image torch ops pay the intra-op thread pool's latency.
+    chw = t.numpy()
     if t.dtype.is_floating_point:
-        t = (t.clamp(0.0, 1.0) * 255.0).round().to(torch.uint8)
+        chw = np.rint(np.clip(chw, 0.0, 1.0) * 255.0).astype(np.uint8)
     else:
-        t = t.to(torch.uint8)
-    channels = t.shape[0]
-    array = t.permute(1, 2, 0).numpy()
+        chw = chw.astype(np.uint8)
+    array = np.ascontiguousarray(chw.transpose(1, 2, 0))
+    channels = chw.shape[0]
     if channels == 1:
-        return Image.fromarray(array[:, :, 0], mode="L").convert("RGB")
+        return Image.fromarray(array[:, :, 0]).convert("RGB")
     if channels == 3:
-        return Image.fromarray(array, mode="RGB")
+        return Image.fromarray(array)
     if channels == 4:
-        return Image.fromarray(array, mode="RGBA").convert("RGB")
+        return Image.fromarray(array).convert("RGB")
     raise ValueError(f"expected 1, 3 or 4 channels, got {channels}")
 
 
@@ -89,6 +92,15 @@ def wrap_image_processor(processor: Any) -> Any:
     if module.startswith("transformers."):
         return HFImageProcessor(processor)
     return processor
+
+
+def _is_image_processor_class(transformers: Any, cls: Any) -> bool:
+    base = getattr(transformers, "BaseImageProcessor", None)
+    if not isinstance(cls, type):
+        return False
+    if base is not None and issubclass(cls, base):
+        return True
+    return cls.__name__.endswith(("ImageProcessor", "ImageProcessorFast", "ImageProcessorPil"))
 
 
 def _image_processor_class_names(transformers: Any) -> list[str]:
@@ -172,8 +184,8 @@ def build_hf_image_processor(
         return HFImageProcessor(proc)
     name = options.class_name or DEFAULT_CLASS
     cls = getattr(transformers, name, None) if not name.startswith("_") else None
-    known = _image_processor_class_names(transformers)
-    if cls is None or name not in known:
+    if not _is_image_processor_class(transformers, cls):
+        known = _image_processor_class_names(transformers)
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise ConfigError(
