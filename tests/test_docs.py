@@ -209,6 +209,38 @@ def test_pages_link_to_the_references(source: str, targets: list[str]) -> None:
         assert f"]({target}" in text, (source, target)
 
 
+def test_contract_page_matches_the_code() -> None:
+    """The register signature, BuildContext fields and EncodedSample fields the guides list."""
+    import dataclasses
+    import inspect
+
+    from megatron.energon import Sample
+
+    from energon_plugins import BuildContext, EncodedSample
+    from energon_plugins.registry import Registry
+
+    contract = (DOCS / "guides" / "plugin-contract.md").read_text(encoding="utf-8")
+    register = Registry().register_callback(
+        "task_encoder", distribution="d", version="0", module="m"
+    )
+    parts = []
+    for param in inspect.signature(register).parameters.values():
+        if param.kind is param.KEYWORD_ONLY and "*" not in parts:
+            parts.append("*")
+        default = "" if param.default is param.empty else "=" + repr(param.default).replace("'", '"')
+        parts.append(param.name + default)
+    shown = ", ".join(parts)
+    assert f"register({shown})" in contract, shown
+
+    context_fields = [f.name for f in dataclasses.fields(BuildContext)]
+    assert missing_in(context_fields, contract, "| `{name}` |") == []
+
+    base = {f.name for f in dataclasses.fields(Sample)}
+    sample_fields = [f.name for f in dataclasses.fields(EncodedSample) if f.name not in base]
+    guide = (DOCS / "guides" / "task-encoder.md").read_text(encoding="utf-8")
+    assert missing_in(sample_fields, guide, "`{name}`") == []
+
+
 def test_troubleshooting_names_every_error_class() -> None:
     """Every exception class users can catch has an entry (found by importing every module)."""
     import importlib
