@@ -120,9 +120,17 @@ class EnergonMultiModalDataModule:
         if multimodal_sample_config is None:
             multimodal_sample_config = MultiModalSampleConfig()
         elif isinstance(multimodal_sample_config, Mapping):
-            multimodal_sample_config = MultiModalSampleConfig.model_validate(
-                dict(multimodal_sample_config)
-            )
+            import pydantic
+
+            try:
+                multimodal_sample_config = MultiModalSampleConfig.model_validate(
+                    dict(multimodal_sample_config)
+                )
+            except pydantic.ValidationError as exc:
+                problems = "; ".join(
+                    f"{'.'.join(map(str, e['loc'])) or '(root)'}: {e['msg']}" for e in exc.errors()
+                )
+                raise ConfigError(f"multimodal_sample_config: {problems}") from exc
         elif not isinstance(multimodal_sample_config, MultiModalSampleConfig):
             raise ConfigError(
                 "multimodal_sample_config must be a MultiModalSampleConfig or a mapping, got "

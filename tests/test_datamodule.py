@@ -257,6 +257,25 @@ def test_sample_config_mapping_and_encoder_object(vqa_dataset, tokenizer, clip_p
     assert dm2.task_encoder is encoder and dm2.validation_task_encoder is encoder
 
 
+def test_bad_sample_config_mapping_names_the_field(vqa_dataset, tokenizer, clip_processor):
+    with pytest.raises(ConfigError, match="multimodal_sample_config: ignore_index"):
+        make_dm(vqa_dataset, tokenizer, clip_processor, multimodal_sample_config={"ignore_index": "x"})
+
+
+def test_a_split_where_every_sample_is_skipped_fails_instead_of_spinning(
+    vqa_dataset, tokenizer, clip_processor
+):
+    from megatron.energon.errors import FatalSampleError
+
+    dm = make_dm(
+        vqa_dataset, tokenizer, clip_processor, seq_length=64,
+        task_encoder={"name": "multimodal", "options": {"truncation": "drop"}},
+    )
+    with pytest.raises(FatalSampleError, match="too_long"):
+        next(dm.train_dataloader())
+    assert dm.task_encoder.error_counts() == {"too_long": 100}
+
+
 # ---------------------------------------------------------------- cyclic_iter
 def test_cyclic_iter_cycles_and_refuses_empty():
     it = cyclic_iter([1, 2, 3])

@@ -157,29 +157,36 @@ class PluginTaskEncoder(
         return dict(self._error_counts)
 
     def _handle_encode_error(self, exc: Exception, sample: Any) -> None:
-        """Apply the error policy to ``exc`` raised while encoding ``sample`` (always raises)."""
+        """Apply the error policy to ``exc`` raised while encoding ``sample`` (always raises).
+
+        Skips of every kind (failures under ``on_error="skip"``, :class:`CountedSkip`, a
+        plain ``SkipSample``) count towards ``max_consecutive_errors``, so a dataset whose
+        every sample is skipped fails loudly instead of spinning forever.
+        """
+        if isinstance(exc, FatalSampleError):
+            raise exc
         if isinstance(exc, CountedSkip):
-            self._error_counts[exc.reason] += 1
-            raise exc
-        if isinstance(exc, SkipSample):
-            self._error_counts["SkipSample"] += 1
-            raise exc
-        if isinstance(exc, FatalSampleError) or self.on_error == "raise":
-            if isinstance(exc, FatalSampleError):
-                raise exc
+            reason, skip = exc.reason, exc
+        elif isinstance(exc, SkipSample):
+            reason, skip = "SkipSample", exc
+        elif self.on_error == "raise":
             raise FatalSampleError(
                 f"{type(self).__name__} failed on sample {_sample_key(sample)!r}: "
                 f"{type(exc).__name__}: {exc}"
             ) from exc
-        self._error_counts[type(exc).__name__] += 1
+        else:
+            reason = type(exc).__name__
+            skip = SkipSample(f"{reason}: {exc}")
+            skip.__cause__ = exc
+        self._error_counts[reason] += 1
         self._consecutive_errors += 1
         if self.max_consecutive_errors and self._consecutive_errors >= self.max_consecutive_errors:
             raise FatalSampleError(
-                f"{type(self).__name__}: {self._consecutive_errors} samples in a row failed to "
-                f"encode (last: {_sample_key(sample)!r}, {type(exc).__name__}: {exc}); "
-                f"counts so far: {dict(self._error_counts)}"
+                f"{type(self).__name__}: {self._consecutive_errors} samples in a row were "
+                f"skipped (last: {_sample_key(sample)!r}, {reason}: {exc}); counts so far: "
+                f"{dict(self._error_counts)}"
             ) from exc
-        raise SkipSample(f"{type(exc).__name__}: {exc}") from exc
+        raise skip
 
     # ------------------------------------------------------------------ batching
     def _padded_length(self, lengths: list[int]) -> int:
