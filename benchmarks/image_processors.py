@@ -13,11 +13,12 @@ plugin registry) are fed the uint8 CHW tensors. Two call patterns, each timed in
 
 The fast processors are timed with torch's default thread count and with one thread (what a
 DataLoader worker uses); transformers' PIL path is single-threaded either way. Each figure is
-the best of ``--repeats`` timed passes after one warm-up pass; a ratio is fast images/s over
+the best of ``--repeats`` interleaved rounds after a warm-up round; a ratio is fast images/s over
 transformers' images/s with PIL input, in the same call pattern.
 """
 
 import argparse
+import os
 import sys
 import time
 import warnings
@@ -30,15 +31,28 @@ from _common import goal_line, print_table, write_json  # noqa: E402
 GOAL_RATIO = 5.0
 
 
-def _best_rate(fn, n_images: int, repeats: int) -> float:
-    """Images per second of ``fn()`` (which processes ``n_images``), best of ``repeats``."""
-    fn()
-    best = float("inf")
-    for _ in range(repeats):
-        start = time.perf_counter()
-        fn()
-        best = min(best, time.perf_counter() - start)
-    return n_images / best
+def _interleaved_rates(contenders: dict, n_images: int, repeats: int) -> dict[str, float]:
+    """Images/s of each ``name -> (fn, torch_threads)``, best of ``repeats`` interleaved rounds.
+
+    Every round runs each contender once in turn, so a burst of load from other processes on
+    this shared machine hits all of them alike; one warm-up round comes first.
+    """
+    import torch
+
+    default_threads = torch.get_num_threads()
+    best = {name: float("inf") for name in contenders}
+    for round_index in range(repeats + 1):
+        for name, (fn, threads) in contenders.items():
+            torch.set_num_threads(threads)
+            try:
+                start = time.perf_counter()
+                fn()
+                elapsed = time.perf_counter() - start
+            finally:
+                torch.set_num_threads(default_threads)
+            if round_index:
+                best[name] = min(best[name], elapsed)
+    return {name: n_images / seconds for name, seconds in best.items()}
 
 
 def _runner(proc, images, pattern):
@@ -51,7 +65,7 @@ def main(argv: list[str] | None = None) -> dict:
     """Measure and print; return the results mapping (also written with ``--json``)."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--images", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--json", metavar="FILE", help="write the results to FILE")
     args = parser.parse_args(argv)
@@ -67,7 +81,8 @@ def main(argv: list[str] | None = None) -> dict:
     pils = [PIL.Image.fromarray(a) for a in arrays]
     tensors = [torch.from_numpy(a).permute(2, 0, 1).contiguous() for a in arrays]
     threads = torch.get_num_threads()
-    results = {"images": args.images, "sides": [200, 640], "torch_threads": threads, "rows": []}
+    results = {"images": args.images, "sides": [200, 640], "torch_threads": threads,
+               "load_average_before": [round(v, 2) for v in os.getloadavg()], "rows": []}
     table = []
     n = len(arrays)
     for family, hf_class in (("clip", "CLIPImageProcessor"), ("siglip", "SiglipImageProcessor")):
@@ -78,14 +93,18 @@ def main(argv: list[str] | None = None) -> dict:
         ref = hf(images=pils, return_tensors="pt")["pixel_values"]
         diff = (fast(images=tensors)["pixel_values"] - ref).abs()
         for pattern in ("batch", "per-sample"):
-            hf_pil = _best_rate(_runner(hf, pils, pattern), n, args.repeats)
-            hf_tensor = _best_rate(_runner(hf, tensors, pattern), n, args.repeats)
-            fast_rate = _best_rate(_runner(fast, tensors, pattern), n, args.repeats)
-            torch.set_num_threads(1)
-            try:
-                fast_1 = _best_rate(_runner(fast, tensors, pattern), n, args.repeats)
-            finally:
-                torch.set_num_threads(threads)
+            rates = _interleaved_rates(
+                {
+                    "hf_pil": (_runner(hf, pils, pattern), threads),
+                    "hf_tensor": (_runner(hf, tensors, pattern), threads),
+                    "fast": (_runner(fast, tensors, pattern), threads),
+                    "fast_1": (_runner(fast, tensors, pattern), 1),
+                },
+                n,
+                args.repeats,
+            )
+            hf_pil, hf_tensor = rates["hf_pil"], rates["hf_tensor"]
+            fast_rate, fast_1 = rates["fast"], rates["fast_1"]
             row = {
                 "family": family,
                 "pattern": pattern,
@@ -124,6 +143,10 @@ def main(argv: list[str] | None = None) -> dict:
             f"images/s; {row['ratio_1_thread']}x with one torch thread)",
         ))
     results["goal_met"] = all(goals)
+    results["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
+    print(f"load average before/after: {results['load_average_before']} / "
+          f"{results['load_average_after']} on {os.cpu_count()} CPUs (other processes skew "
+          "absolute figures; the interleaved ratios less so)")
     if args.json:
         print(f"wrote {write_json(args.json, 'image_processors', results)}")
     return results
