@@ -90,3 +90,39 @@ class EnergonDataloader:
                 f"{type(self._dataloader).__name__} is not savable (use get_savable_loader)"
             )
         restore(state)
+
+
+class FiniteDataloader:
+    """A finite, reproducible loader: each pass yields the same batches in the same order.
+
+    ``for batch in loader`` runs one full pass. ``next(loader)`` walks a pass too, for training
+    loops that pull ``eval_iters`` batches per evaluation: at the end of the pass it raises
+    ``StopIteration`` once and the following ``next`` starts a fresh, identical pass. With
+    ``eval_iters == len(loader)`` every evaluation therefore sees exactly the same data.
+    """
+
+    def __init__(self, dataloader: Any) -> None:
+        """Wrap a finite Energon loader (``get_loader(get_val_dataset(...))``)."""
+        self._dataloader = dataloader
+        self._iterator: Iterator[Any] | None = None
+
+    @property
+    def dataloader(self) -> Any:
+        """The wrapped Energon loader."""
+        return self._dataloader
+
+    def __len__(self) -> int:
+        """Batches in one pass (on this rank)."""
+        return len(self._dataloader)
+
+    def __iter__(self) -> Iterator[Any]:
+        return iter(self._dataloader)
+
+    def __next__(self) -> Any:
+        if self._iterator is None:
+            self._iterator = iter(self._dataloader)
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            self._iterator = None
+            raise

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from energon_plugins.context import BuildContext
-from energon_plugins.dataloader import EnergonDataloader
+from energon_plugins.dataloader import EnergonDataloader, FiniteDataloader
 from energon_plugins.dataset_check import check_dataset
 from energon_plugins.errors import ConfigError
 from energon_plugins.sample_config import MultiModalSampleConfig
@@ -358,9 +358,11 @@ class EnergonMultiModalDataModule:
     def val_dataloader(self) -> Any:
         """The validation loader.
 
-        ``validation_mode="finite"``: a fresh Energon loader on every call, yielding every val
-        sample once in the same order (iterate it to exhaustion). ``"infinite"``: a cached,
-        cycling :class:`EnergonDataloader` over the shuffled val split.
+        ``validation_mode="finite"``: a fresh :class:`FiniteDataloader` on every call, yielding
+        every val sample once in the same order per pass (``len()`` batches; ``next()`` past
+        the end raises ``StopIteration`` once, then starts the same pass again).
+        ``"infinite"``: a cached, cycling :class:`EnergonDataloader` over the shuffled val
+        split (Megatron-Bridge's behaviour).
         """
         from megatron.energon import get_loader, get_savable_loader
 
@@ -372,7 +374,7 @@ class EnergonMultiModalDataModule:
             return self.val_dataloader_object
         worker_config = self._build_worker_config(self.num_val_workers, split="val")
         dataset = self.datasets_provider(worker_config, split="val")
-        self.val_dataloader_object = get_loader(dataset)
+        self.val_dataloader_object = FiniteDataloader(get_loader(dataset))
         return self.val_dataloader_object
 
     def test_dataloader(self) -> None:

@@ -74,6 +74,16 @@ def test_val_is_finite_complete_and_reproducible(vqa_dataset, tokenizer, clip_pr
     assert sorted(first) == sorted(vqa_dataset.split_keys["val"])
     assert len(first) == len(set(first)), "every val sample exactly once"
     assert first == second, "same order on every pass"
+    # next()-driven evaluation (Megatron's eval_iters): len() batches, then the same pass again
+    loader = dm.val_dataloader()
+    batches = [batch.__key__ for batch in loader]
+    n = len(loader)
+    assert n == len(batches) and n >= -(-len(first) // 5)
+    pulled = [next(loader).__key__ for _ in range(n)]
+    assert pulled == batches
+    with pytest.raises(StopIteration):
+        next(loader)
+    assert next(loader).__key__ == batches[0]
 
 
 def test_infinite_validation_mode_cycles(vqa_dataset, tokenizer, clip_processor):
