@@ -556,6 +556,149 @@ def render_missing_use(arg: str) -> str:
     )
 
 
+# ----------------------------------------------------------------------------- Python API
+API_OBJECTS = (
+    ("Selecting and building plugins", (
+        "energon_plugins.available", "energon_plugins.resolve", "energon_plugins.create",
+        "energon_plugins.BuildContext", "energon_plugins.PluginSpec", "energon_plugins.PluginInfo",
+        "energon_plugins.LoadFailure",
+    )),
+    ("Registries (tests and tools)", (
+        "energon_plugins.get_registry", "energon_plugins.reset_registry",
+        "energon_plugins.use_registry", "energon_plugins.isolated_registry",
+        "energon_plugins.load_registry", "energon_plugins.Registry",
+    )),
+    ("Task encoders", (
+        "energon_plugins.PluginTaskEncoder", "energon_plugins.EncodedSample",
+        "energon_plugins.MultiModalBatch", "energon_plugins.MultiModalSampleConfig",
+        "energon_plugins.ConversationTemplate",
+    )),
+    ("Datamodule and loader", (
+        "energon_plugins.EnergonMultiModalDataModule", "energon_plugins.EnergonDataloader",
+        "energon_plugins.cyclic_iter",
+    )),
+    ("Errors", (
+        "energon_plugins.EnergonPluginsError", "energon_plugins.PluginNotFoundError",
+        "energon_plugins.PluginConflictError", "energon_plugins.PluginLoadError",
+        "energon_plugins.PluginOptionsError", "energon_plugins.ConfigError",
+        "energon_plugins.DatasetError",
+    )),
+    ("Config files", (
+        "energon_plugins.config.load_config", "energon_plugins.config.validate_config",
+        "energon_plugins.config.check_config", "energon_plugins.config.apply_overrides",
+        "energon_plugins.config.build_datamodule",
+    )),
+)
+"""Sections of the Python API page: dotted names; a name that does not resolve is skipped."""
+
+_SECTION = re.compile(r"^(Args|Arguments|Raises|Returns|Yields|Attributes|Example|Examples):\s*$")
+
+
+def google_to_md(doc: str) -> str:
+    """Render a Google-style docstring: prose as markdown, ``Args:`` etc. as bullet lists."""
+    out: list[str] = []
+    section = None
+    for line in rst_to_md(inspect.cleandoc(doc or "")).splitlines():
+        head = _SECTION.match(line)
+        if head:
+            section = head.group(1)
+            out += ["", f"**{section}**", ""]
+            continue
+        if section and line.strip() and not line.startswith(" "):
+            section = None
+        if section:
+            stripped = line.strip()
+            entry = re.match(r"^    (\*{0,2}[\w.,` ]+?)(?: \(([^)]*)\))?:\s*(.*)$", line)
+            if entry and not line.startswith("     "):
+                name, kind, rest = entry.groups()
+                kind_text = f" ({kind})" if kind else ""
+                out.append(f"- `{name.strip('`')}`{kind_text}: {rest}")
+            elif stripped and out and out[-1].startswith("- "):
+                out[-1] += " " + stripped
+            elif stripped:
+                out.append(stripped)
+            continue
+        out.append(line)
+    return "\n".join(out).strip()
+
+
+def _resolve_dotted(dotted: str) -> Any:
+    import importlib
+
+    module_name, _, attr = dotted.rpartition(".")
+    try:
+        return getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError):
+        return None
+
+
+def _signature(obj: Any, name: str) -> str:
+    try:
+        sig = inspect.signature(obj)
+    except (TypeError, ValueError):
+        return name
+    if inspect.isclass(obj):
+        params = [q for q in sig.parameters.values() if not q.name.startswith("__")]
+        sig = sig.replace(parameters=params, return_annotation=inspect.Signature.empty)
+    text = f"{name}{sig}"
+    text = text.replace("(self, ", "(").replace("(self)", "()")
+    text = re.sub(
+        r"\b(?:typing|collections\.abc|pydantic\.main|energon_plugins(?:\.\w+)*)\.", "", text
+    )
+    return text
+
+
+def _own_methods(cls: type) -> list[tuple[str, Any]]:
+    methods = []
+    for name, member in vars(cls).items():
+        if name.startswith("_") and name != "__init__":
+            continue
+        func = member.__func__ if isinstance(member, (classmethod, staticmethod)) else member
+        if isinstance(member, property):
+            func = member.fget
+        if not callable(func) or not getattr(func, "__doc__", None):
+            continue
+        if name == "__init__":
+            continue
+        methods.append((name, member))
+    return methods
+
+
+def render_api() -> str:
+    """The public Python API: signatures and docstrings of the names users and authors call."""
+    out = ["Generated from the docstrings at build time.", ""]
+    for title, names in API_OBJECTS:
+        out += [f"## {title}", ""]
+        for dotted in names:
+            obj = _resolve_dotted(dotted)
+            if obj is None:
+                continue
+            short = dotted.rsplit(".", 1)[1]
+            kind = "class" if inspect.isclass(obj) else "function"
+            if not (inspect.isclass(obj) or inspect.isfunction(obj)):
+                continue
+            is_model = inspect.isclass(obj) and hasattr(obj, "model_fields")
+            if is_model:
+                header = f"class {short}(pydantic.BaseModel)"
+            elif kind == "class":
+                header = f"class {_signature(obj, short)}"
+            else:
+                header = f"def {_signature(obj, short)}"
+            out += [f"### `{dotted}`", "", "```python", header, "```", "",
+                    google_to_md(obj.__doc__ or ""), ""]
+            if is_model:
+                out += ["Fields:", "", render_model_table(obj), ""]
+            if inspect.isclass(obj):
+                for name, member in _own_methods(obj):
+                    func = member.fget if isinstance(member, property) else getattr(obj, name)
+                    label = f"{short}.{name}" + ("" if isinstance(member, property) else "()")
+                    out += [f"#### `{label}`", ""]
+                    if not isinstance(member, property):
+                        out += ["```python", f"{_signature(func, name)}", "```", ""]
+                    out += [google_to_md(func.__doc__ or ""), ""]
+    return "\n".join(out)
+
+
 GENERATORS = {
     "hooks": render_hook_reference,
     "config": render_config_reference,
@@ -565,6 +708,7 @@ GENERATORS = {
     "missing-modules": render_missing_modules,
     "missing-methods": render_missing_methods,
     "missing-use": render_missing_use,
+    "api": render_api,
 }
 """Placeholder name (``<!-- generated:NAME -->`` or ``<!-- generated:NAME:ARG -->``) -> renderer.
 

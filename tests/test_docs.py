@@ -6,8 +6,9 @@ The rule these tests enforce, so that a missing piece is caught:
    unknown placeholders all fail it).
 2. The GENERATED reference pages, as built, contain every hook spec (``register_*`` in
    ``energon_plugins/hookspecs.py``), every key of the config model (nested models
-   recursively, as dotted keys), every option of every built-in plugin, and every command of
-   the click group with each of its options. The lists of names come from the code, not from
+   recursively, as dotted keys), every option of every built-in plugin, every command of
+   the click group with each of its options, and every class and function in
+   ``energon_plugins.__all__``. The lists of names come from the code, not from
    the renderer's output, so a renderer that drops something fails here.
 3. The HAND-WRITTEN pages (everything under ``docs/`` except ``reference/`` and the example
    sources) mention every hook name, every top-level config key (as `` `key` ``, ``key:`` or
@@ -89,7 +90,8 @@ def test_mkdocs_build_strict_passes(site: Path) -> None:
     """The build succeeded (the fixture asserts it) and produced every page of the nav."""
     for name in ("quickstart", "concepts", "troubleshooting", "guides/plugin-contract",
                  "guides/task-encoder", "guides/image-processor", "guides/packing-strategy",
-                 "reference/hooks", "reference/config", "reference/builtins", "reference/cli"):
+                 "reference/hooks", "reference/config", "reference/builtins", "reference/cli",
+                 "reference/api"):
         assert (site / name / "index.html").is_file(), name
 
 
@@ -145,6 +147,21 @@ def test_every_builtin_option_is_in_the_builtins_reference(site: Path) -> None:
         assert re.search(rf'id="{re.escape(spec.name)}(_\d+)?"', html), spec.name
         for field in (spec.options.model_fields if spec.options else {}):
             assert f"<code>options.{field}</code>" in html, (spec.name, field)
+
+
+def test_every_public_class_and_function_is_in_the_api_reference(site: Path) -> None:
+    import inspect
+
+    import energon_plugins
+
+    names = [
+        name for name in energon_plugins.__all__
+        if inspect.isclass(getattr(energon_plugins, name))
+        or inspect.isfunction(getattr(energon_plugins, name))
+    ]
+    assert "create" in names and "PluginTaskEncoder" in names
+    html = page(site, "reference/api")
+    assert missing_in(names, html, "<code>energon_plugins.{name}</code>") == []
 
 
 def test_every_cli_verb_and_option_is_in_the_cli_reference(site: Path) -> None:
