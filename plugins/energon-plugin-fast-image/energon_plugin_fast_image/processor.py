@@ -124,6 +124,9 @@ class FastImageProcessor:
     ``proc.crop_size["height"]``. ``resample`` is PIL's integer code, as in transformers.
     """
 
+    accepts_energon_images = True
+    """Energon's image tensors (CHW float in [0, 1] or uint8) are accepted as they are."""
+
     settings: ProcessorSettings
     family: str = "clip"
     model_input_names: list[str] = dataclasses.field(default_factory=lambda: ["pixel_values"])

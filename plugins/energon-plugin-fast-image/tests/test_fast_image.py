@@ -217,3 +217,13 @@ def test_grey_rgba_and_bad_inputs():
         proc(images=[grey, "not an image"])
     with pytest.raises(ValueError, match="return_tensors"):
         proc(images=[grey], return_tensors="tf")
+
+
+def test_energon_float_and_uint8_decodes_give_identical_output():
+    """A float CHW image in [0, 1] (Energon's torchrgb) equals its uint8 source (torchrgb8)."""
+    proc = energon_plugins.create("image_processor", "fast-clip")
+    assert proc.accepts_energon_images is True
+    arrays = mixed_size_images(6, seed=5)
+    uint8 = [torch.from_numpy(a).permute(2, 0, 1).contiguous() for a in arrays]
+    floats = [t.float() / 255 for t in uint8]
+    assert torch.equal(proc(images=floats)["pixel_values"], proc(images=uint8)["pixel_values"])
