@@ -348,3 +348,47 @@ def test_batch_of_packed_and_plain_rows(tokenizer):
     assert batch.__key__ == ["a", "b"]
     plain = enc.batch([b])
     assert plain.packed_seq_params is None and plain.attention_mask[0].tolist() == [True] * 4 + [False] * 4
+
+
+def test_grid_processor_sets_tokens_from_image_grid_thw(tokenizer, image_id, vqa_dataset):
+    proc = energon_plugins.create("image_processor", "hf", {"class_name": "Qwen2VLImageProcessorPil"})
+    img = to_tensor(read_png(vqa_dataset, vqa_dataset.split_keys["train"][0]))
+    enc = make_encoder(tokenizer, proc)
+    sample = InterleavedSample(
+        __key__="q", __restore_key__=(), __subflavors__=None, __sources__=None,
+        sequence=["first", img, "second", img, "end"],
+    )
+    out = enc.encode_sample(sample)
+    grid = out.image_grid_thw
+    per_image = [int(t * h * w) // 4 for t, h, w in grid.tolist()]  # Qwen2-VL merges 2x2 patches
+    assert grid.shape == (2, 3) and out.pixel_values.shape[0] == int(grid.prod(dim=-1).sum())
+    assert int((out.input_ids == image_id).sum()) == sum(per_image)
+    # a cut inside the second run keeps the first image's patches and grid only
+    second_start = int((out.input_ids == image_id).nonzero().flatten()[per_image[0]])
+    cut = make_encoder(tokenizer, proc, seq_length=second_start + 1).encode_sample(sample)
+    assert cut.num_images == 1 and cut.image_grid_thw.tolist() == grid[:1].tolist()
+    assert cut.pixel_values.shape[0] == int(grid[0].prod())
+    assert torch.equal(cut.pixel_values, out.pixel_values[: int(grid[0].prod())])
+    batch = enc.batch([out, cut])
+    assert batch.image_grid_thw.shape == (3, 3) and batch.num_images.tolist() == [2, 1]
+    assert batch.pixel_values.shape[0] == out.pixel_values.shape[0] + cut.pixel_values.shape[0]
+
+
+@pytest.mark.parametrize("family", ["generic", "llava", "qwen2"])
+def test_prompt_tokens_are_what_the_model_sees_at_inference(family, hf_proc, vqa_dataset):
+    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+
+    tok = build_demo_tokenizer(family)
+    img = read_png(vqa_dataset, vqa_dataset.split_keys["train"][0])
+    enc = make_encoder(tok, hf_proc, options={"image_tokens": 1})
+    out = enc.encode_sample(vqa("k", "What shape is it?", "a green triangle", img))
+    labelled = (out.labels != IGNORE).nonzero().flatten()
+    first = int(labelled[0])
+    assert tok.decode(out.labels[labelled], skip_special_tokens=True).strip() == "a green triangle"
+    prompt = tok.apply_chat_template(
+        [{"role": "user", "content": "What shape is it?\n<image>"}],
+        tokenize=False,
+        add_generation_prompt=True,
+    )
+    assert out.input_ids[:first].tolist() == tok(prompt, add_special_tokens=False)["input_ids"]
+    assert int(labelled[-1]) - first + 1 == len(labelled), "one contiguous answer span"
