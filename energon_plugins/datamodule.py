@@ -305,6 +305,8 @@ class EnergonMultiModalDataModule:
         from megatron.energon import get_train_dataset, get_val_dataset
 
         check_dataset(self.path, (split,))
+        encoder = self.task_encoder if split == "train" else self.validation_task_encoder
+        self._check_packing(encoder)
         if split == "train":
             return get_train_dataset(
                 self.path,
@@ -339,6 +341,25 @@ class EnergonMultiModalDataModule:
             packing_buffer_size=self.packing_buffer_size,
             **dataset_kwargs,
         )
+
+    def _check_packing(self, encoder: Any) -> None:
+        """A packing buffer needs an encoder that packs; say so instead of Energon's assert."""
+        if self.packing_buffer_size is None:
+            return
+        overridden = getattr(encoder, "_is_overridden", None)
+        if overridden is None:
+            return
+        missing = [
+            name
+            for name in ("select_samples_to_pack", "pack_selected_samples")
+            if not overridden(getattr(encoder, name))
+        ]
+        if missing:
+            raise ConfigError(
+                f"packing_buffer_size={self.packing_buffer_size} needs a task encoder that packs, "
+                f"but {type(encoder).__name__} does not implement {' and '.join(missing)}; "
+                "select a packing strategy the encoder supports, or set packing_buffer_size=None"
+            )
 
     def build(self) -> tuple[Any, Any]:
         """Build (or return the cached) training loader and a validation loader."""

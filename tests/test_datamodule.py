@@ -267,6 +267,16 @@ def test_sample_config_mapping_and_encoder_object(vqa_dataset, tokenizer, clip_p
     assert dm2.task_encoder is encoder and dm2.validation_task_encoder is encoder
 
 
+def test_packing_buffer_without_a_packing_encoder_is_named(vqa_dataset, tokenizer, clip_processor):
+    from megatron.energon import DefaultTaskEncoder
+
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, packing_buffer_size=8,
+                 task_encoder=DefaultTaskEncoder())
+    with pytest.raises(ConfigError, match="packing_buffer_size=8 .*select_samples_to_pack"):
+        dm.train_dataloader()
+    assert dm.train_dataloader_object is None
+
+
 def test_bad_sample_config_mapping_names_the_field(vqa_dataset, tokenizer, clip_processor):
     with pytest.raises(ConfigError, match="multimodal_sample_config: ignore_index"):
         make_dm(vqa_dataset, tokenizer, clip_processor, multimodal_sample_config={"ignore_index": "x"})
