@@ -17,9 +17,12 @@ The rule these tests enforce, so that a missing piece is caught:
 4. The quickstart and the guides link to the reference pages, and the troubleshooting page
    names every ``EnergonPluginsError`` subclass the package defines.
 5. The example distributions the guides include (``docs/examples/*``) pass their own tests,
-   and their entry-point modules import no torch.
+   their entry-point modules import no torch, and, "installed" as pip would leave them (a
+   dist-info folder with their pyproject's entry points), their plugins show up in
+   ``energon_plugins.available()`` with status ``ok``.
 """
 
+import json
 import os
 import re
 import subprocess
@@ -319,3 +322,34 @@ def test_example_entry_point_is_import_light(example: Path) -> None:
         env = _env() | {"PYTHONPATH": str(example)}
         proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
         assert proc.returncode == 0, proc.stderr
+
+
+@pytest.mark.parametrize("example", EXAMPLE_DIRS, ids=lambda p: p.name)
+def test_example_installed_shows_up_in_available(example: Path, tmp_path: Path) -> None:
+    """The pyproject's entry point, as pip installs it, registers the example's plugins."""
+    with (example / "pyproject.toml").open("rb") as fh:
+        project = tomllib.load(fh)["project"]
+    dist_info = tmp_path / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    dist_info.mkdir()
+    (dist_info / "METADATA").write_text(
+        f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
+    )
+    eps = project["entry-points"]["energon_plugins"]
+    (dist_info / "entry_points.txt").write_text(
+        "[energon_plugins]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items())
+    )
+    registered = set()
+    for py in example.rglob("plugin.py"):
+        registered |= set(re.findall(r'register\(\s*"([^"]+)"', py.read_text()))
+    assert registered
+    code = (
+        "import json, energon_plugins\n"
+        "print(json.dumps([r.as_dict() for r in energon_plugins.available()]))\n"
+    )
+    env = _env() | {"PYTHONPATH": os.pathsep.join([str(tmp_path), str(example)])}
+    proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr
+
+    rows = [r for r in json.loads(proc.stdout) if r["distribution"] == project["name"]]
+    assert {r["name"] for r in rows} == registered, rows
+    assert {r["status"] for r in rows} == {"ok"}, rows
