@@ -261,6 +261,51 @@ def test_contract_page_matches_the_code() -> None:
     assert missing_in(sample_fields, guide, "`{name}`") == []
 
 
+def yaml_blocks() -> list[tuple[str, str]]:
+    """``(page, text)`` of every fenced yaml block in the hand-written pages."""
+    blocks = []
+    for md in sorted(DOCS.rglob("*.md")):
+        if md.relative_to(DOCS).parts[0] in ("reference", "examples"):
+            continue
+        for match in re.finditer(r"```yaml\n(.*?)```", md.read_text(encoding="utf-8"), re.S):
+            blocks.append((str(md.relative_to(DOCS)), match.group(1)))
+    return blocks
+
+
+def test_config_snippets_in_the_guides_are_valid() -> None:
+    """Every yaml snippet uses real keys, real plugin names and valid options.
+
+    Names of the guides' example plugins count as real (they are documented there); a snippet
+    with ``path`` and ``tokenizer`` is a whole config and must validate against the model.
+    """
+    import yaml
+
+    from energon_plugins.config.model import SELECTIONS
+    from energon_plugins.manager import load_registry
+
+    model, _ = render.config_model()
+    registry = load_registry()
+    example_names = set()
+    for py in EXAMPLES.rglob("plugin.py"):
+        example_names |= set(re.findall(r'register\(\s*"([^"]+)"', py.read_text()))
+    blocks = yaml_blocks()
+    assert len(blocks) >= 5
+    for where, text in blocks:
+        data = yaml.safe_load(text)
+        assert isinstance(data, dict), (where, text)
+        assert set(data) <= set(model.model_fields), (where, set(data) - set(model.model_fields))
+        if {"path", "tokenizer"} <= set(data):
+            model.model_validate(data)
+        for key, kind in SELECTIONS.items():
+            selection = data.get(key)
+            if not isinstance(selection, dict) or "name" not in selection:
+                continue
+            if selection["name"] in example_names:
+                continue
+            spec = registry.resolve(kind, selection["name"])
+            spec.validate_options(selection.get("options") or {}, path=f"{key}.options")
+
+
 def test_troubleshooting_names_every_error_class() -> None:
     """Every exception class users can catch has an entry (found by importing every module)."""
     import importlib
