@@ -168,6 +168,7 @@ _WORKER_CONFIG_SCRIPT = textwrap.dedent(
 )
 
 
+@pytest.mark.slow  # a subprocess with a gloo process group and megatron-core (~6 s)
 def test_worker_config_uses_the_pure_dp_group(vqa_dataset, tmp_path):
     script = tmp_path / "wc.py"
     script.write_text(_WORKER_CONFIG_SCRIPT)

@@ -392,3 +392,22 @@ def test_prompt_tokens_are_what_the_model_sees_at_inference(family, hf_proc, vqa
     )
     assert out.input_ids[:first].tolist() == tok(prompt, add_special_tokens=False)["input_ids"]
     assert int(labelled[-1]) - first + 1 == len(labelled), "one contiguous answer span"
+
+
+def test_a_subclass_calling_super_counts_each_skip_once(tokenizer, hf_proc, vqa_dataset):
+    from energon_plugins.task_encoders.multimodal import MultimodalTaskEncoder
+    from energon_plugins.task_encoders.options import MultimodalOptions
+
+    class Upper(MultimodalTaskEncoder):
+        def encode_sample(self, sample):
+            sample.context = sample.context.upper()
+            return super().encode_sample(sample)
+
+    ctx = BuildContext(tokenizer=tokenizer, image_processor=hf_proc, seq_length=512)
+    enc = Upper(ctx, MultimodalOptions(image_tokens=2))
+    img = read_png(vqa_dataset, vqa_dataset.split_keys["train"][0])
+    with pytest.raises(SkipSample):
+        enc.encode_sample(vqa("k", "why?", None, img))
+    assert enc.error_counts() == {"ValueError": 1}
+    out = enc.encode_sample(vqa("k2", "why?", "because", img))
+    assert "WHY?" in tokenizer.decode(out.input_ids)

@@ -163,8 +163,8 @@ class PluginTaskEncoder(
         plain ``SkipSample``) count towards ``max_consecutive_errors``, so a dataset whose
         every sample is skipped fails loudly instead of spinning forever.
         """
-        if isinstance(exc, FatalSampleError):
-            raise exc
+        if isinstance(exc, FatalSampleError) or getattr(exc, "_counted_by", None) is self:
+            raise exc  # fatal, or already counted by a wrapped super().encode_sample
         if isinstance(exc, CountedSkip):
             reason, skip = exc.reason, exc
         elif isinstance(exc, SkipSample):
@@ -186,6 +186,7 @@ class PluginTaskEncoder(
                 f"skipped (last: {_sample_key(sample)!r}, {reason}: {exc}); counts so far: "
                 f"{dict(self._error_counts)}"
             ) from exc
+        skip._counted_by = self  # type: ignore[attr-defined]
         raise skip
 
     # ------------------------------------------------------------------ batching
