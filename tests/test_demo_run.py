@@ -7,7 +7,7 @@ from rich.console import Console
 from energon_plugins.demo.run import collapse_sample, run_demo
 
 
-def test_run_demo_prints_and_returns_its_figures(tmp_path):
+def test_run_demo_prints_and_returns_its_figures(tmp_path, capsys):
     out = io.StringIO()
     result = run_demo(tmp_path / "cache", samples=24, micro_batch_size=4, console=Console(file=out, width=120))
     assert result["samples"] == 24 and result["batches"] == 6
@@ -20,8 +20,9 @@ def test_run_demo_prints_and_returns_its_figures(tmp_path):
     for words in ("samples/s", "<image x256>", "input_ids", "masked with"):
         assert words in text
     # a second run reuses the data on disk
-    again = run_demo(tmp_path / "cache", samples=4, micro_batch_size=4, console=Console(file=io.StringIO()))
+    again = run_demo(tmp_path / "cache", samples=4, micro_batch_size=4)  # no console: silent
     assert again["dataset"] == result["dataset"]
+    assert capsys.readouterr().out == ""
 
 
 class _Chars:
