@@ -1,0 +1,354 @@
+"""The bad-sample policy: skip (counted by reason, logged) or raise, exact across workers.
+
+Failures reach us on three paths, and all three follow one policy (``on_error``):
+
+- Energon's decoding and field mapping (a corrupt image or JSON part, a missing JSON field)
+  call ``WorkerConfig.global_error_handler``; :class:`SkipTracker` is that handler.
+- The task encoder's own policy (:class:`~energon_plugins.PluginTaskEncoder`) counts what
+  ``encode_sample`` skipped; :class:`SkipCountingDataset` folds those counts in.
+- A truncated shard makes Energon's tar reader raise ``ValueError("Unexpected end of tar
+  file")`` outside any error handler, which ends the whole iteration.
+  :func:`guard_truncated_shards` wraps the readers of every webdataset leaf so a sample that
+  lies past the end of its shard is skipped (Energon's own "filtered sample" path, ``None``)
+  and counted under ``truncated_shard``, or raises :class:`TruncatedShardError` naming the
+  shard under ``on_error="raise"``.
+
+Counting is exact with worker processes: each worker's cumulative counts are a savable field
+of :class:`SkipCountingDataset` (so they are checkpointed and replayed with Energon's state)
+and travel with every batch as a :class:`CountedBatch`; the main process keeps the latest
+counts per worker and sums them (:class:`SkipCounts`). The counts therefore describe exactly
+the part of the stream that was delivered, also after a restore.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import tarfile
+from collections.abc import Iterator, Mapping
+from typing import Any, Literal
+
+from megatron.energon import Sample, edataclass
+from megatron.energon.errors import FatalSampleError
+from megatron.energon.flavors.webdataset.sample_loader import WebdatasetSampleLoaderDataset
+from megatron.energon.wrappers.base import BaseWrapperDataset
+
+from energon_plugins.errors import EnergonPluginsError
+
+logger = logging.getLogger(__name__)
+
+Policy = Literal["skip", "raise"]
+POLICIES = ("skip", "raise")
+IMAGE_PARTS = frozenset({"png", "jpg", "jpeg", "webp", "bmp", "gif", "tif", "tiff", "ppm", "pgm"})
+TRUNCATED = "truncated_shard"
+
+
+class BadSampleError(EnergonPluginsError, FatalSampleError):
+    """A sample failed under ``on_error="raise"``; the message names the sample and shard."""
+
+
+class TruncatedShardError(BadSampleError):
+    """A shard ends before a sample its index lists (``on_error="raise"``)."""
+
+
+def check_policy(on_error: str) -> Policy:
+    """Return ``on_error`` if it is ``"skip"`` or ``"raise"``, else raise ``ValueError``."""
+    if on_error not in POLICIES:
+        raise ValueError(f"on_error must be 'skip' or 'raise', got {on_error!r}")
+    return on_error  # type: ignore[return-value]
+
+
+def classify_error(exc: BaseException) -> str:
+    """The reason a sample failed: ``image``, ``json``, ``missing_field``, ... or the type name.
+
+    webdataset's ``DecodingError`` carries the part name (``k``): an image extension counts as
+    ``image``, ``json`` as ``json``; Energon's ``FieldAccessError`` (a field_map entry that is
+    absent) counts as ``missing_field``; a truncated shard as ``truncated_shard``.
+    """
+    name = type(exc).__name__
+    if name == "DecodingError":
+        part = str(getattr(exc, "k", "") or "").lower().rsplit(".", 1)[-1]
+        if part in IMAGE_PARTS:
+            return "image"
+        if part == "json":
+            return "json"
+        return f"decode:{part}" if part else "decode"
+    if name == "FieldAccessError":
+        return "missing_field"
+    if is_truncation(exc):
+        return TRUNCATED
+    return name
+
+
+def is_truncation(exc: BaseException) -> bool:
+    """Whether ``exc`` is a read past the end of a tar shard."""
+    if isinstance(exc, (tarfile.ReadError, EOFError)):
+        return True
+    return isinstance(exc, ValueError) and str(exc).startswith("Unexpected end of tar file")
+
+
+def describe_sample(sample: Any) -> str:
+    """``key 'K' in shard 'S'`` for Energon's raw samples, samples and batches (best effort)."""
+    key = shard = None
+    data = getattr(sample, "data", None)
+    if isinstance(data, tuple) and data and isinstance(data[0], Mapping):
+        key, shard = data[0].get("__key__"), data[0].get("__shard__")
+    elif isinstance(sample, Mapping):
+        key, shard = sample.get("__key__"), sample.get("__shard__")
+    else:
+        key = getattr(sample, "__key__", None)
+    text = f"key {key!r}" if key is not None else "an unknown sample"
+    return f"{text} in shard {shard!r}" if shard else text
+
+
+class SkipTracker:
+    """Energon error handler applying ``on_error``; counts skipped samples by reason.
+
+    Install it as ``WorkerConfig(global_error_handler=tracker)`` *before* building the
+    dataset (Energon's wrappers read the handler when they are constructed). Each process
+    (the main one, every worker) holds its own copy; :class:`SkipCountingDataset` carries the
+    counts out.
+    """
+
+    def __init__(self, on_error: Policy = "skip") -> None:
+        self.on_error = check_policy(on_error)
+        self.counts: collections.Counter[str] = collections.Counter()
+        self._warned_shards: set[str] = set()
+
+    def record(self, reason: str, what: str, exc: BaseException | None = None) -> None:
+        """Count one skipped sample under ``reason`` and log it."""
+        self.counts[reason] += 1
+        detail = f": {type(exc).__name__}: {exc}" if exc is not None and str(exc) else ""
+        logger.warning("skipped %s (%s)%s", what, reason, detail)
+
+    def __call__(self, exc: Exception, sample: Any, sources: Any = None) -> None:
+        """Energon's ``global_error_handler(exception, sample, sources)``."""
+        reason = classify_error(exc)
+        what = describe_sample(sample)
+        if self.on_error == "raise":
+            raise BadSampleError(
+                f"sample failed ({reason}) at {what}: {type(exc).__name__}: {exc} "
+                "(on_error='raise'; use on_error='skip' to skip and count bad samples)"
+            ) from exc
+        self.record(reason, what, exc)
+
+    def truncated(self, shard: str, index: int, exc: BaseException) -> None:
+        """Apply the policy to sample ``index`` lying past the end of ``shard``."""
+        if self.on_error == "raise":
+            raise TruncatedShardError(
+                f"shard {shard!r} is truncated: sample #{index} of the dataset index lies past "
+                f"its end ({exc}). Re-create or re-prepare the shard, or use on_error='skip' to "
+                "skip the rest of a truncated shard"
+            ) from exc
+        self.counts[TRUNCATED] += 1
+        if shard not in self._warned_shards:
+            self._warned_shards.add(shard)
+            logger.warning(
+                "shard %r is truncated; skipping the samples past its end (counted as %r)",
+                shard,
+                TRUNCATED,
+            )
+
+
+class _GuardedReader:
+    """A tar reader proxy: a sample past the end of a truncated shard becomes ``None``."""
+
+    def __init__(self, reader: Any, tracker: SkipTracker) -> None:
+        self._reader = reader
+        self._tracker = tracker
+
+    def __getitem__(self, index: Any) -> Any:
+        try:
+            return self._reader[index]
+        except Exception as exc:  # noqa: BLE001 - only truncations are handled
+            if not is_truncation(exc):
+                raise
+            self._tracker.truncated(_shard_of(self._reader, index, exc), index, exc)
+            return None
+
+    def __len__(self) -> int:
+        return len(self._reader)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._reader, name)
+
+
+def _shard_of(reader: Any, index: Any, exc: BaseException) -> str:
+    """The path of the shard holding ``index`` (from the reader's index), else from ``exc``."""
+    try:
+        pointer = reader._get_itar_sample_pointer(index)  # noqa: SLF001 - best effort
+        name = reader.tar_filenames[pointer.tar_file_id]
+        base = getattr(reader, "base_path", None)
+        return str(base / name) if base is not None else str(name)
+    except Exception:  # noqa: BLE001
+        text = str(exc)
+        return text.split(":", 1)[1].strip() if ":" in text else text
+
+
+def iter_leaves(dataset: Any) -> Iterator[WebdatasetSampleLoaderDataset]:
+    """Yield every webdataset leaf under an Energon dataset (through blends and wrappers)."""
+    stack, seen = [dataset], set()
+    while stack:
+        node = stack.pop()
+        if id(node) in seen:
+            continue
+        seen.add(id(node))
+        if isinstance(node, WebdatasetSampleLoaderDataset):
+            yield node
+            continue
+        stack.extend(getattr(node, "datasets", ()) or ())
+        inner = getattr(node, "dataset", None)
+        if inner is not None:
+            stack.append(inner)
+
+
+def guard_truncated_shards(dataset: Any, tracker: SkipTracker) -> int:
+    """Wrap the tar readers of every webdataset leaf of ``dataset``; return how many leaves.
+
+    Uses Energon's own skip path: a reader returning ``None`` is a filtered sample, so the
+    loader moves on to the next index (the rest of a truncated shard is skipped, one counted
+    sample per lost index) instead of ending the iteration.
+    """
+    count = 0
+    for leaf in iter_leaves(dataset):
+        leaf.join_readers = [
+            r if isinstance(r, _GuardedReader) else _GuardedReader(r, tracker)
+            for r in leaf.join_readers
+        ]
+        count += 1
+    return count
+
+
+@edataclass
+class CountedBatch(Sample):
+    """A batch with the producing worker's cumulative skip counts (unwrapped by the loader)."""
+
+    batch: Any
+    worker: int
+    skip_counts: dict
+
+
+class SkipCountingDataset(BaseWrapperDataset):
+    """Outermost wrapper: yields each batch as a :class:`CountedBatch` with this worker's counts.
+
+    The cumulative counts are a savable field, so Energon checkpoints them with the rest of
+    the pipeline and a restored loader reports exactly what an uninterrupted one would.
+    Counts of the task encoder (``error_counts()``) are folded in as they grow.
+    """
+
+    _savable_fields = ("_counts",)
+
+    def __init__(self, dataset: Any, tracker: SkipTracker, encoder: Any = None) -> None:
+        super().__init__(dataset, worker_config=dataset.worker_config)
+        self.tracker = tracker
+        self.encoder = encoder
+        self._encoder_seen: dict[str, int] = {}
+        self.reset_state_own()
+
+    @property
+    def _counts(self) -> dict[str, int]:
+        return dict(self.tracker.counts)
+
+    @_counts.setter
+    def _counts(self, value: Mapping[str, int]) -> None:
+        self.tracker.counts = collections.Counter(dict(value or {}))
+        self._encoder_seen = self._encoder_counts()
+
+    def reset_state_own(self) -> None:
+        """Start counting from zero."""
+        self._counts = {}
+
+    def _encoder_counts(self) -> dict[str, int]:
+        counts = getattr(self.encoder, "error_counts", None)
+        return dict(counts()) if callable(counts) else {}
+
+    def _fold_encoder_counts(self) -> None:
+        now = self._encoder_counts()
+        for reason, value in now.items():
+            delta = value - self._encoder_seen.get(reason, 0)
+            if delta > 0:
+                self.tracker.counts[reason] += delta
+        self._encoder_seen = now
+
+    def len_worker(self, worker_idx: int | None = None) -> int:
+        """The inner dataset's length."""
+        return self.dataset.len_worker(worker_idx)
+
+    def _wrap(self, batch: Any) -> CountedBatch:
+        return CountedBatch(
+            __key__=getattr(batch, "__key__", None),
+            __restore_key__=getattr(batch, "__restore_key__", ()),
+            batch=batch,
+            worker=self.worker_config.rank_worker_id(),
+            skip_counts=dict(self.tracker.counts),
+        )
+
+    def __iter__(self) -> Iterator[CountedBatch]:
+        reported: dict[str, int] | None = None
+        for batch in self.dataset:
+            self._fold_encoder_counts()
+            item = self._wrap(batch)
+            reported = item.skip_counts
+            yield item
+        # A finite pass may end with skipped samples after its last batch: report them in a
+        # counts-only item (``batch=None``), which the loader consumes without yielding.
+        self._fold_encoder_counts()
+        if self.tracker.counts and dict(self.tracker.counts) != reported:
+            yield self._wrap(None)
+
+    def restore_sample(self, restore_key: Any) -> CountedBatch:
+        """Restore the inner batch; it carries the counts as of now."""
+        return self._wrap(self.dataset.restore_sample(restore_key))
+
+    def config(self) -> dict[str, Any]:
+        """Transparent: the inner dataset's config."""
+        return self.dataset.config()
+
+    def __str__(self) -> str:
+        return f"SkipCountingDataset(on_error={self.tracker.on_error}, dataset={self.dataset})"
+
+
+class SkipCounts:
+    """Main-process side: the latest cumulative counts per worker, summed on demand."""
+
+    def __init__(self) -> None:
+        self.per_worker: dict[int, dict[str, int]] = {}
+
+    def unwrap(self, item: Any) -> Any:
+        """Record a :class:`CountedBatch`'s counts and return its batch (others unchanged).
+
+        A counts-only item (end of a finite pass) returns ``None``: callers skip it.
+        """
+        if not isinstance(item, CountedBatch):
+            return item
+        self.per_worker[int(item.worker)] = dict(item.skip_counts)
+        batch = item.batch
+        key = item.__restore_key__
+        if key and hasattr(batch, "__restore_key__"):
+            try:
+                batch.__restore_key__ = key
+            except (AttributeError, TypeError):  # pragma: no cover - frozen batch types
+                pass
+        return batch
+
+    def filter(self, iterable: Any) -> Iterator[Any]:
+        """Iterate ``iterable``, recording counts and yielding only real batches."""
+        for item in iterable:
+            batch = self.unwrap(item)
+            if batch is not None:
+                yield batch
+
+    def total(self) -> dict[str, int]:
+        """Skipped samples by reason, over all workers of this rank."""
+        total: collections.Counter[str] = collections.Counter()
+        for counts in self.per_worker.values():
+            total.update(counts)
+        return {k: v for k, v in sorted(total.items()) if v}
+
+    def state(self) -> dict[int, dict[str, int]]:
+        """A copy of the per-worker counts (saved with the loader state)."""
+        return {w: dict(c) for w, c in self.per_worker.items()}
+
+    def load(self, state: Mapping[int, Mapping[str, int]] | None) -> None:
+        """Restore :meth:`state`."""
+        self.per_worker = {int(w): dict(c) for w, c in (state or {}).items()}
