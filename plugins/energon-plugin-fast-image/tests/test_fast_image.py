@@ -227,3 +227,17 @@ def test_energon_float_and_uint8_decodes_give_identical_output():
     uint8 = [torch.from_numpy(a).permute(2, 0, 1).contiguous() for a in arrays]
     floats = [t.float() / 255 for t in uint8]
     assert torch.equal(proc(images=floats)["pixel_values"], proc(images=uint8)["pixel_values"])
+
+
+def test_crop_larger_than_image_pads_like_transformers():
+    """A crop larger than the resized image zero-pads around it, as transformers does."""
+    crop = {"height": 250, "width": 231}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        hf = transformers.CLIPImageProcessor(crop_size=crop)
+    proc = energon_plugins.create("image_processor", "fast-clip", {"crop_size": crop})
+    image = natural_image(np.random.default_rng(6), 224, 224)  # no resize: exact comparison
+    ref = _hf_pixels(hf, [image])
+    out = proc(images=[image])["pixel_values"]
+    assert out.shape == ref.shape == (1, 3, 250, 231)
+    assert (out - ref).abs().max() < 1e-5
