@@ -89,7 +89,8 @@ def wrap_image_processor(processor: Any) -> Any:
     if processor is None or getattr(processor, "accepts_energon_images", False):
         return processor
     module = type(processor).__module__ or ""
-    if module.startswith("transformers."):
+    # "transformers.models..." or, for trust_remote_code classes, "transformers_modules..."
+    if module.split(".")[0] in ("transformers", "transformers_modules"):
         return HFImageProcessor(processor)
     return processor
 
