@@ -26,6 +26,47 @@ class PackingOptions(BaseModel):
         ),
     )
 
+    # The options below are read by the task encoder's packing stage
+    # (energon_plugins.task_encoders.packing), not by the strategy's selection.
+    pad_to_multiple_of: int = Field(
+        default=1,
+        ge=1,
+        description=(
+            "Pad every packed sub-sequence to a multiple of this many tokens (e.g. 2 x the "
+            "context-parallel size); the batch's PackedSeqParams then carries "
+            "cu_seqlens_q_padded / cu_seqlens_kv_padded. seq_length must be a multiple of it."
+        ),
+    )
+    carry_over: bool = Field(
+        default=False,
+        description=(
+            "Hold the least-filled pack of each packing buffer back and pack its samples with "
+            "the next buffer instead of emitting it part-empty (the carried samples are in the "
+            "loader's saved state; at the end of a finite pass everything is emitted)."
+        ),
+    )
+    min_fill: float = Field(
+        default=0.995,
+        ge=0.0,
+        le=1.0,
+        description=(
+            "carry_over: a pack filled below this fraction of seq_length may be carried over."
+        ),
+    )
+    max_carries: int = Field(
+        default=8,
+        ge=1,
+        description=(
+            "carry_over: a sample carried over this many times is emitted with its next buffer, "
+            "which bounds how long a sample can wait (8 keeps fill >= 0.995 at buffer 200)."
+        ),
+    )
+    carry_max_groups: int = Field(
+        default=1,
+        ge=0,
+        description="carry_over: at most this many under-filled packs are carried per buffer.",
+    )
+
 
 class NoPackingOptions(PackingOptions):
     """Options of ``none``: every sample is its own pack."""

@@ -1,0 +1,390 @@
+"""Sequence packing for :class:`~energon_plugins.PluginTaskEncoder`: the packing mixin.
+
+:class:`PackingMixin` implements Energon's packing hooks with the selected packing strategy
+(``context.packing``):
+
+- ``select_samples_to_pack(samples)`` asks the strategy for a plan over the packing buffer,
+  using each sample's packed length (its length rounded up to ``pad_to_multiple_of``) and the
+  capacity ``seq_length``. Every sample lands in exactly one group, except overlong samples
+  under ``overlong: drop``; dropped and truncated samples are counted in
+  :meth:`~energon_plugins.PluginTaskEncoder.error_counts` (``packing_overlong_dropped``,
+  ``packing_overlong_truncated``) and logged.
+- ``pack_selected_samples(samples)`` (``@stateless``) concatenates tokens, labels, loss masks,
+  pixel values, image grids and image counts into one :class:`PackedSample` whose
+  ``seq_lengths`` are the sub-sequence lengths (each padded to ``pad_to_multiple_of``) and
+  ``real_seq_lengths`` the unpadded ones.
+- ``batch`` (``@stateless``) gives every batch of packed rows megatron-core
+  ``PackedSeqParams(qkv_format="thd")``, with ``cu_seqlens_q_padded`` / ``cu_seqlens_kv_padded``
+  when sub-sequences are padded.
+- ``build_batch``: with ``carry_over: true`` the packing stage is a
+  :class:`~energon_plugins.packing.carry_dataset.CarryOverPackingDataset` instead of Energon's
+  ``PackingDataset``: the least-filled pack of each buffer is carried into the next buffer.
+
+The packing options (``overlong``, ``pad_to_multiple_of``, ``carry_over``, ``min_fill``,
+``max_carries``, ``carry_max_groups``) live in the strategy's options
+(:class:`energon_plugins.packing.options.PackingOptions`), so a config selects them with the
+strategy: ``packing: {name: first-fit-decreasing, options: {carry_over: true}}``.
+"""
+
+import collections
+import logging
+from typing import Any
+
+import torch
+from megatron.energon import edataclass, stateless
+from megatron.energon.task_encoder.base import get_failure_tolerance, get_stateless
+
+from energon_plugins.errors import ConfigError
+from energon_plugins.packing.carry import split_carry
+from energon_plugins.packing.options import PackingOptions
+from energon_plugins.samples import EncodedSample
+
+__all__ = ["PackedSample", "PackingMixin", "packed_seq_params"]
+
+logger = logging.getLogger(__name__)
+
+#: Reasons under which the packing stage counts samples in ``error_counts()``.
+DROPPED = "packing_overlong_dropped"
+TRUNCATED = "packing_overlong_truncated"
+
+
+@edataclass
+class PackedSample(EncodedSample):
+    """Several encoded samples laid end to end in one row.
+
+    Attributes:
+        seq_lengths: the sub-sequence lengths as laid out (each padded to
+            ``pad_to_multiple_of``); they sum to the row's length.
+        real_seq_lengths: the unpadded sub-sequence lengths.
+        sub_keys: the ``__key__`` of each sub-sequence, in order (``__key__`` joins them with
+            commas).
+    """
+
+    real_seq_lengths: list[int] | None = None
+    sub_keys: list[str] | None = None
+
+
+def _round_up(length: int, multiple: int) -> int:
+    return -(-length // multiple) * multiple
+
+
+def packed_seq_params(real_segments: list[int], padded_segments: list[int]) -> Any:
+    """megatron-core ``PackedSeqParams(qkv_format="thd")`` for rows laid end to end.
+
+    ``padded_segments`` lists every sub-sequence of every row as laid out (each row's padding
+    tail as its own segment), ``real_segments`` the same segments without the per-sub-sequence
+    padding. The ``*_padded`` fields are set only when the two differ.
+    """
+    from megatron.core.packed_seq_params import PackedSeqParams
+
+    def cumulative(lengths: list[int]) -> torch.Tensor:
+        cu = torch.zeros(len(lengths) + 1, dtype=torch.int32)
+        cu[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int32), dim=0)
+        return cu
+
+    cu_real = cumulative(real_segments)
+    padded = real_segments != padded_segments
+    cu_padded = cumulative(padded_segments) if padded else None
+    return PackedSeqParams(
+        qkv_format="thd",
+        cu_seqlens_q=cu_real,
+        cu_seqlens_kv=cu_real.clone(),
+        cu_seqlens_q_padded=cu_padded,
+        cu_seqlens_kv_padded=cu_padded.clone() if cu_padded is not None else None,
+        max_seqlen_q=max(padded_segments, default=0),
+        max_seqlen_kv=max(padded_segments, default=0),
+    )
+
+
+class PackingMixin:
+    """Energon's packing hooks, driven by the selected packing strategy.
+
+    Mixed into :class:`~energon_plugins.PluginTaskEncoder` (before it in the bases); uses its
+    ``packing``, ``seq_length``, ``pad_token_id``, ``ignore_index`` and ``_error_counts``.
+    """
+
+    packing: Any
+    seq_length: int
+    _error_counts: collections.Counter
+
+    # ------------------------------------------------------------------ options
+    @property
+    def packing_options(self) -> Any:
+        """The strategy's options (:class:`PackingOptions` defaults for a strategy without)."""
+        options = getattr(self.packing, "options", None)
+        return options if options is not None else PackingOptions()
+
+    def _packing_option(self, name: str) -> Any:
+        return getattr(self.packing_options, name, PackingOptions.model_fields[name].default)
+
+    @property
+    def packing_capacity(self) -> int:
+        """Tokens per packed row: ``seq_length``."""
+        return int(self.seq_length)
+
+    @property
+    def pad_to_multiple_of(self) -> int:
+        """Each sub-sequence is padded to a multiple of this (1: no padding)."""
+        multiple = int(self._packing_option("pad_to_multiple_of"))
+        if multiple < 1 or self.packing_capacity % multiple:
+            raise ConfigError(
+                f"packing.options.pad_to_multiple_of: seq_length {self.packing_capacity} must be "
+                f"a multiple of pad_to_multiple_of ({multiple})"
+            )
+        return multiple
+
+    def packing_length(self, sample: EncodedSample) -> int:
+        """The tokens ``sample`` takes in a pack: its length rounded up to the pad multiple."""
+        return _round_up(int(sample.length), self.pad_to_multiple_of)
+
+    def packing_counts(self) -> dict[str, int]:
+        """Packing statistics of this process: buffers, samples, packs, real tokens, carried.
+
+        ``tokens / (packs * packing_capacity)`` is the fill ratio of the packs emitted so far.
+        """
+        return dict(self._packing_stats())
+
+    def _packing_stats(self) -> collections.Counter:
+        stats = self.__dict__.get("_packing_counter")
+        if stats is None:
+            stats = self.__dict__["_packing_counter"] = collections.Counter()
+        return stats
+
+    # ------------------------------------------------------------------ planning
+    def _strategy(self) -> Any:
+        if self.packing is None:
+            raise ConfigError(
+                "packing_buffer_size is set but no packing strategy is selected: set "
+                "packing: {name: first-fit-decreasing} (or another packing_strategy) or remove "
+                "packing_buffer_size"
+            )
+        return self.packing
+
+    def plan_buffer(self, samples: list[EncodedSample]) -> tuple[list[list[int]], list[int], list[int]]:
+        """Plan one buffer with the strategy: ``(groups, dropped, truncated)`` as indices.
+
+        A strategy without ``plan`` (only the ``select`` contract) is checked: an index used
+        twice is an error, an index left out counts as dropped.
+        """
+        strategy = self._strategy()
+        lengths = [self.packing_length(s) for s in samples]
+        capacity = self.packing_capacity
+        if hasattr(strategy, "plan"):
+            plan = strategy.plan(lengths, capacity)
+            groups = [list(g) for g in plan.groups]
+            dropped, truncated = list(plan.dropped), list(plan.truncated)
+        else:
+            groups = [list(g) for g in strategy.select(lengths, capacity)]
+            truncated = [i for g in groups for i in g if lengths[i] > capacity]
+            used = [i for g in groups for i in g]
+            if len(used) != len(set(used)):
+                raise ValueError(f"packing strategy {strategy!r} used a buffer index twice")
+            dropped = sorted(set(range(len(samples))) - set(used))
+        self._count_overlong(samples, lengths, dropped, truncated)
+        return groups, dropped, truncated
+
+    def _count_overlong(self, samples: list[Any], lengths: list[int], dropped: list[int],
+                        truncated: list[int]) -> None:
+        capacity = self.packing_capacity
+        for reason, indices, what in ((DROPPED, dropped, "dropped"),
+                                      (TRUNCATED, truncated, "truncated to the capacity")):
+            if not indices:
+                continue
+            self._error_counts[reason] += len(indices)
+            logger.warning(
+                "packing: %d sample(s) longer than the capacity %d %s: %s (totals so far: %s)",
+                len(indices), capacity, what,
+                ", ".join(f"{getattr(samples[i], '__key__', i)!s} ({lengths[i]})" for i in indices),
+                {k: v for k, v in self._error_counts.items() if k.startswith("packing_")},
+            )
+
+    def _count_emitted(self, samples: list[Any], groups: list[list[int]]) -> None:
+        stats = self._packing_stats()
+        capacity = self.packing_capacity
+        stats["packs"] += len(groups)
+        stats["samples"] += sum(len(g) for g in groups)
+        stats["tokens"] += sum(min(int(samples[i].length), capacity) for g in groups for i in g)
+
+    def select_samples_to_pack(self, samples: list[EncodedSample]) -> list[list[EncodedSample]]:
+        """Group the packing buffer with the selected strategy (each sample exactly once).
+
+        Samples longer than the capacity follow the strategy's ``overlong`` option and are
+        counted; nothing else is left out.
+        """
+        groups, _, _ = self.plan_buffer(samples)
+        stats = self._packing_stats()
+        stats["buffers"] += 1
+        self._count_emitted(samples, groups)
+        return [[samples[i] for i in group] for group in groups]
+
+    def plan_with_carry(
+        self, samples: list[EncodedSample], carry_counts: list[int], flush: bool
+    ) -> tuple[list[list[int]], list[int]]:
+        """The carry-over planner: ``(groups to emit, indices to carry)`` for one buffer.
+
+        Plans the buffer, then holds back up to ``carry_max_groups`` packs filled below
+        ``min_fill`` (:func:`~energon_plugins.packing.carry.split_carry`); samples already
+        carried ``max_carries`` times are pinned and go out now. ``flush`` carries nothing.
+        """
+        groups, _, _ = self.plan_buffer(samples)
+        stats = self._packing_stats()
+        stats["buffers"] += 1
+        carried: list[int] = []
+        if not flush:
+            lengths = [self.packing_length(s) for s in samples]
+            max_carries = int(self._packing_option("max_carries"))
+            pinned = [i for i, count in enumerate(carry_counts) if count >= max_carries]
+            groups, carried = split_carry(
+                groups,
+                lengths,
+                self.packing_capacity,
+                min_fill=float(self._packing_option("min_fill")),
+                max_groups=int(self._packing_option("carry_max_groups")),
+                pinned=pinned,
+            )
+        stats["carried"] += len(carried)
+        self._count_emitted(samples, groups)
+        return groups, carried
+
+    # ------------------------------------------------------------------ packing
+    def truncate_for_packing(self, sample: EncodedSample, capacity: int) -> EncodedSample:
+        """Cut an overlong ``sample`` to ``capacity`` tokens.
+
+        When the encoder knows its image token (``image_token_id``) and the cut would remove
+        image tokens, the sample is cut before its first image token and keeps no image
+        (images cannot be split); otherwise tokens are cut and images kept. Override for a
+        smarter cut.
+        """
+        cut = capacity
+        pixel_values, grid, num_images = sample.pixel_values, sample.image_grid_thw, sample.num_images
+        image_id = getattr(self, "image_token_id", None)
+        if num_images and isinstance(image_id, int):
+            is_image = sample.input_ids == image_id
+            if bool(is_image[cut:].any()):
+                cut = int(is_image.nonzero()[0, 0])
+                pixel_values, grid, num_images = None, None, 0
+        return EncodedSample.derive_from(
+            sample,
+            input_ids=sample.input_ids[:cut],
+            labels=sample.labels[:cut],
+            loss_mask=sample.loss_mask[:cut],
+            pixel_values=pixel_values,
+            image_grid_thw=grid,
+            num_images=num_images,
+            seq_lengths=[cut],
+            truncated=True,
+        )
+
+    @stateless
+    def pack_selected_samples(self, samples: list[EncodedSample]) -> PackedSample:
+        """Concatenate one group into a :class:`PackedSample` (each part padded to the multiple).
+
+        Padding tokens get the pad id, the ignore index as label and loss mask 0.
+        """
+        if not samples:
+            raise ValueError("pack_selected_samples() got an empty group")
+        capacity = self.packing_capacity
+        multiple = self.pad_to_multiple_of
+        pad_id, ignore = int(self.pad_token_id), int(self.ignore_index)  # type: ignore[attr-defined]
+        samples = [
+            self.truncate_for_packing(s, capacity) if s.length > capacity else s for s in samples
+        ]
+        ids, labels, masks, real, laid_out = [], [], [], [], []
+        for sample in samples:
+            n = sample.length
+            width = _round_up(n, multiple)
+            pad = width - n
+            ids.append(sample.input_ids.to(torch.long))
+            labels.append(sample.labels.to(torch.long))
+            masks.append(sample.loss_mask.to(torch.float32))
+            if pad:
+                ids.append(torch.full((pad,), pad_id, dtype=torch.long))
+                labels.append(torch.full((pad,), ignore, dtype=torch.long))
+                masks.append(torch.zeros(pad, dtype=torch.float32))
+            real.append(n)
+            laid_out.append(width)
+        if sum(laid_out) > capacity:
+            raise ValueError(
+                f"pack of {len(samples)} samples takes {sum(laid_out)} tokens, more than the "
+                f"capacity {capacity} (the packing strategy broke its contract)"
+            )
+        pixels = [s.pixel_values for s in samples if s.pixel_values is not None]
+        grids = [s.image_grid_thw for s in samples if s.image_grid_thw is not None]
+        keys = [str(s.__key__) for s in samples]
+        sources = tuple(src for s in samples for src in (s.__sources__ or ()))
+        return PackedSample.derive_from(
+            samples[0],
+            __key__=",".join(keys),
+            __sources__=sources or None,
+            input_ids=torch.cat(ids),
+            labels=torch.cat(labels),
+            loss_mask=torch.cat(masks),
+            pixel_values=torch.cat(pixels, dim=0) if pixels else None,
+            image_grid_thw=torch.cat(grids, dim=0) if grids else None,
+            num_images=sum(int(s.num_images) for s in samples),
+            seq_lengths=laid_out,
+            real_seq_lengths=real,
+            sub_keys=keys,
+            truncated=any(bool(s.truncated) for s in samples),
+        )
+
+    @stateless
+    def batch(self, samples: list[EncodedSample]) -> Any:
+        """Collate; a batch of packed rows always gets THD ``PackedSeqParams``, no attention mask."""
+        batch = super().batch(samples)  # type: ignore[misc]
+        if not any(isinstance(s, PackedSample) for s in samples):
+            return batch
+        width = int(batch.input_ids.shape[1])
+        real_segments: list[int] = []
+        padded_segments: list[int] = []
+        for sample in samples:
+            laid_out = list(sample.seq_lengths or [sample.length])
+            real = list(getattr(sample, "real_seq_lengths", None) or laid_out)
+            real_segments.extend(real)
+            padded_segments.extend(laid_out)
+            tail = width - sample.length
+            if tail > 0:
+                real_segments.append(tail)
+                padded_segments.append(tail)
+        batch.packed_seq_params = packed_seq_params(real_segments, padded_segments)
+        batch.attention_mask = None
+        return batch
+
+    # ------------------------------------------------------------------ the packing stage
+    def build_batch(self, dataset: Any, *, batch_size: Any, batch_drop_last: bool = False,
+                    packing_buffer_size: int | None = None, worker_config: Any) -> Any:
+        """Energon's ``build_batch``; with ``carry_over`` the packing stage carries over."""
+        if packing_buffer_size is not None:
+            self._strategy()
+            self.pad_to_multiple_of  # noqa: B018 - validates seq_length against the multiple
+        if packing_buffer_size is not None and self._packing_option("carry_over"):
+            if self._is_overridden(self.postencode_sample):  # type: ignore[attr-defined]
+                raise ConfigError(
+                    f"packing.options.carry_over: {type(self).__name__} overrides "
+                    "postencode_sample, which the carry-over packing stage does not support"
+                )
+            from energon_plugins.packing.carry_dataset import CarryOverPackingDataset
+
+            default_tolerance = self.__default_failure_tolerance__  # type: ignore[attr-defined]
+            dataset = CarryOverPackingDataset(
+                dataset,
+                buffer_size=packing_buffer_size,
+                planner=self.plan_with_carry,
+                final_packer=self.pack_selected_samples,
+                final_packer_stateless=get_stateless(self.pack_selected_samples),
+                worker_config=worker_config,
+                final_packer_failure_tolerance=get_failure_tolerance(
+                    self.pack_selected_samples, default_tolerance
+                ),
+                planner_failure_tolerance=get_failure_tolerance(
+                    self.select_samples_to_pack, default_tolerance
+                ),
+            )
+            packing_buffer_size = None
+        return super().build_batch(  # type: ignore[misc]
+            dataset,
+            batch_size=batch_size,
+            batch_drop_last=batch_drop_last,
+            packing_buffer_size=packing_buffer_size,
+            worker_config=worker_config,
+        )
