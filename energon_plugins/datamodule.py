@@ -240,6 +240,9 @@ class EnergonMultiModalDataModule:
 
     @task_encoder.setter
     def task_encoder(self, value: Any) -> None:
+        selection = _encoder_selection("task_encoder", value)
+        if selection is not None:
+            self._validate_selection(*selection)
         self._task_encoder_arg = value
         self._task_encoder = None
 
@@ -261,6 +264,9 @@ class EnergonMultiModalDataModule:
 
     @validation_task_encoder.setter
     def validation_task_encoder(self, value: Any) -> None:
+        selection = _encoder_selection("validation_task_encoder", value)
+        if selection is not None:
+            self._validate_selection(*selection)
         self._val_task_encoder_arg = value
         self._val_task_encoder = None
 

@@ -256,6 +256,10 @@ def test_constructor_is_light_and_encoders_see_final_values(vqa_dataset, tokeniz
     assert dm.validation_task_encoder.context.split == "val"
     assert dm.task_encoder.context.split == "train"
     assert next(dm.train_dataloader()).input_ids.shape == (2, 333)
+    with pytest.raises(PluginNotFoundError):
+        dm.task_encoder = "no-such-encoder"
+    dm.task_encoder = {"name": "multimodal", "options": {"image_tokens": 3}}
+    assert dm.task_encoder.options.image_tokens == 3
     assert dm.pin_memory is True and dm.num_val_workers == dm.num_workers
 
 
