@@ -1,0 +1,93 @@
+"""The ``llava-clip`` image processor: LLaVA-1.5's CLIP ViT-L/14-336 preprocessing.
+
+A transformers ``CLIPImageProcessor`` (the PIL implementation when torchvision is absent)
+with shortest edge and crop set to ``image_size`` (336), built through the core's ``hf``
+plugin. With ``image_aspect_ratio="pad"`` (LLaVA-1.5's default) every image is first padded
+to a square, centred on a background of the processor's mean colour, so the crop keeps the
+whole image.
+"""
+
+import importlib.util
+from typing import Any
+
+from energon_plugins.image_processors.hf import (
+    HFImageProcessor,
+    build_hf_image_processor,
+    energon_image_to_pil,
+)
+from energon_plugins.image_processors.options import HFImageProcessorOptions
+
+from energon_plugin_llava.options import LlavaClipOptions
+
+
+def clip_class_name() -> str:
+    """``CLIPImageProcessor``, or its PIL implementation when torchvision is not installed."""
+    if importlib.util.find_spec("torchvision") is None:
+        return "CLIPImageProcessorPil"
+    return "CLIPImageProcessor"
+
+
+def pad_to_square(image: Any, background: tuple[int, int, int]) -> Any:
+    """Pad a PIL image to a square, the image centred on ``background`` (LLaVA's expand2square)."""
+    from PIL import Image
+
+    width, height = image.size
+    if width == height:
+        return image
+    side = max(width, height)
+    canvas = Image.new(image.mode, (side, side), background)
+    canvas.paste(image, ((side - width) // 2, (side - height) // 2))
+    return canvas
+
+
+def mean_color(processor: Any) -> tuple[int, int, int]:
+    """The processor's ``image_mean`` as an 8-bit RGB colour."""
+    mean = getattr(processor, "image_mean", None) or (0.5, 0.5, 0.5)
+    return tuple(int(round(float(m) * 255)) for m in mean)  # type: ignore[return-value]
+
+
+class LlavaImageProcessor:
+    """A CLIP processor that optionally pads images to a square first (LLaVA-1.5).
+
+    Call it like a Hugging Face processor: ``proc(images=[...], return_tensors="pt")``;
+    accepts Energon's CHW float tensors, PIL images and arrays. Attribute access (``crop_size``,
+    ``image_mean``, ...) falls through to the wrapped transformers processor.
+    """
+
+    accepts_energon_images = True
+
+    def __init__(self, processor: HFImageProcessor, *, pad: bool) -> None:
+        """Wrap ``processor`` (an ``HFImageProcessor``); ``pad`` switches square padding on."""
+        self.inner = processor
+        self.pad = pad
+        self.background = mean_color(processor)
+
+    def __call__(self, images: Any = None, **kwargs: Any) -> Any:
+        single = not isinstance(images, (list, tuple))
+        items = [images] if single else list(images)
+        pils = [energon_image_to_pil(img) for img in items]
+        if self.pad:
+            pils = [pad_to_square(img.convert("RGB"), self.background) for img in pils]
+        return self.inner(images=pils[0] if single else pils, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "inner":  # not yet set (e.g. during unpickling)
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __repr__(self) -> str:
+        return f"LlavaImageProcessor(pad={self.pad}, {self.inner!r})"
+
+
+def build_llava_clip(options: LlavaClipOptions | None, context: Any = None) -> LlavaImageProcessor:
+    """Factory of ``llava-clip`` (``factory(options, context)``)."""
+    options = options if options is not None else LlavaClipOptions()
+    size = options.image_size
+    hf = build_hf_image_processor(
+        HFImageProcessorOptions(
+            class_name=clip_class_name(),
+            kwargs={"size": {"shortest_edge": size}, "crop_size": {"height": size, "width": size}},
+        ),
+        context,
+    )
+    return LlavaImageProcessor(hf, pad=options.image_aspect_ratio == "pad")
