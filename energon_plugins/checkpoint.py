@@ -96,3 +96,103 @@ def load_loader_state(
                 "data. Differences: " + "; ".join(differences)
             )
     return payload["state"]
+
+
+# --------------------------------------------------------------------------- datamodule level
+def dataset_identity(path: str | os.PathLike) -> str:
+    """What identifies a dataset across mounts: ``.nv-meta/index.uuid``, else a content hash.
+
+    A prepared folder is named by the uuid Energon's prepare wrote (moving the folder keeps
+    it); a metadataset YAML by the SHA-256 of its text; anything else by its resolved path.
+    """
+    import hashlib
+
+    p = Path(path).expanduser()
+    uuid_file = p / ".nv-meta" / "index.uuid"
+    if uuid_file.is_file():
+        return "uuid:" + uuid_file.read_text(encoding="utf-8").strip()
+    if p.is_file():
+        return "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+    return "path:" + str(p.resolve())
+
+
+def _describe_component(arg: Any, built: Any) -> tuple[str, Any]:
+    """``(name, options)`` of a task encoder or packing selection, for the fingerprint."""
+    if isinstance(arg, str):
+        return arg, None
+    if isinstance(arg, Mapping):
+        options = arg.get("options")
+        if hasattr(options, "model_dump"):
+            options = options.model_dump(mode="json")
+        return str(arg.get("name")), options
+    obj = built if built is not None else arg
+    if obj is None:
+        return "None", None
+    cls = type(obj)
+    return f"{cls.__module__}.{cls.__qualname__}", None
+
+
+def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> dict[str, Any]:
+    """What must match for a saved training-loader state to continue the same stream.
+
+    World size and rank of the data-parallel group, the dataset (see
+    :func:`dataset_identity`), the task encoder (plugin name and options, or class) and its
+    error policy, sequence length, micro batch size, worker count, shuffle and packing
+    settings, and the extra ``get_train_dataset`` arguments.
+    """
+    encoder_arg = getattr(datamodule, "_task_encoder_arg", None)
+    encoder = datamodule.task_encoder
+    name, options = _describe_component(encoder_arg, encoder)
+    if encoder_arg is None:
+        name = "multimodal"
+    packing = getattr(datamodule, "packing", None)
+    return {
+        "dp_world_size": int(dp_world_size),
+        "dp_rank": int(dp_rank),
+        "dataset": dataset_identity(datamodule.path),
+        "task_encoder": name,
+        "task_encoder_options": options,
+        "on_error": getattr(encoder, "on_error", None) if encoder is not None else None,
+        "seq_length": datamodule.seq_length,
+        "decoder_seq_length": datamodule.decoder_seq_length,
+        "micro_batch_size": datamodule.micro_batch_size,
+        "num_workers": datamodule.num_workers,
+        "shuffle_buffer_size": datamodule.shuffle_buffer_size,
+        "max_samples_per_sequence": datamodule.max_samples_per_sequence,
+        "packing_buffer_size": datamodule.packing_buffer_size,
+        "packing": None if packing is None else f"{type(packing).__module__}.{type(packing).__qualname__}",
+        "energon_kwargs": {k: repr(v) for k, v in sorted(getattr(datamodule, "kwargs", {}).items())},
+    }
+
+
+def _dp_rank_and_size(datamodule: Any) -> tuple[int, int]:
+    loader = getattr(datamodule, "train_dataloader_object", None)
+    worker_config = getattr(getattr(loader, "dataloader", None), "worker_config", None)
+    if worker_config is None:
+        worker_config = datamodule._build_worker_config(datamodule.num_workers, split="train")
+    return int(worker_config.rank), int(worker_config.world_size)
+
+
+def save_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> Path:
+    """Save this DP rank's training-loader state under ``folder`` (with its fingerprint).
+
+    Context-parallel (and tensor/pipeline) peers of a DP rank hold the same state; they may
+    all call this (the file is written atomically) or only one of them.
+    """
+    rank, world = _dp_rank_and_size(datamodule)
+    state = datamodule.train_dataloader().save_state()
+    fingerprint = loader_fingerprint(datamodule, dp_rank=rank, dp_world_size=world)
+    return save_loader_state(folder, state, dp_rank=rank, fingerprint=fingerprint)
+
+
+def load_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> None:
+    """Restore this DP rank's training-loader state from ``folder`` (before iterating).
+
+    Raises:
+        StateMismatchError: the state was saved with a different world size, dataset, task
+            encoder or batch setting; the message names each difference.
+    """
+    rank, world = _dp_rank_and_size(datamodule)
+    fingerprint = loader_fingerprint(datamodule, dp_rank=rank, dp_world_size=world)
+    state = load_loader_state(folder, dp_rank=rank, fingerprint=fingerprint)
+    datamodule.train_dataloader().restore_state(state)

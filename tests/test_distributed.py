@@ -1,0 +1,130 @@
+"""Four real processes (gloo), megatron-core process groups DP=2 x CP=2, real Energon loaders.
+
+Ranks are laid out as megatron-core does (order tp-cp-ep-dp-pp): ranks {0, 1} are the CP pair
+of DP replica 0, ranks {2, 3} that of replica 1.
+"""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from energon_plugins.demo.data import write_dataset
+
+WORLD = 4
+WORKER = Path(__file__).with_name("distributed_worker.py")
+
+
+def test_rank_layout_matches_megatron_core():
+    from energon_plugins.distributed import rank_groups
+
+    groups = rank_groups(4, cp=2)
+    assert groups["cp"] == [[0, 1], [2, 3]]
+    assert groups["dp"] == [[0, 2], [1, 3]]
+    assert groups["dp-cp"] == [[0, 1, 2, 3]]
+    with pytest.raises(ValueError, match="not a multiple"):
+        rank_groups(6, cp=4)
+
+
+@pytest.fixture(scope="module")
+def distributed_run(tmp_path_factory):
+    root = tmp_path_factory.mktemp("dist")
+    # train: 8 shards (>= DP 2 x any worker count used here); val: 2 shards of 5
+    big = write_dataset(root / "big", kind="vqa", num_samples=50, samples_per_shard=5)
+    # a val split of one shard of 3 samples: fewer samples than DP ranks x val workers (2 x 2)
+    small = write_dataset(root / "small", kind="vqa", num_samples=23, samples_per_shard=5)
+    assert len(small.split_keys["val"]) == 3
+    out = root / "out"
+    out.mkdir()
+    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
+    procs = [
+        subprocess.Popen(
+            [sys.executable, str(WORKER), str(rank), str(WORLD), str(root / "rendezvous"),
+             str(big.path), str(small.path), str(out)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
+        )
+        for rank in range(WORLD)
+    ]
+    failures = []
+    for rank, proc in enumerate(procs):
+        try:
+            stdout, stderr = proc.communicate(timeout=240)
+        except subprocess.TimeoutExpired:
+            for p in procs:
+                p.kill()
+            raise
+        if proc.returncode != 0 or not stdout.strip().endswith("OK"):
+            failures.append(f"rank {rank} exit {proc.returncode}:\n{stderr[-3000:]}")
+    assert not failures, "\n".join(failures)
+    results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
+    return big, small, out, results
+
+
+def keys_of(batches):
+    return [key for batch in batches for key in batch["keys"]]
+
+
+@pytest.mark.slow
+def test_ranks_and_groups(distributed_run):
+    _, _, _, results = distributed_run
+    assert [(r["dp_rank"], r["cp_rank"]) for r in results] == [(0, 0), (0, 1), (1, 0), (1, 1)]
+    assert all(r["dp_size"] == 2 for r in results)
+
+
+@pytest.mark.slow
+def test_dp_replicas_split_the_val_pass_and_cp_peers_agree(distributed_run):
+    big, _, _, results = distributed_run
+    replica0, replica1 = results[0]["val"], results[2]["val"]
+    assert results[1]["val"] == replica0, "CP peers of replica 0 read identical batches"
+    assert results[3]["val"] == replica1, "CP peers of replica 1 read identical batches"
+    k0, k1 = keys_of(replica0), keys_of(replica1)
+    assert not set(k0) & set(k1), "DP replicas read disjoint samples"
+    assert sorted(k0 + k1) == sorted(big.split_keys["val"]), "their union is the split"
+    assert len(k0) + len(k1) == len(big.split_keys["val"]), "each sample once"
+    assert all(r["val_again"] == r["val"] for r in results), "every evaluation reads the same"
+
+
+@pytest.mark.slow
+def test_dp_replicas_train_on_different_data_and_cp_peers_on_the_same(distributed_run):
+    big, _, _, results = distributed_run
+    for field in ("train_before", "train_after"):
+        assert results[0][field] == results[1][field]
+        assert results[2][field] == results[3][field]
+        assert not set(keys_of(results[0][field])) & set(keys_of(results[2][field]))
+    assert set(keys_of(results[0]["train_before"])) <= set(big.split_keys["train"])
+
+
+@pytest.mark.slow
+def test_save_and_restore_per_dp_rank(distributed_run):
+    _, _, out, results = distributed_run
+    files = sorted(p.name for p in (out / "ckpt").iterdir())
+    assert files == ["train_dataloader_dprank000.pt", "train_dataloader_dprank001.pt"]
+    for r in results:
+        assert r["train_resumed"] == r["train_after"], f"rank {r['rank']} resumed exactly"
+
+
+@pytest.mark.slow
+def test_val_split_smaller_than_ranks_times_workers(distributed_run):
+    _, small, _, results = distributed_run
+    k0, k1 = keys_of([{"keys": b} for b in results[0]["small_val"]]), keys_of(
+        [{"keys": b} for b in results[2]["small_val"]]
+    )
+    assert results[1]["small_val"] == results[0]["small_val"]
+    assert sorted(k0 + k1) == sorted(small.split_keys["val"])
+
+
+@pytest.mark.slow
+def test_a_state_saved_by_another_world_size_is_refused(distributed_run, tokenizer, clip_processor):
+    from energon_plugins import EnergonMultiModalDataModule
+    from energon_plugins.checkpoint import StateMismatchError, load_datamodule_state
+
+    big, _, out, _ = distributed_run
+    dm = EnergonMultiModalDataModule(
+        str(big.path), tokenizer, clip_processor, seq_length=300, micro_batch_size=2,
+        num_workers=0, shuffle_buffer_size=20,
+    )
+    with pytest.raises(StateMismatchError, match=r"dp_world_size: saved 2, now 1"):
+        load_datamodule_state(dm, out / "ckpt")
