@@ -81,7 +81,10 @@ def to_uint8_hwc(image: Any, index: int = 0) -> torch.Tensor:
         raise ValueError(f"images[{index}]: expected 2 or 3 dimensions, got shape {tuple(tensor.shape)}")
     if tensor.dtype != torch.uint8:
         if tensor.is_floating_point():
-            tensor = (tensor.float() * 255.0).round_().clamp_(0, 255).to(torch.uint8)
+            # numpy, single-threaded: per-image torch ops pay the intra-op pool's latency,
+            # which is severe when other processes load the cores.
+            array = tensor.float().numpy()
+            tensor = torch.from_numpy(np.rint(np.clip(array, 0.0, 1.0) * 255.0).astype(np.uint8))
         elif tensor.dtype == torch.bool:
             tensor = tensor.to(torch.uint8) * 255
         else:
