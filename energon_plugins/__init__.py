@@ -38,13 +38,14 @@ _LAZY = {
     "EnergonMultiModalDataModule": "energon_plugins.datamodule",
     "EnergonDataloader": "energon_plugins.dataloader",
     "cyclic_iter": "energon_plugins.dataloader",
+    "FiniteDataloader": "energon_plugins.dataloader",
     "PluginTaskEncoder": "energon_plugins.task_encoders.base",
     "EncodedSample": "energon_plugins.samples",
     "MultiModalBatch": "energon_plugins.samples",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from energon_plugins.dataloader import EnergonDataloader, cyclic_iter
+    from energon_plugins.dataloader import EnergonDataloader, FiniteDataloader, cyclic_iter
     from energon_plugins.datamodule import EnergonMultiModalDataModule
     from energon_plugins.samples import EncodedSample, MultiModalBatch
     from energon_plugins.task_encoders.base import PluginTaskEncoder
@@ -77,6 +78,7 @@ __all__ = [
     "EnergonDataloader",
     "EnergonMultiModalDataModule",
     "EnergonPluginsError",
+    "FiniteDataloader",
     "LoadFailure",
     "MultiModalBatch",
     "MultiModalSampleConfig",

@@ -17,6 +17,7 @@ import pydantic
 from energon_plugins._suggest import did_you_mean
 from energon_plugins.context import BuildContext
 from energon_plugins.errors import (
+    EnergonPluginsError,
     PluginConflictError,
     PluginLoadError,
     PluginNotFoundError,
@@ -354,8 +355,8 @@ class Registry:
         factory = spec.load_factory()
         try:
             return factory(validated, context if context is not None else BuildContext())
-        except (PluginOptionsError, PluginLoadError, PluginNotFoundError, PluginConflictError):
-            raise
+        except EnergonPluginsError:
+            raise  # already names what is wrong (a nested create, a config or dataset error)
         except Exception as exc:
             raise PluginLoadError(
                 f"{spec.label}: building failed: {type(exc).__name__}: {exc}"
