@@ -5,11 +5,25 @@ import sys
 from typing import Any
 
 
+PIPE_WIDTH = 140
+"""Width of tables written to a pipe or file (a terminal's own width is used otherwise)."""
+
+
 def console(stderr: bool = False) -> Any:
-    """A rich console on stdout (or stderr); imported on first use."""
+    """A rich console on stdout (or stderr); imported on first use.
+
+    Written to a pipe or a file (not a terminal), lines may be up to :data:`PIPE_WIDTH`
+    characters (or ``$COLUMNS``), so tables are not squeezed to 80 columns.
+    """
+    import os
+
     from rich.console import Console
 
-    return Console(stderr=stderr, soft_wrap=False, highlight=False)
+    stream = sys.stderr if stderr else sys.stdout
+    width = None
+    if not (hasattr(stream, "isatty") and stream.isatty()):
+        width = int(os.environ.get("COLUMNS", "0") or 0) or PIPE_WIDTH
+    return Console(stderr=stderr, soft_wrap=False, highlight=False, width=width)
 
 
 def print_json(data: Any) -> None:

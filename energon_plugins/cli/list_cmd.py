@@ -31,9 +31,9 @@ def list_command(as_json: bool, kind: str | None) -> None:
 
     table = Table(title="energon-plugins", title_justify="left")
     for column in ("name", "kind", "distribution", "version"):
-        table.add_column(column, no_wrap=True)
-    table.add_column("description", overflow="fold", ratio=1)
-    table.add_column("status", no_wrap=True)
+        table.add_column(column, overflow="fold")
+    table.add_column("description", overflow="fold", min_width=24)
+    table.add_column("status", no_wrap=True, min_width=6)
     for row in rows:
         status = row.status
         description = row.description
