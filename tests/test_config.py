@@ -285,3 +285,51 @@ def test_check_config_returns_issues_without_raising(workspace):
     assert config is None and [i.path for i in issues] == ["seq_length"]
     config, issues = check_config([1, 2])
     assert config is None and issues[0].path == "<root>"
+
+
+# -- plugins beyond the built-ins --------------------------------------------------------------
+
+
+def _registry_with_duplicate_name():
+    """The installed plugins plus two distributions that both register task encoder 'dup'."""
+    from pydantic import BaseModel, ConfigDict
+
+    from energon_plugins import load_registry
+    from energon_plugins.registry import PluginSpec
+
+    class DupOptions(BaseModel):
+        model_config = ConfigDict(extra="forbid")
+        width: int = 1
+
+    registry = load_registry()
+    for dist in ("dist-a", "dist-b"):
+        registry.add(PluginSpec(name="dup", kind="task_encoder", factory="x:y", options=DupOptions,
+                                description=f"dup from {dist}", aliases=(), distribution=dist,
+                                version="1.0", module=f"{dist}.mod"))
+    return registry
+
+
+def test_a_name_claimed_twice_is_reported_with_both_distributions(workspace):
+    registry = _registry_with_duplicate_name()
+    config, issues = check_config({"path": "ds", "tokenizer": {"path": "tok"},
+                                   "task_encoder": {"name": "dup"}},
+                                  base_dir=workspace, registry=registry)
+    assert config is None and issues[0].path == "task_encoder.name"
+    assert "dist-a" in issues[0].message and "dist-b" in issues[0].message
+    config, issues = check_config({"path": "ds", "tokenizer": {"path": "tok"},
+                                   "task_encoder": {"name": "dist-b:dup",
+                                                    "options": {"widht": 2}}},
+                                  base_dir=workspace, registry=registry)
+    assert [i.path for i in issues] == ["task_encoder.options.widht"]
+    assert "did you mean 'width'" in issues[0].message and "dist-b" in issues[0].message
+
+
+def test_schema_offers_only_qualified_names_for_a_shared_name():
+    schema = config_json_schema(_registry_with_duplicate_name())
+    validator = jsonschema.Draft202012Validator(schema)
+    base = {"path": "ds", "tokenizer": {"path": "tok"}}
+    assert list(validator.iter_errors({**base, "task_encoder": {"name": "dist-a:dup",
+                                                                "options": {"width": 3}}})) == []
+    assert list(validator.iter_errors({**base, "task_encoder": {"name": "dup"}}))
+    assert list(validator.iter_errors({**base, "task_encoder": {"name": "dist-a:dup",
+                                                                "options": {"widht": 3}}}))
