@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 from megatron.energon import edataclass, stateless
+from megatron.energon.errors import FatalSampleError
 from megatron.energon.task_encoder.base import get_failure_tolerance, get_stateless
 
 from energon_plugins.errors import ConfigError
@@ -68,12 +69,13 @@ def _round_up(length: int, multiple: int) -> int:
     return -(-length // multiple) * multiple
 
 
-def packed_seq_params(real_segments: list[int], padded_segments: list[int]) -> Any:
+def packed_seq_params(real_segments: list[int], padded_segments: list[int],
+                      always_padded: bool = False) -> Any:
     """megatron-core ``PackedSeqParams(qkv_format="thd")`` for rows laid end to end.
 
     ``padded_segments`` lists every sub-sequence of every row as laid out (each row's padding
     tail as its own segment), ``real_segments`` the same segments without the per-sub-sequence
-    padding. The ``*_padded`` fields are set only when the two differ.
+    padding. The ``*_padded`` fields are set when the two differ or ``always_padded``.
     """
     from megatron.core.packed_seq_params import PackedSeqParams
 
@@ -83,7 +85,7 @@ def packed_seq_params(real_segments: list[int], padded_segments: list[int]) -> A
         return cu
 
     cu_real = cumulative(real_segments)
-    padded = real_segments != padded_segments
+    padded = always_padded or real_segments != padded_segments
     cu_padded = cumulative(padded_segments) if padded else None
     return PackedSeqParams(
         qkv_format="thd",
@@ -169,17 +171,31 @@ class PackingMixin:
         strategy = self._strategy()
         lengths = [self.packing_length(s) for s in samples]
         capacity = self.packing_capacity
-        if hasattr(strategy, "plan"):
-            plan = strategy.plan(lengths, capacity)
-            groups = [list(g) for g in plan.groups]
-            dropped, truncated = list(plan.dropped), list(plan.truncated)
-        else:
-            groups = [list(g) for g in strategy.select(lengths, capacity)]
-            truncated = [i for g in groups for i in g if lengths[i] > capacity]
+        # Energon's packing stage logs and skips a failing pre-packer, which would lose the
+        # whole buffer: a strategy error (overlong="error" included) stops the loader instead.
+        try:
+            if hasattr(strategy, "plan"):
+                plan = strategy.plan(lengths, capacity)
+                groups = [list(g) for g in plan.groups]
+                dropped, truncated = list(plan.dropped), list(plan.truncated)
+            else:
+                groups = [list(g) for g in strategy.select(lengths, capacity)]
+                truncated = [i for g in groups for i in g if lengths[i] > capacity]
+                dropped = sorted(set(range(len(samples))) - {i for g in groups for i in g})
             used = [i for g in groups for i in g]
-            if len(used) != len(set(used)):
-                raise ValueError(f"packing strategy {strategy!r} used a buffer index twice")
-            dropped = sorted(set(range(len(samples))) - set(used))
+            if len(used) != len(set(used)) or not set(used) <= set(range(len(samples))):
+                raise ValueError("a buffer index is used twice or out of range")
+        except Exception as exc:  # noqa: BLE001 - re-raised as fatal, with the keys named
+            overlong = [
+                f"{getattr(samples[i], '__key__', i)!s} ({lengths[i]})"
+                for i in range(len(samples))
+                if lengths[i] > capacity
+            ]
+            raise FatalSampleError(
+                f"packing strategy {strategy!r} failed on a buffer of {len(samples)} samples: "
+                f"{exc}" + (f"; overlong samples (key (length)): {', '.join(overlong)}"
+                            if overlong else "")
+            ) from exc
         self._count_overlong(samples, lengths, dropped, truncated)
         return groups, dropped, truncated
 
@@ -346,7 +362,9 @@ class PackingMixin:
             if tail > 0:
                 real_segments.append(tail)
                 padded_segments.append(tail)
-        batch.packed_seq_params = packed_seq_params(real_segments, padded_segments)
+        batch.packed_seq_params = packed_seq_params(
+            real_segments, padded_segments, always_padded=self.pad_to_multiple_of > 1
+        )
         batch.attention_mask = None
         return batch
 
