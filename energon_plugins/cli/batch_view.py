@@ -15,11 +15,18 @@ class Segment:
     start: int
     end: int
     padding: bool
+    real: int | None = None
+    """Tokens before the sub-sequence's own padding (``pad_to_multiple_of``); None: all."""
 
     @property
     def length(self) -> int:
-        """Tokens in the segment."""
+        """Tokens in the segment, as laid out."""
         return self.end - self.start
+
+    @property
+    def real_length(self) -> int:
+        """Tokens of the segment without its per-sub-sequence padding."""
+        return self.length if self.real is None else min(self.real, self.length)
 
 
 def batch_fields(batch: Any) -> dict[str, Any]:
@@ -37,10 +44,15 @@ def row_segments(batch: Any, row: int, pad_id: int | None, ignore_index: int) ->
     width = int(input_ids.shape[1])
     params = getattr(batch, "packed_seq_params", None)
     if params is not None:
-        cu = [int(x) for x in params.cu_seqlens_q.tolist()]
+        real_cu = [int(x) for x in params.cu_seqlens_q.tolist()]
+        padded = getattr(params, "cu_seqlens_q_padded", None)
+        cu = [int(x) for x in padded.tolist()] if padded is not None else real_cu
+        reals = [b - a for a, b in zip(real_cu, real_cu[1:])]
         lo, hi = row * width, (row + 1) * width
         segments = [
-            Segment(a - lo, b - lo, False) for a, b in zip(cu, cu[1:]) if a >= lo and b <= hi
+            Segment(a - lo, b - lo, False, reals[i] if i < len(reals) else None)
+            for i, (a, b) in enumerate(zip(cu, cu[1:]))
+            if a >= lo and b <= hi
         ]
         if segments:
             tail = segments[-1]
@@ -145,5 +157,5 @@ def batch_stats(batch: Any, pad_id: int | None, ignore_index: int, seq_length: i
         for segment in row_segments(batch, row, pad_id, ignore_index):
             if not segment.padding:
                 stats.samples += 1
-                stats.real_tokens += segment.length
+                stats.real_tokens += segment.real_length
     return stats
