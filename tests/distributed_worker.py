@@ -1,7 +1,9 @@
-"""One rank of the 4-process DP=2 x CP=2 run driven by ``tests/test_distributed.py``.
+"""The 4-process DP=2 x CP=2 run driven by ``tests/test_distributed.py``.
 
-Usage: ``python distributed_worker.py RANK WORLD INIT_FILE DATASET SMALL_DATASET OUT_DIR``.
-Writes ``OUT_DIR/rank{RANK}.json`` with what this rank read.
+Usage: ``python distributed_worker.py WORLD INIT_FILE DATASET SMALL_DATASET OUT_DIR``.
+The launcher imports torch, megatron-core, Energon and transformers once, then forks one
+process per rank (each its own ``torch.distributed`` rank over gloo), so the ranks do not
+each pay the imports. Each rank writes ``OUT_DIR/rank{RANK}.json`` with what it read.
 """
 
 import json
@@ -30,10 +32,9 @@ def describe(batch):
     }
 
 
-def main() -> None:
-    rank, world, init_file, dataset, small_dataset, out_dir = sys.argv[1:7]
-    rank, world = int(rank), int(world)
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+def run_rank(rank, world, init_file, dataset, small_dataset, out_dir) -> None:
+    """Body of one rank."""
+    import time
 
     import transformers
 
@@ -42,6 +43,10 @@ def main() -> None:
     from energon_plugins.demo.tokenizer import build_demo_tokenizer
     from energon_plugins.distributed import build_pg_collection
 
+    started = time.perf_counter()
+    marks = {}
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    marks["init"] = time.perf_counter() - started
     pgs = build_pg_collection(cp=2)
     tokenizer = build_demo_tokenizer()
     cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
@@ -60,6 +65,7 @@ def main() -> None:
         "cp_rank": dist.get_rank(pgs.cp),
     }
     dm = make(dataset)
+    marks["setup"] = time.perf_counter() - started
     result["val"] = [describe(b) for b in dm.val_dataloader()]
     result["val_again"] = [describe(b) for b in dm.val_dataloader()]
 
@@ -75,13 +81,44 @@ def main() -> None:
     resumed = fresh.train_dataloader()
     result["train_resumed"] = [describe(next(resumed)) for _ in range(BATCHES_AFTER_SAVE)]
 
+    marks["train"] = time.perf_counter() - started
     small = make(small_dataset, num_val_workers=2)
     result["small_val"] = [describe(b)["keys"] for b in small.val_dataloader()]
 
+    marks["total"] = time.perf_counter() - started
+    result["seconds"] = {k: round(v, 2) for k, v in marks.items()}
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as fh:
         json.dump(result, fh)
     dist.barrier()
     dist.destroy_process_group()
+
+
+def main() -> None:
+    """Import once, fork one process per rank, exit non-zero if any rank failed."""
+    import multiprocessing
+
+    import megatron.core.parallel_state  # noqa: F401 - imported once, before forking
+    import megatron.core.process_groups_config  # noqa: F401
+    import megatron.energon  # noqa: F401
+    import transformers  # noqa: F401
+
+    import energon_plugins.datamodule  # noqa: F401
+
+    world, init_file, dataset, small_dataset, out_dir = sys.argv[1:6]
+    world = int(world)
+    ctx = multiprocessing.get_context("fork")
+    procs = [
+        ctx.Process(target=run_rank, args=(rank, world, init_file, dataset, small_dataset, out_dir))
+        for rank in range(world)
+    ]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(timeout=300)
+    codes = [proc.exitcode for proc in procs]
+    if any(code != 0 for code in codes):
+        print(f"rank exit codes: {codes}", file=sys.stderr)
+        sys.exit(1)
     print("OK")
 
 

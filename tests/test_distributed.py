@@ -40,25 +40,12 @@ def distributed_run(tmp_path_factory):
     out = root / "out"
     out.mkdir()
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
-    procs = [
-        subprocess.Popen(
-            [sys.executable, str(WORKER), str(rank), str(WORLD), str(root / "rendezvous"),
-             str(big.path), str(small.path), str(out)],
-            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
-        )
-        for rank in range(WORLD)
-    ]
-    failures = []
-    for rank, proc in enumerate(procs):
-        try:
-            stdout, stderr = proc.communicate(timeout=240)
-        except subprocess.TimeoutExpired:
-            for p in procs:
-                p.kill()
-            raise
-        if proc.returncode != 0 or not stdout.strip().endswith("OK"):
-            failures.append(f"rank {rank} exit {proc.returncode}:\n{stderr[-3000:]}")
-    assert not failures, "\n".join(failures)
+    proc = subprocess.run(
+        [sys.executable, str(WORKER), str(WORLD), str(root / "rendezvous"), str(big.path),
+         str(small.path), str(out)],
+        capture_output=True, text=True, env=env, timeout=300,
+    )
+    assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stderr[-5000:]
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
     return big, small, out, results
 
