@@ -361,3 +361,11 @@ def test_console_script_list_imports_no_heavy_module():
                 for line in result.stderr.splitlines() if line.startswith("import time:")}
     assert "energon_plugins" in imported and "pydantic" in imported  # the probe works
     assert not imported & HEAVY, imported & HEAVY
+
+
+def test_a_config_that_encodes_nothing_fails_with_a_message(site, runner):
+    result = invoke(runner, "preview", str(site / "examples" / "minimal.yaml"), "-n", "1",
+                    "--set", "seq_length=16")
+    assert result.exit_code == 1, result.output
+    assert "Error:" in result.output and "skipped" in result.output
+    assert "Traceback" not in result.output

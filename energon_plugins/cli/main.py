@@ -83,7 +83,14 @@ def is_user_error(exc: BaseException) -> bool:
     if isinstance(exc, (EnergonPluginsError, FileNotFoundError, IsADirectoryError, PermissionError)):
         return True
     yaml = sys.modules.get("yaml")
-    return yaml is not None and isinstance(exc, yaml.YAMLError)
+    if yaml is not None and isinstance(exc, yaml.YAMLError):
+        return True
+    # Energon gives up after too many failing samples in a row; with a config that cannot
+    # encode anything (e.g. a seq_length shorter than the image tokens) that is the user's
+    # setting, and the message names the reason and the sample.
+    energon_errors = sys.modules.get("megatron.energon.errors")
+    fatal = getattr(energon_errors, "FatalSampleError", None)
+    return fatal is not None and isinstance(exc, fatal)
 
 
 def report_error(exc: BaseException) -> None:
