@@ -6,8 +6,9 @@ A subclass implements ``encode_sample(sample) -> EncodedSample``; the base gives
   sample quietly; ``"raise"`` stops the loader with the sample named),
 - ``batch``: padding, position ids, attention mask, image concatenation, and packed
   sub-sequences (several ``seq_lengths``) turned into megatron-core ``PackedSeqParams``,
-- Energon's own ``select_samples_to_pack`` / ``pack_selected_samples`` / ``build_batch``
-  left in place as the extension points for packing.
+- sequence packing with the selected strategy (``select_samples_to_pack``,
+  ``pack_selected_samples``, carry-over in ``build_batch``), from
+  :class:`~energon_plugins.task_encoders.packing.PackingMixin`.
 
 Everything runs downstream of Energon's shuffle buffer, so every stage is ``@stateless``:
 ``encode_sample`` must be a pure function of the sample (use
@@ -27,6 +28,7 @@ from megatron.energon.errors import FatalSampleError
 from energon_plugins.context import BuildContext
 from energon_plugins.sample_config import MultiModalSampleConfig
 from energon_plugins.samples import EncodedSample, MultiModalBatch
+from energon_plugins.task_encoders.packing import PackingMixin
 
 T_sample = TypeVar("T_sample")
 
@@ -80,6 +82,7 @@ def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class PluginTaskEncoder(
+    PackingMixin,
     DefaultTaskEncoder[T_sample, EncodedSample, MultiModalBatch, MultiModalBatch],
     Generic[T_sample],
 ):
@@ -242,7 +245,7 @@ class PluginTaskEncoder(
         image_grid_thw = _cat([s.image_grid_thw for s in samples])
         num_images = torch.tensor([int(s.num_images) for s in samples], dtype=torch.long)
         packed_seq_params = build_packed_seq_params(segments) if packed else None
-        return MultiModalBatch.from_samples(
+        batch = MultiModalBatch.from_samples(
             samples,
             input_ids=input_ids,
             labels=labels,
@@ -254,6 +257,7 @@ class PluginTaskEncoder(
             num_images=num_images,
             packed_seq_params=packed_seq_params,
         )
+        return self.finish_packed_batch(samples, batch)
 
     @stateless
     def encode_batch(self, batch: MultiModalBatch) -> MultiModalBatch:

@@ -13,9 +13,9 @@
   pixel values, image grids and image counts into one :class:`PackedSample` whose
   ``seq_lengths`` are the sub-sequence lengths (each padded to ``pad_to_multiple_of``) and
   ``real_seq_lengths`` the unpadded ones.
-- ``batch`` (``@stateless``) gives every batch of packed rows megatron-core
-  ``PackedSeqParams(qkv_format="thd")``, with ``cu_seqlens_q_padded`` / ``cu_seqlens_kv_padded``
-  when sub-sequences are padded.
+- ``finish_packed_batch(samples, batch)`` (called at the end of ``batch``) gives every batch of
+  packed rows megatron-core ``PackedSeqParams(qkv_format="thd")``, with
+  ``cu_seqlens_q_padded`` / ``cu_seqlens_kv_padded`` when ``pad_to_multiple_of`` > 1.
 - ``build_batch``: with ``carry_over: true`` the packing stage is a
   :class:`~energon_plugins.packing.carry_dataset.CarryOverPackingDataset` instead of Energon's
   ``PackingDataset``: the least-filled pack of each buffer is carried into the next buffer.
@@ -344,10 +344,12 @@ class PackingMixin:
             truncated=any(bool(s.truncated) for s in samples),
         )
 
-    @stateless
-    def batch(self, samples: list[EncodedSample]) -> Any:
-        """Collate; a batch of packed rows always gets THD ``PackedSeqParams``, no attention mask."""
-        batch = super().batch(samples)  # type: ignore[misc]
+    def finish_packed_batch(self, samples: list[EncodedSample], batch: Any) -> Any:
+        """Give a collated batch of packed rows THD ``PackedSeqParams`` and no attention mask.
+
+        ``PluginTaskEncoder.batch`` calls it last. The ``*_padded`` offsets are set whenever
+        ``pad_to_multiple_of`` > 1. A batch without :class:`PackedSample` rows is returned as is.
+        """
         if not any(isinstance(s, PackedSample) for s in samples):
             return batch
         width = int(batch.input_ids.shape[1])
