@@ -144,6 +144,8 @@ BROKEN = [
      "{user_role: bot, assistant_role: bot}}\n", "sample-config-roles", ["sample_config", "differ"]),
     ("path: ds\ntokenizer: {path: tok}\nenergon: {batch_size: 4}\n", "energon-reserved",
      ["energon.batch_size", "micro_batch_size"]),
+    ("path: ds\ntokenizer: {path: tok}\nenergon: {virtual_epoch_lenght: 4}\n", "energon-typo",
+     ["energon.virtual_epoch_lenght", "did you mean 'virtual_epoch_length'"]),
     ("path: ds\ntokenizer: {path: tok}\nmicro_batch_size: 3\nglobal_batch_size: 8\n",
      "gbs-multiple", ["global_batch_size", "multiple"]),
     ("path: ds\ntokenizer: {path: tok}\ntask_encoder: multimodal\n", "selection-not-mapping",
@@ -184,6 +186,13 @@ def test_invalid_json_names_line(workspace):
 def test_missing_config_file_is_a_config_error(workspace):
     with pytest.raises(ConfigError, match="does not exist"):
         load_config(workspace / "nope.yaml")
+
+
+def test_unknown_energon_arguments_pass_through_unless_close_to_a_known_one(workspace):
+    config = validate_config({"path": "ds", "tokenizer": {"path": "tok"},
+                              "energon": {"my_dataset_flag": 1, "repeat": False}},
+                             base_dir=workspace)
+    assert config.energon == {"my_dataset_flag": 1, "repeat": False}
 
 
 def test_remote_urls_are_left_to_energon(workspace):

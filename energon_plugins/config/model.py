@@ -187,3 +187,13 @@ ENERGON_RESERVED: dict[str, str] = {
     "task_encoder": "task_encoder",
 }
 """``get_train_dataset`` arguments the datamodule sets itself -> the config key that sets it."""
+
+ENERGON_KNOWN: tuple[str, ...] = (
+    "batch_drop_last", "virtual_epoch_length", "shuffle_over_epochs_multiplier", "repeat",
+    "dataset_config", "split_config", "subflavors", "subset", "parallel_shard_iters",
+    "cache_pool", "auto_decode", "image_decode", "ignore_decoder_errors", "av_decode",
+    "video_decode_audio", "handler",
+)
+"""Keyword arguments Energon 7.4's ``get_train_dataset`` and its dataset loaders take. Other
+keys still pass through (datasets may take their own), but one close to a known name is
+reported as a likely typo."""

@@ -17,6 +17,7 @@ Import-light: nothing here imports torch, transformers or Energon (plugin factor
 """
 
 import dataclasses
+import difflib
 import os
 import re
 import types
@@ -32,6 +33,7 @@ from energon_plugins._suggest import did_you_mean
 from energon_plugins.config.model import (
     DEFAULT_IMAGE_PROCESSOR,
     DEFAULT_TASK_ENCODER,
+    ENERGON_KNOWN,
     ENERGON_RESERVED,
     SELECTIONS,
     DataModuleConfig,
@@ -417,6 +419,14 @@ def _cross_field_issues(data: Mapping[str, Any]) -> list[ConfigIssue]:
                 issues.append(
                     ConfigIssue(f"energon.{key}", f"is set by the datamodule itself; {hint}")
                 )
+            elif key not in ENERGON_KNOWN:
+                close = difflib.get_close_matches(str(key), ENERGON_KNOWN, n=1, cutoff=0.85)
+                if close:
+                    issues.append(ConfigIssue(
+                        f"energon.{key}",
+                        f"not an argument of Energon's get_train_dataset (did you mean "
+                        f"{close[0]!r}?)",
+                    ))
     return issues
 
 
