@@ -342,3 +342,14 @@ def test_schema_offers_only_qualified_names_for_a_shared_name():
     assert list(validator.iter_errors({**base, "task_encoder": {"name": "dup"}}))
     assert list(validator.iter_errors({**base, "task_encoder": {"name": "dist-a:dup",
                                                                 "options": {"widht": 3}}}))
+
+
+def test_a_dataset_without_a_train_split_is_rejected(workspace):
+    import shutil
+
+    only_val = workspace / "only-val"
+    shutil.copytree(workspace / "ds", only_val, dirs_exist_ok=True)
+    split = only_val / ".nv-meta" / "split.yaml"
+    split.write_text(split.read_text().replace("train:", "training:"))
+    with pytest.raises(ConfigValidationError, match=r"path: .*no 'train' split"):
+        load_config(write(workspace, "path: only-val\ntokenizer: {path: tok}\n", "noval.yaml"))

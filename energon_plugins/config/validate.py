@@ -27,7 +27,6 @@ from pathlib import Path
 from typing import Any
 
 import pydantic
-import yaml
 
 from energon_plugins._suggest import did_you_mean
 from energon_plugins.config.model import (
@@ -294,29 +293,20 @@ def resolve_local_path(raw: str, base: Path) -> Path:
 
 
 def dataset_path_problem(path: Path) -> str | None:
-    """Why ``path`` is not an Energon dataset or metadataset, or ``None`` if it looks like one."""
+    """Why ``path`` is not an Energon dataset with a ``train`` split, or ``None`` if it is one.
+
+    Uses the core's import-light check (a prepared folder, a metadataset YAML or a ``.jsonl``
+    file), the same one the datamodule runs before building a loader.
+    """
+    from energon_plugins.dataset_check import check_dataset
+    from energon_plugins.errors import DatasetError
+
     if not path.exists():
         return f"dataset {str(path)!r} does not exist"
-    if path.is_dir():
-        if (path / ".nv-meta" / "dataset.yaml").is_file():
-            return None
-        return (
-            f"{str(path)!r} is not an Energon dataset: it has no .nv-meta/dataset.yaml "
-            "(prepare it with `energon prepare`, or point to a metadataset YAML file)"
-        )
-    if path.suffix.lower() not in (".yaml", ".yml"):
-        return f"{str(path)!r} is neither a prepared dataset directory nor a metadataset YAML file"
     try:
-        content = yaml.safe_load(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, yaml.YAMLError) as exc:
-        return f"metadataset {str(path)!r} cannot be read: {' '.join(str(exc).split())}"
-    if not isinstance(content, Mapping) or not (
-        "__class__" in content or "splits" in content
-    ):
-        return (
-            f"{str(path)!r} is not an Energon metadataset (expected a mapping with "
-            "'__module__', '__class__' and 'splits')"
-        )
+        check_dataset(path, ("train",))
+    except DatasetError as exc:
+        return str(exc)
     return None
 
 
