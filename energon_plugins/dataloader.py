@@ -34,12 +34,24 @@ class EnergonDataloader:
     Iterating it cycles the underlying loader forever (``cyclic_iter``). The underlying
     iterator is created on the first ``__next__``, so :meth:`restore_state` can run after the
     wrapper is built and before the first batch, which is what Energon requires.
+
+    With ``device`` set, each batch is copied there one batch ahead on a side CUDA stream
+    (:class:`~energon_plugins.transfer.DevicePrefetcher`; a quiet no-op without CUDA). The
+    state saved while a batch is held ahead is the state *before* that batch, so a restore
+    continues exactly with the first batch the caller did not receive.
+
+    Batches produced by the datamodule's loaders carry their workers' skip counts
+    (:mod:`energon_plugins.errors_policy`); :meth:`skip_counts` sums them.
     """
 
-    def __init__(self, dataloader: Any) -> None:
+    def __init__(self, dataloader: Any, *, device: Any = None) -> None:
         """Wrap ``dataloader`` (an Energon ``SavableDataLoader`` or ``BasicDataLoader``)."""
         self._dataloader = dataloader
         self._iterator: Iterator[Any] | None = None
+        self.device = device
+        self._counts = _skip_counts()
+        self._prefetching = False
+        self._snapshot: Any = None
 
     @property
     def dataloader(self) -> Any:
@@ -54,26 +66,77 @@ class EnergonDataloader:
     def __iter__(self) -> "EnergonDataloader":
         return self
 
+    def _pull(self) -> Iterator[Any]:
+        """Cycle the loader; while prefetching, remember the state before every pull."""
+        source = cyclic_iter(self._dataloader)
+        while True:
+            if self._prefetching:
+                self._snapshot = self._loader_position()
+            yield next(source)
+
+    def _start(self) -> Iterator[Any]:
+        if self.device is None:
+            return cyclic_iter(self._dataloader)
+        from energon_plugins.transfer import DevicePrefetcher
+
+        prefetcher = DevicePrefetcher(self._pull(), self.device)
+        self._prefetching = prefetcher.active
+        return prefetcher
+
     def __next__(self) -> Any:
         if self._iterator is None:
-            self._iterator = cyclic_iter(self._dataloader)
-        return next(self._iterator)
+            self._iterator = self._start()
+        while True:
+            batch = self._counts.unwrap(next(self._iterator))
+            if batch is not None:  # None: a counts-only item at the end of a pass
+                return batch
+
+    def skip_counts(self) -> dict[str, int]:
+        """Samples skipped so far (by reason) in the part of the stream delivered, all workers."""
+        return self._counts.total()
+
+    # ------------------------------------------------------------------ state
+    def _loader_position(self) -> Any:
+        """What :meth:`save_state` needs to describe the loader as of now (cheap with workers)."""
+        loader = self._dataloader
+        if getattr(loader, "num_workers", 0) > 0 and hasattr(loader, "_worker_sample_counters"):
+            return ("workers", list(loader._worker_sample_counters), loader._next_worker_id)
+        save = getattr(loader, "save_state_rank", None)
+        return ("state", save() if save is not None else None)
+
+    def _energon_state(self, save: Any) -> Any:
+        if not self._prefetching or self._snapshot is None:
+            return save()
+        if self._snapshot[0] == "state":
+            return self._snapshot[1]
+        # With workers, Energon's state is derived from the last sample index per worker and
+        # the next worker id: describe the loader as it was before the batch held ahead.
+        loader = self._dataloader
+        now = (loader._worker_sample_counters, loader._next_worker_id)
+        loader._worker_sample_counters, loader._next_worker_id = self._snapshot[1], self._snapshot[2]
+        try:
+            return save()
+        finally:
+            loader._worker_sample_counters, loader._next_worker_id = now
 
     def save_state(self) -> Any:
-        """Return this rank's loader state (Energon's ``save_state_rank()``).
+        """Return this rank's loader state: Energon's ``save_state_rank()`` and the skip counts.
 
-        Pickle it, or save it with ``torch.save`` and load it with
-        ``torch.load(..., weights_only=False)``.
+        A dict (``{"energon": ..., "skip_counts": ...}``); pickle it, or save it with
+        ``torch.save`` and load it with ``torch.load(..., weights_only=False)``.
         """
         save = getattr(self._dataloader, "save_state_rank", None)
         if save is None:
             raise LoaderStateError(
                 f"{type(self._dataloader).__name__} is not savable (use get_savable_loader)"
             )
-        return save()
+        return {
+            STATE_KEY: self._energon_state(save),
+            "skip_counts": self._counts.state(),
+        }
 
     def restore_state(self, state: Any) -> None:
-        """Restore a state from :meth:`save_state` (Energon's ``restore_state_rank``).
+        """Restore a state from :meth:`save_state` (or a bare Energon ``save_state_rank()``).
 
         Must be called before the first ``next()``; the following batches are then exactly
         those that followed the saved point, given the same dataset, task encoder, arguments
@@ -89,7 +152,20 @@ class EnergonDataloader:
             raise LoaderStateError(
                 f"{type(self._dataloader).__name__} is not savable (use get_savable_loader)"
             )
+        if isinstance(state, dict) and STATE_KEY in state:
+            self._counts.load(state.get("skip_counts"))
+            state = state[STATE_KEY]
         restore(state)
+
+
+#: Key of Energon's own state in :meth:`EnergonDataloader.save_state`'s dict.
+STATE_KEY = "energon"
+
+
+def _skip_counts() -> Any:
+    from energon_plugins.errors_policy import SkipCounts
+
+    return SkipCounts()
 
 
 class FiniteDataloader:
@@ -105,6 +181,11 @@ class FiniteDataloader:
         """Wrap a finite Energon loader (``get_loader(get_val_dataset(...))``)."""
         self._dataloader = dataloader
         self._iterator: Iterator[Any] | None = None
+        self._counts = _skip_counts()
+
+    def skip_counts(self) -> dict[str, int]:
+        """Samples skipped (by reason) in the current or last pass, all workers."""
+        return self._counts.total()
 
     @property
     def dataloader(self) -> Any:
@@ -115,12 +196,16 @@ class FiniteDataloader:
         """Batches in one pass (on this rank)."""
         return len(self._dataloader)
 
+    def _pass(self) -> Iterator[Any]:
+        self._counts.load(None)
+        return self._counts.filter(self._dataloader)
+
     def __iter__(self) -> Iterator[Any]:
-        return iter(self._dataloader)
+        return self._pass()
 
     def __next__(self) -> Any:
         if self._iterator is None:
-            self._iterator = iter(self._dataloader)
+            self._iterator = self._pass()
         try:
             return next(self._iterator)
         except StopIteration:

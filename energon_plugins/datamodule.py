@@ -61,7 +61,8 @@ class EnergonMultiModalDataModule:
         global_batch_size: kept for the training loop (not used for loading).
         num_workers: loader worker processes for training (0: load in this process).
         num_val_workers: worker processes for validation (default: ``num_workers``).
-        pin_memory: kept as given (Energon 7.4 pins unconditionally).
+        pin_memory: pin batches in page-locked host memory (only where CUDA is available;
+            Energon 7.4 hard-codes ``True``, this setting overrides it before iteration).
         shuffle_buffer_size: size of Energon's sample shuffle buffer (training).
         max_samples_per_sequence: samples read in a row from one shard slice.
         multimodal_sample_config: a :class:`MultiModalSampleConfig` (default one if None).
@@ -77,6 +78,8 @@ class EnergonMultiModalDataModule:
             sample once, in order, reproducible) or ``"infinite"`` (Megatron-Bridge's
             behaviour: a shuffled, repeating val split).
         packing: a packing strategy object (``select(lengths, capacity)``) for the encoder.
+        device: copy every training batch to this device one batch ahead, on a side CUDA
+            stream (``None``: leave batches on the host; without CUDA a quiet no-op).
         **kwargs: passed to Energon's ``get_train_dataset``.
     """
 
@@ -102,6 +105,7 @@ class EnergonMultiModalDataModule:
         *,
         validation_mode: Literal["finite", "infinite"] = "finite",
         packing: Any = None,
+        device: Any = None,
         **kwargs: Any,
     ) -> None:
         _check_int("seq_length", seq_length, 1)
@@ -155,6 +159,7 @@ class EnergonMultiModalDataModule:
         self.pg_collection = pg_collection
         self.validation_mode = validation_mode
         self.packing = packing
+        self.device = device
         self.kwargs = kwargs
         self.init_global_step = 0
 
@@ -271,13 +276,22 @@ class EnergonMultiModalDataModule:
         self._val_task_encoder = None
 
     # ------------------------------------------------------------------ Energon plumbing
-    def _build_worker_config(self, num_workers: int, split: str = "train") -> Any:
+    def _build_worker_config(
+        self, num_workers: int, split: str = "train", *, error_handler: Any = None
+    ) -> Any:
         """Build a ``WorkerConfig`` from ``pg_collection``, else ``default_worker_config``.
 
         The rank and world size come from the pure data-parallel group (``pg_collection.dp``),
         never from ``dp_cp``: the context-parallel ranks of one DP replica share a pure DP rank
-        and must read identical data.
+        and must read identical data. ``error_handler`` becomes Energon's
+        ``global_error_handler`` (see :mod:`energon_plugins.errors_policy`).
         """
+        config = self._worker_config(num_workers, split)
+        if error_handler is not None:
+            config.global_error_handler = error_handler
+        return config
+
+    def _worker_config(self, num_workers: int, split: str) -> Any:
         import torch.distributed as dist
         from megatron.energon import WorkerConfig
 
@@ -371,15 +385,39 @@ class EnergonMultiModalDataModule:
         """Build (or return the cached) training loader and a validation loader."""
         return self.train_dataloader(), self.val_dataloader()
 
+    def _loader_dataset(self, num_workers: int, split: Literal["train", "val"]) -> Any:
+        """The Energon dataset of ``split`` under the bad-sample policy, with skip counting.
+
+        The policy is the task encoder's ``on_error`` (``"skip"`` if it has none); it applies
+        to Energon's decoding errors and to truncated shards too.
+        """
+        from energon_plugins.errors_policy import (
+            SkipCountingDataset,
+            SkipTracker,
+            guard_truncated_shards,
+        )
+
+        encoder = self.task_encoder if split == "train" else self.validation_task_encoder
+        tracker = SkipTracker(getattr(encoder, "on_error", "skip"))
+        worker_config = self._build_worker_config(num_workers, split=split, error_handler=tracker)
+        dataset = self.datasets_provider(worker_config, split=split)
+        guard_truncated_shards(dataset, tracker)
+        return SkipCountingDataset(dataset, tracker, encoder)
+
+    def _pinned(self, loader: Any) -> Any:
+        from energon_plugins.transfer import configure_pinning
+
+        configure_pinning(loader, self.pin_memory)
+        return loader
+
     def train_dataloader(self) -> EnergonDataloader:
         """The training loader (Energon's savable loader), built once and cached."""
         if self.train_dataloader_object is None:
             from megatron.energon import get_savable_loader
 
-            worker_config = self._build_worker_config(self.num_workers, split="train")
-            dataset = self.datasets_provider(worker_config, split="train")
-            loader = get_savable_loader(dataset)
-            self.train_dataloader_object = EnergonDataloader(loader)
+            dataset = self._loader_dataset(self.num_workers, "train")
+            loader = self._pinned(get_savable_loader(dataset))
+            self.train_dataloader_object = EnergonDataloader(loader, device=self.device)
         return self.train_dataloader_object
 
     def val_dataloader(self) -> Any:
@@ -395,13 +433,13 @@ class EnergonMultiModalDataModule:
 
         if self.validation_mode == "infinite":
             if self.val_dataloader_object is None:
-                worker_config = self._build_worker_config(self.num_val_workers, split="val")
-                dataset = self.datasets_provider(worker_config, split="val")
-                self.val_dataloader_object = EnergonDataloader(get_savable_loader(dataset))
+                dataset = self._loader_dataset(self.num_val_workers, "val")
+                self.val_dataloader_object = EnergonDataloader(
+                    self._pinned(get_savable_loader(dataset))
+                )
             return self.val_dataloader_object
-        worker_config = self._build_worker_config(self.num_val_workers, split="val")
-        dataset = self.datasets_provider(worker_config, split="val")
-        self.val_dataloader_object = FiniteDataloader(get_loader(dataset))
+        dataset = self._loader_dataset(self.num_val_workers, "val")
+        self.val_dataloader_object = FiniteDataloader(self._pinned(get_loader(dataset)))
         return self.val_dataloader_object
 
     def test_dataloader(self) -> None:
@@ -424,6 +462,33 @@ class EnergonMultiModalDataModule:
         """Restore the training loader from :meth:`state_dict` (before iterating it)."""
         if "dataloader_state" in state:
             self.train_dataloader().restore_state(state["dataloader_state"])
+
+    def save_checkpoint(self, folder: Any) -> Any:
+        """Write this DP rank's loader state to ``folder/train_dataloader_dprank{NNN}.pt``.
+
+        The file carries a fingerprint of the setup (world size, DP rank, dataset, task
+        encoder and options, batch, worker and packing settings); returns its path.
+        """
+        from energon_plugins.checkpoint import save_datamodule_state
+
+        return save_datamodule_state(self, folder)
+
+    def load_checkpoint(self, folder: Any) -> None:
+        """Restore this DP rank's loader state from ``folder`` (before the first batch).
+
+        Raises:
+            StateMismatchError: the state was saved by a different setup; names what differs.
+        """
+        from energon_plugins.checkpoint import load_datamodule_state
+
+        load_datamodule_state(self, folder)
+
+    def skip_counts(self) -> dict[str, int]:
+        """Training samples skipped so far by reason (corrupt image, json, missing field,
+        truncated shard, encoder failures), summed over this rank's workers."""
+        if self.train_dataloader_object is None:
+            return {}
+        return self.train_dataloader_object.skip_counts()
 
     def __repr__(self) -> str:
         return (

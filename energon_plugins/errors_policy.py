@@ -196,10 +196,13 @@ def iter_leaves(dataset: Any) -> Iterator[WebdatasetSampleLoaderDataset]:
         if isinstance(node, WebdatasetSampleLoaderDataset):
             yield node
             continue
-        stack.extend(getattr(node, "datasets", ()) or ())
-        inner = getattr(node, "dataset", None)
-        if inner is not None:
-            stack.append(inner)
+        children = getattr(node, "datasets", None)
+        if children is None:  # not a wrapper: a leaf of another kind, or a plain holder
+            try:
+                children = [getattr(node, "dataset", None)]
+            except AssertionError:  # pragma: no cover - Energon's single-dataset property
+                children = []
+        stack.extend(child for child in children if child is not None)
 
 
 def guard_truncated_shards(dataset: Any, tracker: SkipTracker) -> int:
