@@ -71,6 +71,13 @@ class _FastImageOptions(BaseModel):
         description="Resampling filter: 'bicubic' (PIL code 3), 'bilinear' (2) or 'nearest' (0).",
     )
 
+    torch_threads: int | None = Field(
+        default=None,
+        ge=1,
+        description="torch intra-op threads while a call runs (restored after); None leaves "
+        "torch's setting. 1 avoids thread-pool stalls when other processes share the cores.",
+    )
+
     @field_validator("size", "crop_size")
     @classmethod
     def _check_size(cls, value):

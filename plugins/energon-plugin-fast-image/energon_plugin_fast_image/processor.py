@@ -132,6 +132,8 @@ class FastImageProcessor:
 
     settings: ProcessorSettings
     family: str = "clip"
+    torch_threads: int | None = None
+    """torch intra-op threads while a call runs (restored after), or None to leave them."""
     model_input_names: list[str] = dataclasses.field(default_factory=lambda: ["pixel_values"])
 
     def __post_init__(self) -> None:
@@ -267,8 +269,16 @@ class FastImageProcessor:
         items = _flatten(images)
         if not items:
             raise ValueError("images: the list is empty")
-        uint8 = [to_uint8_hwc(img, i) for i, img in enumerate(items)]
-        pixel_values = self.normalize(self.process_uint8(uint8))
+        previous = torch.get_num_threads()
+        change = self.torch_threads is not None and self.torch_threads != previous
+        if change:
+            torch.set_num_threads(self.torch_threads)
+        try:
+            uint8 = [to_uint8_hwc(img, i) for i, img in enumerate(items)]
+            pixel_values = self.normalize(self.process_uint8(uint8))
+        finally:
+            if change:
+                torch.set_num_threads(previous)
         if return_tensors in (None, "pt"):
             return FastBatchFeature(pixel_values=pixel_values)
         if return_tensors == "np":
@@ -280,9 +290,11 @@ class FastImageProcessor:
 
 def build_fast_clip(options: Any, context: Any = None) -> FastImageProcessor:
     """Factory of ``fast-clip``: CLIPImageProcessor settings, overridden by ``options``."""
-    return FastImageProcessor(resolve_settings("clip", options), family="clip")
+    threads = getattr(options, "torch_threads", None)
+    return FastImageProcessor(resolve_settings("clip", options), "clip", threads)
 
 
 def build_fast_siglip(options: Any, context: Any = None) -> FastImageProcessor:
     """Factory of ``fast-siglip``: SiglipImageProcessor settings, overridden by ``options``."""
-    return FastImageProcessor(resolve_settings("siglip", options), family="siglip")
+    threads = getattr(options, "torch_threads", None)
+    return FastImageProcessor(resolve_settings("siglip", options), "siglip", threads)

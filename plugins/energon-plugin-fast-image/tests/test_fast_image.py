@@ -160,6 +160,7 @@ def test_options_override_sizes_and_expose_attributes():
         ({"resample": 1}, "resample"),
         ({"rescale_factor": -1}, "rescale_factor"),
         ({"crop_szie": 224}, "crop_szie"),
+        ({"torch_threads": 0}, "torch_threads"),
     ],
 )
 def test_options_errors_name_the_field(options, field):
@@ -241,3 +242,13 @@ def test_crop_larger_than_image_pads_like_transformers():
     out = proc(images=[image])["pixel_values"]
     assert out.shape == ref.shape == (1, 3, 250, 231)
     assert (out - ref).abs().max() < 1e-5
+
+
+def test_torch_threads_option_applies_during_call_and_restores():
+    before = torch.get_num_threads()
+    proc = energon_plugins.create("image_processor", "fast-siglip", {"torch_threads": 1})
+    seen = []
+    original = proc.process_uint8
+    proc.process_uint8 = lambda images: (seen.append(torch.get_num_threads()), original(images))[1]
+    proc(images=[np.zeros((40, 50, 3), np.uint8)])
+    assert seen == [1] and torch.get_num_threads() == before
