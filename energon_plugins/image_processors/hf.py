@@ -37,10 +37,16 @@ def energon_image_to_pil(image: Any) -> Any:
     # numpy, not torch: per-image torch ops pay the intra-op thread pool's latency.
     chw = t.numpy()
     if t.dtype.is_floating_point:
-        chw = np.rint(np.clip(chw, 0.0, 1.0) * 255.0).astype(np.uint8)
+        # One float buffer in HWC order, scaled, clipped and rounded in place, then one cast:
+        # two passes over the image instead of five temporary copies.
+        channels, height, width = chw.shape
+        hwc = np.empty((height, width, channels), dtype=chw.dtype)
+        np.multiply(chw.transpose(1, 2, 0), 255.0, out=hwc)
+        np.clip(hwc, 0.0, 255.0, out=hwc)
+        np.rint(hwc, out=hwc)
+        array = hwc.astype(np.uint8)
     else:
-        chw = chw.astype(np.uint8)
-    array = np.ascontiguousarray(chw.transpose(1, 2, 0))
+        array = np.ascontiguousarray(chw.transpose(1, 2, 0)).astype(np.uint8, copy=False)
     channels = chw.shape[0]
     if channels == 1:
         return Image.fromarray(array[:, :, 0]).convert("RGB")

@@ -79,6 +79,18 @@ def tokenize_text(tokenizer: Any, text: str) -> list[int]:
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
+def tokenize_texts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
+    """Token ids of each of ``texts`` (no special tokens added), in one tokenizer call.
+
+    Equal to ``[tokenize_text(tokenizer, t) for t in texts]``; one batched call pays the
+    tokenizer's Python set-up (argument checks, truncation and padding state) once.
+    """
+    if not texts:
+        return []
+    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
+    return [list(ids) for ids in encoded]
+
+
 def _assistant_spans(
     tokenizer: Any, messages: Sequence[Message], template: ConversationTemplate
 ) -> tuple[str, list[tuple[int, int]]]:
@@ -93,11 +105,13 @@ def _assistant_spans(
     full = render_chat(tokenizer, messages, template)
     spans: list[tuple[int, int]] = []
     prefix_ok = True
+    last = len(messages) - 1
     for i, msg in enumerate(messages):
         if msg["role"] != template.assistant_role:
             continue
         before = render_chat(tokenizer, messages[:i], template, add_generation_prompt=True)
-        upto = render_chat(tokenizer, messages[: i + 1], template)
+        # The rendering up to the last turn is the full text: no second render.
+        upto = full if i == last else render_chat(tokenizer, messages[: i + 1], template)
         if not (upto.startswith(before) and full.startswith(upto)):
             prefix_ok = False
             break
@@ -148,20 +162,24 @@ def tokenize_conversation(
     template = sample_config.conversation_template
     ignore = sample_config.ignore_index
     full, spans = _assistant_spans(tokenizer, messages, template)
-    ids: list[int] = []
-    labels: list[int] = []
+    # Cut the text at every answer boundary, then tokenize all pieces in one call.
+    pieces: list[tuple[str, bool]] = []
     pos = 0
     for a, b in spans:
-        piece = tokenize_text(tokenizer, full[pos:a]) if a > pos else []
-        ids += piece
-        labels += [ignore] * len(piece)
-        answer = tokenize_text(tokenizer, full[a:b]) if b > a else []
-        ids += answer
-        labels += answer
+        if a > pos:
+            pieces.append((full[pos:a], False))
+        if b > a:
+            pieces.append((full[a:b], True))
         pos = b
-    tail = tokenize_text(tokenizer, full[pos:]) if pos < len(full) else []
-    ids += tail
-    labels += [ignore] * len(tail)
+    if pos < len(full):
+        pieces.append((full[pos:], False))
+    ids: list[int] = []
+    labels: list[int] = []
+    for (_, labelled), piece in zip(
+        pieces, tokenize_texts(tokenizer, [text for text, _ in pieces]), strict=True
+    ):
+        ids += piece
+        labels += piece if labelled else [ignore] * len(piece)
     return ids, labels
 
 

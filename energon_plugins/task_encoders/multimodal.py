@@ -22,7 +22,7 @@ from energon_plugins.task_encoders.conversation import (
     expand_image_tokens,
     resolve_image_token_ids,
     tokenize_conversation,
-    tokenize_text,
+    tokenize_texts,
 )
 from energon_plugins.task_encoders.options import MultimodalOptions
 
@@ -99,24 +99,30 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         return self._finish(sample, ids, labels, images)
 
     def _encode_interleaved(self, sample: InterleavedSample) -> EncodedSample:
-        ids: list[int] = []
-        labels: list[int] = []
         images: list[torch.Tensor] = []
-        ignore = self.ignore_index
+        texts: list[str] = []
         for item in sample.sequence:
             if isinstance(item, str):
-                piece = tokenize_text(self.tokenizer, item)
-                ids += piece
-                labels += piece
+                texts.append(item)
             elif isinstance(item, torch.Tensor):
                 images.append(item)
-                ids.append(self.image_text_id)
-                labels.append(ignore)
             else:
                 raise TypeError(
                     f"InterleavedSample {sample.__key__!r}: sequence item of type "
                     f"{type(item).__name__} (expected str or image tensor)"
                 )
+        pieces = iter(tokenize_texts(self.tokenizer, texts))  # all text in one call
+        ids: list[int] = []
+        labels: list[int] = []
+        ignore = self.ignore_index
+        for item in sample.sequence:
+            if isinstance(item, str):
+                piece = next(pieces)
+                ids += piece
+                labels += piece
+            else:
+                ids.append(self.image_text_id)
+                labels.append(ignore)
         eos = getattr(self.tokenizer, "eos_token_id", None)
         if isinstance(eos, int):
             ids.append(eos)
@@ -184,7 +190,7 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
             truncated = True
             if kept_images < len(images):
                 pixel_values, grid = _keep_images(pixel_values, grid, kept_images)
-        if all(label == self.ignore_index for label in labels):
+        if labels.count(self.ignore_index) == len(labels):
             raise CountedSkip(
                 "no_label_tokens" if not truncated else "truncated_no_labels",
                 f"sample {sample.__key__!r} has no label tokens left",
