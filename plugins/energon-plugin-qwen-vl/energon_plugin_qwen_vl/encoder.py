@@ -148,6 +148,31 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         ids, labels = tokenize_conversation(self.tokenizer, messages, self.sample_config)
         return self._finish(sample, ids, labels, images)
 
+    # ------------------------------------------------------------------ truncation
+    def _drop_open_vision_start(self, ids: Any, labels: Any) -> tuple[Any, Any]:
+        """Remove a ``<|vision_start|>`` left at the end when a cut fell before an image."""
+        if len(ids) and int(ids[-1]) == self.vision_start_id:
+            return ids[:-1], labels[:-1]
+        return ids, labels
+
+    def _truncate(
+        self, sample: Any, ids: list[int], labels: list[int], runs: list[tuple[int, int]]
+    ) -> tuple[list[int], list[int], int]:
+        """The base's cut (never inside an image), without a dangling ``<|vision_start|>``."""
+        ids, labels, kept = super()._truncate(sample, ids, labels, runs)
+        ids, labels = self._drop_open_vision_start(ids, labels)
+        return ids, labels, kept
+
+    def truncate_for_packing(self, sample: EncodedSample, capacity: int) -> EncodedSample:
+        """The base's packing cut, without a dangling ``<|vision_start|>``."""
+        cut = super().truncate_for_packing(sample, capacity)
+        ids, labels = self._drop_open_vision_start(cut.input_ids, cut.labels)
+        if len(ids) == len(cut.input_ids):
+            return cut
+        cut.input_ids, cut.labels, cut.loss_mask = ids, labels, cut.loss_mask[: len(ids)]
+        cut.seq_lengths = [len(ids)]
+        return cut
+
     # ------------------------------------------------------------------ image tokens
     def image_token_counts(self, processed: Any, num_images: int) -> list[int]:
         """``t * h * w / merge_size^2`` per image, from the processor's ``image_grid_thw``."""

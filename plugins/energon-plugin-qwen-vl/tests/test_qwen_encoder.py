@@ -311,3 +311,35 @@ def test_missing_conversations_fail_in_the_cooker_under_the_policy(data, tok):
     with pytest.raises(Exception, match="conversations"):
         for _ in datamodule(info.path, tok, batch=1, on_error="raise").val_dataloader():
             pass
+
+
+# --------------------------------------------------------------------------- truncation
+
+
+def test_truncation_keeps_whole_images_and_no_open_vision_start(tok, ids):
+    from energon_plugin_qwen_vl.samples import ChatMLSample
+
+    to_tensor = lambda img: torch.from_numpy(__import__("numpy").array(img)).permute(2, 0, 1) / 255.0  # noqa: E731
+    images = [to_tensor(Image.new("RGB", (60, 40), (200, 0, 0))),
+              to_tensor(Image.new("RGB", (90, 90), (0, 0, 200)))]
+    sample = ChatMLSample(
+        __key__="t-1", __restore_key__=(), __subflavors__=None, __sources__=None,
+        conversation=[{"role": "user", "content": "<image>\nColor?"},
+                      {"role": "assistant", "content": "Red."},
+                      {"role": "user", "content": "<image>\nAnd this one?"},
+                      {"role": "assistant", "content": "Blue."}],
+        images=images,
+    )
+
+    def encode(seq_length):
+        ctx = BuildContext(tokenizer=tok, image_processor=processor(), seq_length=seq_length)
+        return energon_plugins.create("task_encoder", "qwen2-vl", None, ctx).encode_sample(sample)
+
+    full = encode(4096)
+    seq = full.input_ids.tolist()
+    second = [i for i, t in enumerate(seq) if t == ids["<|vision_start|>"]][1]
+    cut = encode(second + 3)  # the cut would fall inside the second image
+    assert cut.truncated and cut.num_images == 1
+    assert cut.input_ids.tolist() == seq[:second]  # no dangling <|vision_start|>
+    assert torch.equal(cut.image_grid_thw, full.image_grid_thw[:1])
+    assert torch.equal(cut.pixel_values, full.pixel_values[: int(full.image_grid_thw[0].prod())])
