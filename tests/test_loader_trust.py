@@ -1,0 +1,256 @@
+"""The loader users can trust: pinning that the setting controls, device prefetch, exact resume
+(0 and 2 workers, packing, a fresh process), fingerprinted checkpoints, and a validation loader
+that reproduces with a split smaller than its workers.
+
+Everything runs on real Energon datasets written by the tests and read through Energon's loader.
+"""
+
+import subprocess
+import sys
+import textwrap
+import warnings
+
+import pytest
+import torch
+
+import energon_plugins
+from energon_plugins.checkpoint import StateMismatchError
+from energon_plugins.demo.data import write_dataset
+
+SEQ = 128
+FIELDS = ("input_ids", "labels", "loss_mask", "position_ids", "pixel_values")
+
+
+def make_dm(info, tokenizer, processor, *, packing=False, **kwargs):
+    args = dict(seq_length=SEQ, micro_batch_size=2, num_workers=0, shuffle_buffer_size=10,
+                task_encoder={"name": "multimodal", "options": {"image_tokens": 6}})
+    if packing:
+        args.update(packing_buffer_size=6,
+                    packing=energon_plugins.create("packing_strategy", "first-fit-decreasing"))
+    args.update(kwargs)
+    return energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
+
+
+def assert_same(got, want):
+    assert list(got.__key__) == list(want.__key__)
+    for field in FIELDS:
+        assert torch.equal(getattr(got, field), getattr(want, field)), field
+    a, b = got.packed_seq_params, want.packed_seq_params
+    assert (a is None) == (b is None)
+    if a is not None:
+        assert torch.equal(a.cu_seqlens_q, b.cu_seqlens_q)
+
+
+def take(loader, n):
+    return [next(loader) for _ in range(n)]
+
+
+# ---------------------------------------------------------------------------- pinning
+def test_energon_alone_warns_on_cpu_so_the_pinning_test_can_fail(vqa_dataset):
+    """Control: Energon's loader hard-codes pin_memory=True; on CPU-only torch that warns."""
+    if torch.cuda.is_available():
+        pytest.skip("the warning only exists without CUDA")
+    from megatron.energon import WorkerConfig, get_loader, get_val_dataset
+
+    dataset = get_val_dataset(str(vqa_dataset.path), split_part="val", batch_size=2,
+                              worker_config=WorkerConfig.default_worker_config(0))
+    loader = get_loader(dataset)
+    assert loader.pin_memory is True
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(UserWarning, match="pin_memory"):
+            next(iter(loader))
+
+
+@pytest.mark.parametrize("pin", [True, False])
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_pin_memory_setting_is_applied_and_quiet(vqa_dataset, tokenizer, clip_processor, pin,
+                                                 workers):
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, pin_memory=pin, num_workers=workers,
+                 num_val_workers=0)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        train = dm.train_dataloader()
+        expected = pin and torch.cuda.is_available()
+        assert train.dataloader.pin_memory is expected
+        batches = take(train, 3)
+        val = dm.val_dataloader()
+        assert val.dataloader.pin_memory is expected
+        list(val)
+    assert all(b.input_ids.is_pinned() is expected for b in batches)
+
+
+# ---------------------------------------------------------------------------- device
+def test_device_prefetch_yields_the_same_stream(vqa_dataset, tokenizer, clip_processor):
+    plain = take(make_dm(vqa_dataset, tokenizer, clip_processor).train_dataloader(), 5)
+    # "cpu" exercises the one-ahead prefetch path on this machine; "cuda" without CUDA is a
+    # quiet pass-through (no warning per batch).
+    devices = ["cpu"] if torch.cuda.is_available() else ["cpu", "cuda"]
+    for device in devices:
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")
+            dm = make_dm(vqa_dataset, tokenizer, clip_processor, device=device)
+            got = take(dm.train_dataloader(), 5)
+        for a, b in zip(got, plain, strict=True):
+            assert a.input_ids.device.type == "cpu"
+            assert_same(a, b)
+
+
+# ---------------------------------------------------------------------------- exact resume
+@pytest.mark.parametrize("before", [0, 1, 4])
+@pytest.mark.parametrize("packing", [False, True], ids=["unpacked", "packed"])
+@pytest.mark.parametrize("device", [None, "cpu"], ids=["host", "prefetch"])
+def test_resume_continues_batch_for_batch(vqa_dataset, tokenizer, clip_processor, before,
+                                          packing, device):
+    after = 4
+    reference = take(make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing,
+                             device=device).train_dataloader(), before + after)
+    first = make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing, device=device)
+    loader = first.train_dataloader()
+    for got, want in zip(take(loader, before), reference[:before], strict=True):
+        assert_same(got, want)
+    state = loader.save_state()
+    # the saving loader continues undisturbed
+    assert_same(next(loader), reference[before])
+
+    second = make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing, device=device)
+    second.train_dataloader().restore_state(state)
+    for got, want in zip(take(second.train_dataloader(), after), reference[before:], strict=True):
+        assert_same(got, want)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("packing", [False, True], ids=["unpacked", "packed"])
+@pytest.mark.parametrize("device", [None, "cpu"], ids=["host", "prefetch"])
+def test_resume_with_two_workers(vqa_dataset, tokenizer, clip_processor, packing, device):
+    before, after = 5, 5
+    reference = take(make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing,
+                             num_workers=2, device=device).train_dataloader(), before + after)
+    first = make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing, num_workers=2,
+                    device=device)
+    loader = first.train_dataloader()
+    take(loader, before)
+    state = loader.save_state()
+    second = make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing, num_workers=2,
+                     device=device)
+    second.train_dataloader().restore_state(state)
+    for got, want in zip(take(second.train_dataloader(), after), reference[before:], strict=True):
+        assert_same(got, want)
+
+
+_FRESH_PROCESS = textwrap.dedent(
+    """
+    import json, sys
+    import torch.utils.data._utils as data_utils
+    data_utils.MP_STATUS_CHECK_INTERVAL = 0.1
+    import transformers
+    import energon_plugins
+    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+
+    path, folder, workers, packing, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", int(sys.argv[5])
+    cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
+    args = dict(seq_length=%d, micro_batch_size=2, num_workers=workers, shuffle_buffer_size=10,
+                task_encoder={"name": "multimodal", "options": {"image_tokens": 6}})
+    if packing:
+        args.update(packing_buffer_size=6,
+                    packing=energon_plugins.create("packing_strategy", "first-fit-decreasing"))
+    dm = energon_plugins.EnergonMultiModalDataModule(path, build_demo_tokenizer(), cls(), **args)
+    dm.load_checkpoint(folder)
+    loader = dm.train_dataloader()
+    out = []
+    for _ in range(n):
+        b = next(loader)
+        out.append([list(b.__key__), int(b.input_ids.sum()), int(b.labels.sum()),
+                    round(float(b.pixel_values.double().sum()), 3)])
+    print(json.dumps(out))
+    """
+    % SEQ
+)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("workers,packing", [(0, True), (2, False), (2, True)])
+def test_resume_in_a_fresh_process(vqa_dataset, tokenizer, clip_processor, tmp_path, workers,
+                                   packing):
+    import json
+
+    before, after = 3, 4
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing, num_workers=workers)
+    loader = dm.train_dataloader()
+    take(loader, before)
+    path = dm.save_checkpoint(tmp_path / "ckpt")
+    assert path.name == "train_dataloader_dprank000.pt"
+    expected = [[list(b.__key__), int(b.input_ids.sum()), int(b.labels.sum()),
+                 round(float(b.pixel_values.double().sum()), 3)] for b in take(loader, after)]
+    script = tmp_path / "resume.py"
+    script.write_text(_FRESH_PROCESS)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(vqa_dataset.path), str(tmp_path / "ckpt"),
+         str(workers), "1" if packing else "0", str(after)],
+        capture_output=True, text=True, timeout=240,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
+
+
+# ---------------------------------------------------------------------------- fingerprints
+def test_a_checkpoint_of_another_setup_names_the_difference(vqa_dataset, captioning_dataset,
+                                                           tokenizer, clip_processor, tmp_path):
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor)
+    take(dm.train_dataloader(), 2)
+    dm.save_checkpoint(tmp_path)
+
+    other_dataset = make_dm(captioning_dataset, tokenizer, clip_processor)
+    with pytest.raises(StateMismatchError, match=r"dataset: saved 'uuid:"):
+        other_dataset.load_checkpoint(tmp_path)
+
+    other_encoder = make_dm(vqa_dataset, tokenizer, clip_processor, task_encoder={
+        "name": "multimodal", "options": {"image_tokens": 6, "on_error": "raise"}})
+    with pytest.raises(StateMismatchError) as info:
+        other_encoder.load_checkpoint(tmp_path)
+    assert "task_encoder_options" in str(info.value) and "on_error" in str(info.value)
+    assert "dataset:" not in str(info.value)
+
+    other_batch = make_dm(vqa_dataset, tokenizer, clip_processor, micro_batch_size=3,
+                          num_workers=1)
+    with pytest.raises(StateMismatchError) as info:
+        other_batch.load_checkpoint(tmp_path)
+    assert "micro_batch_size: saved 2, now 3" in str(info.value)
+    assert "num_workers: saved 0, now 1" in str(info.value)
+
+    same = make_dm(vqa_dataset, tokenizer, clip_processor)
+    same.load_checkpoint(tmp_path)  # the same setup loads
+
+
+def test_an_energon_state_alone_still_restores(vqa_dataset, tokenizer, clip_processor):
+    """A bare Energon state (as older checkpoints hold) is accepted by restore_state."""
+    reference = take(make_dm(vqa_dataset, tokenizer, clip_processor).train_dataloader(), 5)
+    loader = make_dm(vqa_dataset, tokenizer, clip_processor).train_dataloader()
+    take(loader, 2)
+    bare = loader.save_state()["energon"]
+    again = make_dm(vqa_dataset, tokenizer, clip_processor).train_dataloader()
+    again.restore_state(bare)
+    for got, want in zip(take(again, 3), reference[2:], strict=True):
+        assert_same(got, want)
+
+
+# ---------------------------------------------------------------------------- validation
+@pytest.fixture(scope="module")
+def tiny_val_dataset(tmp_path_factory):
+    """Val split: one shard of 3 samples (fewer than workers); train: 4 shards."""
+    info = write_dataset(tmp_path_factory.mktemp("tiny-val") / "d", kind="vqa", num_samples=23,
+                         samples_per_shard=5)
+    assert len(info.split_keys["val"]) == 3
+    return info
+
+
+@pytest.mark.slow
+def test_val_split_smaller_than_workers_is_complete_and_reproducible(
+    tiny_val_dataset, tokenizer, clip_processor
+):
+    dm = make_dm(tiny_val_dataset, tokenizer, clip_processor, num_val_workers=4,
+                 micro_batch_size=2)
+    passes = [[list(b.__key__) for b in dm.val_dataloader()] for _ in range(2)]
+    keys = [k for batch in passes[0] for k in batch]
+    assert sorted(keys) == sorted(tiny_val_dataset.split_keys["val"])
+    assert passes[0] == passes[1]
