@@ -1,0 +1,166 @@
+"""Framework overhead: the datamodule built from a config against a hand-wired Energon loader.
+
+Run: ``python benchmarks/overhead.py [--rounds 8] [--batches 20] [--json out.json] [--quick]``.
+
+Both loaders read the same demo metadataset with the same task encoder object (the one the
+datamodule built from the config) and equal worker configs (0 workers, this process):
+
+- ``framework``: ``EnergonMultiModalDataModule.from_config(config).train_dataloader()``;
+- ``hand-wired``: ``get_train_dataset(path, split_part="train", batch_size, shuffle_buffer_size,
+  max_samples_per_sequence, task_encoder=<same object>, worker_config=
+  WorkerConfig.default_worker_config(0))`` + ``get_savable_loader``.
+
+Rounds interleave the two (the order alternates), each pulling ``--batches`` batches after a
+warm-up; throughput is samples per second of this process's CPU time (with 0 workers all the
+work is in this process, and CPU time is far less disturbed by other processes on a shared
+machine than wall time, which is reported too). The ratio is the median of the per-round
+ratios framework / hand-wired; goal >= 0.98.
+
+A second comparison, in the same run, reads the same pipeline with multi-storage-client's
+per-read metrics bookkeeping (the default) and with it skipped
+(:func:`energon_plugins.storage.skip_unrecorded_local_metrics`), interleaved the same way.
+"""
+
+import argparse
+import statistics
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import goal_line, print_table, write_json  # noqa: E402
+from _pipeline import load_average, prepare, quiet_loading, timed_batches  # noqa: E402
+
+GOAL_RATIO = 0.98
+
+
+def build_loaders(config: dict):
+    """``(datamodule, framework iterator, hand-wired iterator)`` over the same data and encoder."""
+    from megatron.energon import WorkerConfig, get_savable_loader, get_train_dataset
+
+    from energon_plugins import EnergonMultiModalDataModule
+
+    dm = EnergonMultiModalDataModule.from_config(config)
+    framework = iter(dm.train_dataloader())
+    dataset = get_train_dataset(
+        dm.path,
+        split_part="train",
+        batch_size=dm.micro_batch_size,
+        shuffle_buffer_size=dm.shuffle_buffer_size,
+        max_samples_per_sequence=dm.max_samples_per_sequence,
+        packing_buffer_size=dm.packing_buffer_size,
+        task_encoder=dm.task_encoder,
+        worker_config=WorkerConfig.default_worker_config(dm.num_workers),
+    )
+    hand = iter(get_savable_loader(dataset))
+    return dm, framework, hand
+
+
+def interleave(contenders: dict, rounds: int, batches: int, warmup: int = 3) -> dict:
+    """Per-round CPU and wall samples/s of each ``name -> (iterator, before_fn)``."""
+    for iterator, before in contenders.values():
+        before()
+        timed_batches(iterator, warmup)
+    names = list(contenders)
+    cpu = {n: [] for n in names}
+    wall = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            iterator, before = contenders[name]
+            before()
+            samples, wall_s, cpu_s = timed_batches(iterator, batches)
+            cpu[name].append(samples / cpu_s)
+            wall[name].append(samples / wall_s)
+    return {"cpu": cpu, "wall": wall}
+
+
+def _paired_ratio(series: dict, a: str, b: str) -> float:
+    return statistics.median(x / y for x, y in zip(series[a], series[b], strict=True))
+
+
+def measure(rounds: int, batches: int, cache_dir: str | None = None) -> dict:
+    """Both comparisons; a JSON-ready dict."""
+    from energon_plugins import storage
+
+    config = prepare(cache_dir)
+    noop = lambda: None  # noqa: E731
+    was_skipped = storage.local_metrics_skipped()
+    with quiet_loading(1):
+        dm, framework, hand = build_loaders(config)
+        overhead = interleave({"framework": (framework, noop), "hand-wired": (hand, noop)},
+                              rounds, batches)
+        msc = interleave(
+            {
+                "msc metrics (default)": (hand, storage.restore_local_metrics),
+                "msc metrics skipped": (hand, storage.skip_unrecorded_local_metrics),
+            },
+            rounds,
+            batches,
+        )
+    (storage.skip_unrecorded_local_metrics if was_skipped else storage.restore_local_metrics)()
+
+    def summary(series, a, b):
+        return {
+            "cpu_samples_per_s": {k: round(statistics.median(v), 1) for k, v in series["cpu"].items()},
+            "wall_samples_per_s": {k: round(statistics.median(v), 1) for k, v in series["wall"].items()},
+            "ratio_cpu": round(_paired_ratio(series["cpu"], a, b), 4),
+            "ratio_wall": round(_paired_ratio(series["wall"], a, b), 4),
+            "ratio_cpu_rounds": [round(x / y, 4) for x, y in zip(series["cpu"][a], series["cpu"][b])],
+        }
+
+    return {
+        "rounds": rounds,
+        "batches_per_round": batches,
+        "micro_batch_size": dm.micro_batch_size,
+        "num_workers": dm.num_workers,
+        "load_average": load_average(),
+        "overhead": summary(overhead, "framework", "hand-wired"),
+        "msc_metrics": summary(msc, "msc metrics skipped", "msc metrics (default)"),
+        "goal_ratio": GOAL_RATIO,
+    }
+
+
+def main(argv=None) -> dict:
+    """Measure, print the tables and the goal, optionally write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=8)
+    parser.add_argument("--batches", type=int, default=20, help="batches per loader per round")
+    parser.add_argument("--cache-dir", help="where the demo data and tokenizer are written")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--json", metavar="FILE", help="write the results to FILE")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.rounds, args.batches = 2, 2
+    result = measure(args.rounds, args.batches, args.cache_dir)
+
+    rows = []
+    for section, a, b in (("overhead", "framework", "hand-wired"),
+                          ("msc_metrics", "msc metrics skipped", "msc metrics (default)")):
+        s = result[section]
+        for name in (a, b):
+            rows.append([name, s["cpu_samples_per_s"][name], s["wall_samples_per_s"][name], "", ""])
+        rows.append([f"  ratio {a} / {b}", "", "", f"{s['ratio_cpu']:.3f}", f"{s['ratio_wall']:.3f}"])
+    print_table(
+        f"Loader overhead, 0 workers, batch {result['micro_batch_size']}, {result['rounds']} "
+        f"interleaved rounds of {result['batches_per_round']} batches (load {result['load_average']})",
+        ["loader", "samples/s (CPU)", "samples/s (wall)", "ratio (CPU)", "ratio (wall)"],
+        rows,
+    )
+    ratio = result["overhead"]["ratio_cpu"]
+    result["goals"] = [{
+        "goal": f"framework / hand-wired throughput >= {GOAL_RATIO}",
+        "met": ratio >= GOAL_RATIO,
+        "detail": f"ratio {ratio:.3f} (CPU time), {result['overhead']['ratio_wall']:.3f} (wall)",
+    }]
+    print("Goals:")
+    for goal in result["goals"]:
+        print("  " + goal_line(goal["goal"], goal["met"], goal["detail"]))
+    gain = result["msc_metrics"]["ratio_cpu"]
+    print(f"MSC metrics skipped: {gain:.3f}x the default throughput (CPU time)")
+    if args.json:
+        print(f"wrote {write_json(args.json, 'overhead', result)}")
+    return result
+
+
+if __name__ == "__main__":
+    main()
