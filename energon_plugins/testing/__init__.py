@@ -1,0 +1,64 @@
+"""The plugin author's test kit: pytest fixtures and conformance checks.
+
+Installing energon-plugins registers :mod:`energon_plugins.testing.pytest_plugin` with pytest
+(entry point ``pytest11``), so a plugin's tests get the fixtures ``energon_dataset``,
+``isolated_registry`` and ``build_context`` without a ``conftest.py``. The checks are plain
+functions that raise :class:`ConformanceError` (an ``AssertionError``) naming the plugin and
+the rule it breaks::
+
+    from energon_plugins.testing import check_task_encoder
+
+    def test_my_encoder_conforms():
+        check_task_encoder("my-encoder")
+
+Importing this package is light (no torch, transformers or Energon); the checks import them
+when they run.
+"""
+
+from importlib import import_module
+from typing import TYPE_CHECKING, Any
+
+from energon_plugins.testing._common import ConformanceError
+
+_LAZY = {
+    "check_task_encoder": "energon_plugins.testing.task_encoder",
+    "check_image_processor": "energon_plugins.testing.image_processor",
+    "check_packing_strategy": "energon_plugins.testing.packing",
+    "check_registration": "energon_plugins.testing._common",
+    "check_options": "energon_plugins.testing._common",
+    "default_context": "energon_plugins.testing.context",
+    "batch_differences": "energon_plugins.testing.compare",
+}
+
+if TYPE_CHECKING:  # pragma: no cover
+    from energon_plugins.testing._common import check_options, check_registration
+    from energon_plugins.testing.compare import batch_differences
+    from energon_plugins.testing.context import default_context
+    from energon_plugins.testing.image_processor import check_image_processor
+    from energon_plugins.testing.packing import check_packing_strategy
+    from energon_plugins.testing.task_encoder import check_task_encoder
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'energon_plugins.testing' has no attribute {name!r}")
+    value = getattr(import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))
+
+
+__all__ = [
+    "ConformanceError",
+    "batch_differences",
+    "check_image_processor",
+    "check_options",
+    "check_packing_strategy",
+    "check_registration",
+    "check_task_encoder",
+    "default_context",
+]
