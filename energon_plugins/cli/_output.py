@@ -35,3 +35,19 @@ def one_line(text: str, limit: int = 160) -> str:
     """``text`` on one line, shortened to ``limit`` characters."""
     flat = " ".join(str(text).split())
     return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+KNOWN_NOISE = (
+    r".*Transformer Engine and Apex are not installed.*",
+    r".*'pin_memory' argument is set as true but no accelerator is found.*",
+)
+"""Warnings that say nothing about the user's config on a CPU-only machine (hidden by the
+verbs that build loaders; ``--debug`` keeps them)."""
+
+
+def quiet_known_warnings() -> None:
+    """Hide :data:`KNOWN_NOISE` warnings for the rest of this process."""
+    import warnings
+
+    for pattern in KNOWN_NOISE:
+        warnings.filterwarnings("ignore", message=pattern)

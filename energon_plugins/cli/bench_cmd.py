@@ -65,6 +65,10 @@ def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...
     from energon_plugins.config.build import build_datamodule
     from energon_plugins.config.overrides import parse_set_option
 
+    if not (click.get_current_context().find_root().obj or {}).get("debug"):
+        from energon_plugins.cli._output import quiet_known_warnings
+
+        quiet_known_warnings()
     datamodule = build_datamodule(config, **dict(parse_set_option(item) for item in sets))
     if as_json:
         print_json(run_bench(datamodule, batches))

@@ -115,6 +115,10 @@ def preview_command(config: str, count: int, html_path: str | None, sets: tuple[
     from energon_plugins.config.build import build_datamodule
     from energon_plugins.config.overrides import parse_set_option
 
+    if not (click.get_current_context().find_root().obj or {}).get("debug"):
+        from energon_plugins.cli._output import quiet_known_warnings
+
+        quiet_known_warnings()
     overrides = {"num_workers": 0, **dict(parse_set_option(item) for item in sets)}
     datamodule = build_datamodule(config, **overrides)
     rows = collect_rows(datamodule, count)
