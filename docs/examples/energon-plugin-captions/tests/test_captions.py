@@ -59,3 +59,21 @@ def test_truncated_to_seq_length_and_batched():
     batch = encoder.batch(samples)
     assert batch.input_ids.shape == (2, 6)
     assert batch.labels[1, 5].item() == -100  # padding is ignored by the loss
+
+
+def test_packs_with_a_strategy_by_name():
+    """encode_sample needs nothing packing-specific: the base class packs with the strategy."""
+    with energon_plugins.isolated_registry(plugin):  # entry points too: the built-in strategies
+        strategy = energon_plugins.create("packing_strategy", "first-fit-decreasing")
+        ctx = energon_plugins.BuildContext(
+            tokenizer=tiny_tokenizer(), image_processor=fake_processor, seq_length=16,
+            packing=strategy, packing_buffer_size=4,
+        )
+        encoder = energon_plugins.create("task_encoder", "captions", {"image_tokens": 2}, ctx)
+    encoded = [encoder.encode_sample(sample(c)) for c in ("a red cat", "a dog", "cat", "red")]
+    groups = encoder.select_samples_to_pack(encoded)
+    assert sorted(len(s.input_ids) for g in groups for s in g) == sorted(s.length for s in encoded)
+    packed = [encoder.pack_selected_samples(g) for g in groups]
+    assert all(p.length <= 16 for p in packed)
+    batch = encoder.batch(packed)
+    assert batch.packed_seq_params is not None  # THD layout for megatron-core
