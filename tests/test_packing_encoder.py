@@ -20,17 +20,6 @@ IMAGE_TOKENS = 6
 IGNORE = -100
 
 
-def encoder_class():
-    """The built-in encoder if it packs, else a subclass that mixes packing in."""
-    if issubclass(MultimodalTaskEncoder, PackingMixin):
-        return MultimodalTaskEncoder
-
-    class PackingMultimodal(PackingMixin, MultimodalTaskEncoder):
-        pass
-
-    return PackingMultimodal
-
-
 def strategy(name="first-fit-decreasing", **options):
     return energon_plugins.create("packing_strategy", name, options or None)
 
@@ -42,7 +31,7 @@ def make_dm(info, tokenizer, processor, packing, *, buffer=6, seq=SEQ, enc_cls=N
                 packing_buffer_size=buffer, packing=packing)
     args.update(kwargs)
     dm = energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
-    cls = enc_cls or encoder_class()
+    cls = enc_cls or MultimodalTaskEncoder
     options = MultimodalOptions(image_tokens=IMAGE_TOKENS, **(enc_options or {}))
     dm.task_encoder = cls(dm.build_context("train"), options)
     dm.validation_task_encoder = cls(dm.build_context("val"), options)
@@ -171,7 +160,10 @@ def test_finite_train_pass_with_carry_over_delivers_every_sample_once(
     dm = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(carry_over=True, max_carries=3),
                  buffer=5, repeat=False)
     keys = []
-    for batch in dm.train_dataloader().dataloader:  # one pass, not the cycling wrapper
+    from energon_plugins.dataloader import FiniteDataloader
+
+    one_pass = FiniteDataloader(dm.train_dataloader().dataloader)  # not the cycling wrapper
+    for batch in one_pass:
         check_packed_batch(batch, unpacked, 1)
         keys.extend(k for row in row_keys(batch) for k in row)
     assert sorted(keys) == sorted(vqa_dataset.split_keys["train"])
@@ -199,8 +191,7 @@ def test_carry_over_fills_packs_better(vqa_dataset, tokenizer, clip_processor):
 def small_capacity(unpacked, keys):
     """An encoder class whose packs are one token shorter than the longest of ``keys``."""
     capacity = max(unpacked[k].length for k in keys) - 1
-    base = encoder_class()
-    return capacity, type("SmallCapacity", (base,), {"packing_capacity": capacity})
+    return capacity, type("SmallCapacity", (MultimodalTaskEncoder,), {"packing_capacity": capacity})
 
 
 @pytest.mark.parametrize("policy", ["truncate", "drop"])
@@ -286,3 +277,31 @@ def test_packing_options_from_a_config(vqa_dataset):
         load_config({**base, "packing_buffer_size": 8,
                      "packing": {"name": "ffd", "options": {"pad_to_multiple_of": 0}}},
                     check_paths=False)
+
+
+def test_packing_selected_in_a_config_file_packs_the_builtin_encoder(
+    vqa_dataset, tmp_path, unpacked
+):
+    from energon_plugins.demo.tokenizer import save_demo_tokenizer
+
+    save_demo_tokenizer(tmp_path / "tok")
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        f"path: {vqa_dataset.path}\n"
+        "tokenizer: {path: tok}\n"
+        f"seq_length: {SEQ}\n"
+        "micro_batch_size: 2\n"
+        "global_batch_size: 2\n"
+        "num_workers: 0\n"
+        "packing_buffer_size: 5\n"
+        "packing: {name: first-fit-decreasing, options: {carry_over: true, pad_to_multiple_of: 4}}\n"
+        f"task_encoder: {{name: multimodal, options: {{image_tokens: {IMAGE_TOKENS}}}}}\n"
+    )
+    dm = energon_plugins.EnergonMultiModalDataModule.from_config(config)
+    assert isinstance(dm.task_encoder, PackingMixin)
+    assert dm.task_encoder.packing_options.carry_over
+    keys = []
+    for batch in dm.val_dataloader():
+        check_packed_batch(batch, unpacked, 4)
+        keys.extend(k for row in row_keys(batch) for k in row)
+    assert sorted(keys) == sorted(vqa_dataset.split_keys["val"])
