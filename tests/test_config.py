@@ -229,6 +229,19 @@ def test_overrides_merge_mappings_expand_dots_and_replace_values():
     assert data["task_encoder"]["options"] == {"a": 1, "b": 2}  # the input is not modified
 
 
+def test_conflicting_or_malformed_overrides_are_errors():
+    with pytest.raises(ConfigError, match="conflict"):
+        apply_overrides({}, {"seq_length": 4, "seq_length.x": 1})
+    with pytest.raises(ConfigError, match="empty part"):
+        apply_overrides({}, {"task_encoder..name": "x"})
+    from energon_plugins.config.overrides import parse_set_option
+
+    assert parse_set_option("packing=null") == ("packing", None)
+    assert parse_set_option("task_encoder.options={a: 1}") == ("task_encoder.options", {"a": 1})
+    with pytest.raises(ConfigError, match="KEY=VALUE"):
+        parse_set_option("seq_length")
+
+
 def test_overrides_are_validated_like_file_values(workspace):
     path = write(workspace, GOOD, "ovr.yaml")
     assert load_config(path, {"seq_length": 128}).seq_length == 128

@@ -25,6 +25,14 @@ def expand_dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
         ConfigError: a key is empty, has an empty part, or sets both a value and a sub-key.
     """
     result: dict[str, Any] = {}
+    keys = [str(key) for key in overrides]
+    for key in keys:
+        clash = next((other for other in keys if other.startswith(key + ".")), None)
+        value = overrides[key]
+        if clash is not None and not isinstance(value, Mapping):
+            raise ConfigError(
+                f"overrides {key!r} and {clash!r} conflict: {key!r} replaces the whole value"
+            )
     for key, value in overrides.items():
         parts = str(key).split(".")
         if not all(parts):
