@@ -10,6 +10,7 @@ traceback instead.
 """
 
 import importlib
+import importlib.util
 import sys
 from typing import Any
 

@@ -207,6 +207,8 @@ def _short(value: Any, limit: int = 60) -> str:
 
 
 def _selection_issues(data: Mapping[str, Any], registry: Registry) -> list[ConfigIssue]:
+    """Resolve each ``{name, options}`` selection and check its options (on the raw data, so
+    these run even when other keys are broken)."""
     issues: list[ConfigIssue] = []
     train = data.get("task_encoder", {})
     train = train if isinstance(train, Mapping) else {}
@@ -225,12 +227,10 @@ def _selection_issues(data: Mapping[str, Any], registry: Registry) -> list[Confi
         if raw is None or not isinstance(raw, Mapping):
             continue  # null where allowed, or a type error the structure check reports
         name = raw.get("name", defaults[key])
-        if name is _MISSING or name is None and key != "validation_task_encoder":
-            continue
-        if name is None:
-            name = defaults[key]
+        if name is None and key == "validation_task_encoder":
+            name = defaults[key]  # an explicit null: the train encoder's name
         if not isinstance(name, str) or not name.strip():
-            continue
+            continue  # missing (packing) or not a string: the structure check reports it
         options = raw.get("options")
         if key == "validation_task_encoder":
             same_name = name.strip() == str(defaults[key]).strip()
