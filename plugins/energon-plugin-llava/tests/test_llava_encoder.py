@@ -335,3 +335,21 @@ def test_missing_conversations_fail_in_the_cooker_under_the_policy(data, tok):
     with pytest.raises(Exception, match="conversations"):
         for _ in loader("raise").val_dataloader():
             pass
+
+
+def test_tokenizer_chat_template_option(data, tok):
+    """``chat_template: tokenizer`` renders with the tokenizer's template (here Vicuna v1 too)."""
+    info = data["llava"]
+    rows = {}
+    for template in ("llava-1.5", "tokenizer"):
+        dm = datamodule(info, tok, chat_template=template)
+        batch = next(dm.train_dataloader())
+        rows[template] = (batch.__key__, batch.input_ids, batch.labels)
+    assert rows["llava-1.5"][0] == rows["tokenizer"][0]
+    assert torch.equal(rows["llava-1.5"][1], rows["tokenizer"][1])
+    assert torch.equal(rows["llava-1.5"][2], rows["tokenizer"][2])
+    # a system prompt of our own shows up in the text, and none leaves it out
+    dm = datamodule(info, tok, system_prompt="Be brief.")
+    assert tok.decode(next(dm.train_dataloader()).input_ids[0]).startswith("<s>Be brief. USER: ")
+    dm = datamodule(info, tok, system_prompt=None)
+    assert tok.decode(next(dm.train_dataloader()).input_ids[0]).startswith("<s>USER: <image>")

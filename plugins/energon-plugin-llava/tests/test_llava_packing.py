@@ -83,3 +83,29 @@ def test_packed_batches_carry_the_same_tokens(data, tok):
         assert len(q_ids) == real and torch.equal(q_ids, p_ids[:real]), key
         assert torch.equal(q_labels, p_labels[:real]), key
         assert torch.equal(q_pixels, p_pixels), key
+
+
+def test_resume_with_packing_gives_the_same_batches(data, tok):
+    """Cooking, encoding and packing are stateless: a restored loader continues exactly."""
+    info = data["llava"]
+    strategy = energon_plugins.create("packing_strategy", "first-fit-decreasing")
+
+    def loader():
+        return energon_plugins.EnergonMultiModalDataModule(
+            str(info.path), tok, None, seq_length=2048, micro_batch_size=2, num_workers=0,
+            shuffle_buffer_size=8, packing=strategy, packing_buffer_size=6,
+            task_encoder={"name": "llava", "options": {"padding": "longest"}},
+        ).train_dataloader()
+
+    first = loader()
+    for _ in range(3):
+        next(first)
+    state = first.save_state()
+    expected = [next(first) for _ in range(3)]
+    second = loader()
+    second.restore_state(state)
+    for want in expected:
+        got = next(second)
+        assert got.__key__ == want.__key__
+        assert torch.equal(got.input_ids, want.input_ids)
+        assert torch.equal(got.pixel_values, want.pixel_values)

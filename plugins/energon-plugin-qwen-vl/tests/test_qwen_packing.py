@@ -131,3 +131,30 @@ def test_overlong_cut_for_packing_keeps_no_open_vision_start(data, tok):
     assert cut.input_ids.tolist() == seq[:first].tolist()
     assert cut.num_images == 0 and cut.pixel_values is None and cut.image_grid_thw is None
     assert cut.seq_lengths == [first] and len(cut.labels) == len(cut.loss_mask) == first
+
+
+def test_resume_with_packing_gives_the_same_batches(data, tok):
+    """Cooking, encoding and packing are stateless: a restored loader continues exactly."""
+    info = data["chatml"]
+    strategy = energon_plugins.create("packing_strategy", "first-fit-decreasing")
+
+    def loader():
+        return energon_plugins.EnergonMultiModalDataModule(
+            str(info.path), tok, processor(), seq_length=512, micro_batch_size=2, num_workers=0,
+            shuffle_buffer_size=8, packing=strategy, packing_buffer_size=6,
+            task_encoder={"name": "qwen2-vl", "options": {"padding": "longest"}},
+        ).train_dataloader()
+
+    first = loader()
+    for _ in range(3):
+        next(first)
+    state = first.save_state()
+    expected = [next(first) for _ in range(3)]
+    second = loader()
+    second.restore_state(state)
+    for want in expected:
+        got = next(second)
+        assert got.__key__ == want.__key__
+        assert torch.equal(got.input_ids, want.input_ids)
+        assert torch.equal(got.image_grid_thw, want.image_grid_thw)
+        assert torch.equal(got.pixel_values, want.pixel_values)
