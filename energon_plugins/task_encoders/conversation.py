@@ -74,21 +74,51 @@ def render_chat(
     return "".join(parts)
 
 
+def _direct_backend(tokenizer: Any) -> Any:
+    """The Rust ``tokenizers.Tokenizer`` behind a fast tokenizer, when calling it directly
+    gives what ``tokenizer(text, add_special_tokens=False)`` gives; else ``None``.
+
+    That holds when the backend has no truncation or padding set (transformers turns them off
+    for such a call) and splits special tokens exactly as the tokenizer asks. The direct call
+    skips transformers' per-call Python work (argument checks, backend state, output
+    conversion), about half the cost of tokenizing a short piece.
+    """
+    if not getattr(tokenizer, "is_fast", False):
+        return None
+    backend = getattr(tokenizer, "_tokenizer", None)
+    if backend is None or not hasattr(backend, "encode"):
+        return None
+    try:
+        if backend.truncation is not None or backend.padding is not None:
+            return None
+        split = bool(getattr(tokenizer, "split_special_tokens", False))
+        if split != bool(getattr(backend, "encode_special_tokens", False)):
+            return None
+    except AttributeError:
+        return None
+    return backend
+
+
 def tokenize_text(tokenizer: Any, text: str) -> list[int]:
     """Token ids of ``text`` without added special tokens (the template already has them)."""
+    backend = _direct_backend(tokenizer)
+    if backend is not None:
+        return backend.encode(text, add_special_tokens=False).ids
     return list(tokenizer(text, add_special_tokens=False)["input_ids"])
 
 
 def tokenize_texts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
-    """Token ids of each of ``texts`` (no special tokens added), in one tokenizer call.
+    """Token ids of each of ``texts`` (no special tokens added).
 
-    Equal to ``[tokenize_text(tokenizer, t) for t in texts]``; one batched call pays the
-    tokenizer's Python set-up (argument checks, truncation and padding state) once.
+    Equal to ``[tokenize_text(tokenizer, t) for t in texts]``; the tokenizer's checks are made
+    once. One ``encode`` per text, not one batched call: the Rust batch call hands the texts to
+    a thread pool, which costs more than it saves for a few short pieces (measured up to
+    3 ms per call on a busy 2-core machine).
     """
-    if not texts:
-        return []
-    encoded = tokenizer(list(texts), add_special_tokens=False)["input_ids"]
-    return [list(ids) for ids in encoded]
+    backend = _direct_backend(tokenizer)
+    if backend is not None:
+        return [backend.encode(text, add_special_tokens=False).ids for text in texts]
+    return [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
 
 
 def _assistant_spans(
@@ -162,7 +192,7 @@ def tokenize_conversation(
     template = sample_config.conversation_template
     ignore = sample_config.ignore_index
     full, spans = _assistant_spans(tokenizer, messages, template)
-    # Cut the text at every answer boundary, then tokenize all pieces in one call.
+    # Cut the text at every answer boundary, then tokenize the pieces.
     pieces: list[tuple[str, bool]] = []
     pos = 0
     for a, b in spans:

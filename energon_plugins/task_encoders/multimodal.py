@@ -111,7 +111,7 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
                     f"InterleavedSample {sample.__key__!r}: sequence item of type "
                     f"{type(item).__name__} (expected str or image tensor)"
                 )
-        pieces = iter(tokenize_texts(self.tokenizer, texts))  # all text in one call
+        pieces = iter(tokenize_texts(self.tokenizer, texts))
         ids: list[int] = []
         labels: list[int] = []
         ignore = self.ignore_index

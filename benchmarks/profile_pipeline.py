@@ -1,0 +1,220 @@
+"""Where the default pipeline's time goes, and what the cuts in our code gained.
+
+Run: ``python benchmarks/profile_pipeline.py [--batches 40] [--rounds 6] [--baseline REV]
+[--json out.json] [--quick]``.
+
+1. **Profile** (cProfile, 0 workers, torch threads 1): ``--batches`` batches of the demo
+   pipeline (``multimodal`` encoder, ``hf`` CLIP processor, batch 8) with multi-storage-client's
+   default metrics bookkeeping. Prints the share of the loop's time in each stage (measured as
+   the cumulative time of the stage's entry function) and the top functions by own time.
+   cProfile's per-call cost inflates call-heavy Python code; the shares are indicative.
+2. **Before/after** (same run, no profiler): the task encoder and image-processor wrapper of
+   revision ``--baseline`` (default: the commit before the cuts) are loaded from git next to the
+   current ones, and two hand-wired Energon loaders (same data, same worker config, same
+   transformers processor and tokenizer) are read in interleaved rounds; throughput is samples
+   per second of CPU time, the ratio the median of the per-round ratios current / baseline.
+   Skipped (with a note) when git or the revision is not available.
+"""
+
+import argparse
+import cProfile
+import importlib.util
+import pstats
+import statistics
+import subprocess
+import sys
+import types
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from _common import print_table, write_json  # noqa: E402
+from _pipeline import load_average, prepare, quiet_loading, timed_batches  # noqa: E402
+
+REPO = Path(__file__).resolve().parent.parent
+BASELINE = "b5d3cdd7c58d4e9340543e0aab89c36fe7fbd415"
+"""The commit before the cuts (batched tokenization, two chat renders, image->PIL copies)."""
+
+#: stage -> (file suffix, function name) of the entry function whose cumulative time is the stage's.
+STAGES = {
+    "read samples from the tar shards (Energon, via MSC)": ("itar_reader.py", "__getitem__"),
+    "  MSC metrics wrapper around each read": ("providers/base.py", "_emit_metrics"),
+    "decode PNG + JSON, build the sample (Energon)": ("default_decoder_webdataset.py", "load_sample"),
+    "encode_sample (ours)": ("task_encoders/multimodal.py", "encode_sample"),
+    "  image processor (hf wrapper + transformers)": ("image_processors/hf.py", "__call__"),
+    "    Energon tensor -> PIL": ("image_processors/hf.py", "energon_image_to_pil"),
+    "  chat template + tokenizer": ("task_encoders/conversation.py", "tokenize_conversation"),
+    "batch + encode_batch": ("batch_dataset.py", "flush"),
+}
+
+
+def _msc_overhead(stats: pstats.Stats) -> float:
+    """Own time of every multi-storage-client function (the read itself is a C builtin)."""
+    return sum(
+        tt for (file, _, _), (_, _, tt, _, _) in stats.stats.items() if "multistorageclient" in file
+    )
+
+
+def profile(config: dict, batches: int) -> dict:
+    """cProfile ``batches`` batches; stage shares and the top functions by own time."""
+    from energon_plugins import EnergonMultiModalDataModule
+
+    with quiet_loading(1):
+        dm = EnergonMultiModalDataModule.from_config(config)
+        iterator = iter(dm.train_dataloader())
+        timed_batches(iterator, 3)
+        profiler = cProfile.Profile()
+        profiler.enable()
+        samples, wall, _ = timed_batches(iterator, batches)
+        profiler.disable()
+    stats = pstats.Stats(profiler)
+    total = stats.total_tt
+    stages = {}
+    for label, (suffix, name) in STAGES.items():
+        cum = sum(
+            ct for (file, _, func), (_, _, _, ct, _) in stats.stats.items()
+            if file.endswith(suffix) and func == name
+        )
+        stages[label] = {"seconds": round(cum, 4), "share": round(cum / total, 4)}
+    listed = sum(v["seconds"] for k, v in stages.items() if not k.startswith(" "))
+    stages["rest: Energon wrappers (shuffle, blend, map, loader), conversions"] = {
+        "seconds": round(total - listed, 4), "share": round((total - listed) / total, 4)}
+    msc_own = _msc_overhead(stats)
+    stages["MSC bookkeeping (own time of multistorageclient code)"] = {
+        "seconds": round(msc_own, 4), "share": round(msc_own / total, 4)}
+    top = []
+    for (file, line, func), (_, ncalls, tt, ct, _) in sorted(
+        stats.stats.items(), key=lambda kv: kv[1][2], reverse=True
+    )[:15]:
+        short = file.split("site-packages/")[-1].split("/work/main/")[-1]
+        top.append({"function": f"{short}:{line}({func})", "calls": ncalls,
+                    "own_s": round(tt, 4), "own_share": round(tt / total, 4),
+                    "cum_s": round(ct, 4)})
+    return {"samples": samples, "profiled_seconds": round(total, 3),
+            "samples_per_s_under_profiler": round(samples / wall, 1),
+            "stages": stages, "top_functions": top}
+
+
+def _git_show(rev: str, path: str) -> str | None:
+    try:
+        return subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], check=True,
+                              capture_output=True, text=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def _module_from_source(name: str, source: str) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__file__ = f"<{name}>"
+    sys.modules[name] = module
+    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - our own code
+    return module
+
+
+def load_baseline(rev: str):
+    """The baseline's ``(MultimodalTaskEncoder, HFImageProcessor)`` classes, or None."""
+    conv = _git_show(rev, "energon_plugins/task_encoders/conversation.py")
+    multi = _git_show(rev, "energon_plugins/task_encoders/multimodal.py")
+    hf = _git_show(rev, "energon_plugins/image_processors/hf.py")
+    if not (conv and multi and hf):
+        return None
+    _module_from_source("_baseline_conversation", conv)
+    multi = multi.replace("energon_plugins.task_encoders.conversation", "_baseline_conversation")
+    encoder_module = _module_from_source("_baseline_multimodal", multi)
+    hf_module = _module_from_source("_baseline_hf", hf)
+    return encoder_module.MultimodalTaskEncoder, hf_module.HFImageProcessor
+
+
+def before_after(config: dict, rounds: int, batches: int, rev: str) -> dict:
+    """Current vs baseline encoder + image wrapper, hand-wired loaders, interleaved rounds."""
+    from megatron.energon import WorkerConfig, get_savable_loader, get_train_dataset
+
+    from energon_plugins import EnergonMultiModalDataModule
+
+    baseline = load_baseline(rev)
+    if baseline is None:
+        return {"skipped": f"revision {rev} not available from git"}
+    base_encoder_cls, base_wrapper_cls = baseline
+    with quiet_loading(1):
+        dm = EnergonMultiModalDataModule.from_config(config)
+        current = dm.task_encoder
+        raw_processor = dm.image_processor.processor  # the transformers processor itself
+        context = dm.build_context("train").replace(image_processor=base_wrapper_cls(raw_processor))
+        old = base_encoder_cls(context, current.options)
+
+        def loader(encoder):
+            dataset = get_train_dataset(
+                dm.path, split_part="train", batch_size=dm.micro_batch_size,
+                shuffle_buffer_size=dm.shuffle_buffer_size, max_samples_per_sequence=None,
+                task_encoder=encoder, worker_config=WorkerConfig.default_worker_config(0))
+            return iter(get_savable_loader(dataset))
+
+        iterators = {"current": loader(current), "baseline": loader(old)}
+        for it in iterators.values():
+            timed_batches(it, 3)
+        rates: dict[str, list[float]] = {k: [] for k in iterators}
+        names = list(iterators)
+        for r in range(rounds):
+            for name in names if r % 2 == 0 else names[::-1]:
+                samples, _, cpu = timed_batches(iterators[name], batches)
+                rates[name].append(samples / cpu)
+    ratios = [c / b for c, b in zip(rates["current"], rates["baseline"], strict=True)]
+    return {
+        "baseline_revision": rev,
+        "cpu_samples_per_s": {k: round(statistics.median(v), 1) for k, v in rates.items()},
+        "ratio_current_to_baseline": round(statistics.median(ratios), 4),
+        "ratio_rounds": [round(x, 4) for x in ratios],
+    }
+
+
+def main(argv=None) -> dict:
+    """Profile, compare, print, optionally write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--batches", type=int, default=40, help="batches profiled / per round")
+    parser.add_argument("--rounds", type=int, default=6, help="before/after rounds")
+    parser.add_argument("--baseline", default=BASELINE, help="git revision before the cuts")
+    parser.add_argument("--no-compare", action="store_true", help="profile only")
+    parser.add_argument("--cache-dir")
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--json", metavar="FILE")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.batches, args.rounds = 3, 2
+    if importlib.util.find_spec("energon_plugins") is None:  # pragma: no cover
+        raise SystemExit("energon_plugins is not installed")
+    config = prepare(args.cache_dir)
+    result = {"load_average": load_average(), "profile": profile(config, args.batches)}
+    p = result["profile"]
+    print_table(
+        f"Where the time goes: {p['samples']} samples, 0 workers, cProfile "
+        f"({p['profiled_seconds']} s profiled)",
+        ["stage (cumulative time)", "seconds", "share"],
+        [[k, v["seconds"], f"{v['share']:.1%}"] for k, v in p["stages"].items()],
+    )
+    print_table(
+        "Top functions by own time",
+        ["function", "calls", "own s", "share"],
+        [[t["function"][-90:], t["calls"], t["own_s"], f"{t['own_share']:.1%}"]
+         for t in p["top_functions"]],
+    )
+    if not args.no_compare:
+        cmp = before_after(config, args.rounds, args.batches, args.baseline)
+        result["before_after"] = cmp
+        if "skipped" in cmp:
+            print(f"before/after: skipped ({cmp['skipped']})")
+        else:
+            rates = cmp["cpu_samples_per_s"]
+            print_table(
+                f"Cuts: current vs {args.baseline[:10]} (encoder + image wrapper), "
+                f"{args.rounds} interleaved rounds",
+                ["code", "samples/s (CPU)", "ratio"],
+                [["baseline", rates["baseline"], ""], ["current", rates["current"],
+                 f"{cmp['ratio_current_to_baseline']:.3f}"]],
+            )
+    if args.json:
+        print(f"wrote {write_json(args.json, 'profile_pipeline', result)}")
+    return result
+
+
+if __name__ == "__main__":
+    main()

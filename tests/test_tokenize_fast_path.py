@@ -1,0 +1,69 @@
+"""The direct-backend tokenization equals transformers' call, and falls back where it would not."""
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from energon_plugins.demo.tokenizer import FAMILIES, build_demo_tokenizer
+from energon_plugins.task_encoders.conversation import (
+    _direct_backend,
+    tokenize_text,
+    tokenize_texts,
+)
+
+TOKENIZERS = {family: build_demo_tokenizer(family) for family in FAMILIES}
+
+_pieces = st.lists(
+    st.one_of(
+        st.text(max_size=40),
+        st.sampled_from(["<image>", "</s>", "<|im_end|>", "<|im_start|>", " ", "\n", "\t x"]),
+    ),
+    max_size=6,
+).map("".join)
+
+
+def _reference(tok, text):
+    return list(tok(text, add_special_tokens=False)["input_ids"])
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(texts=st.lists(_pieces, max_size=4))
+def test_equal_to_the_tokenizer_call(family, texts):
+    tok = TOKENIZERS[family]
+    assert _direct_backend(tok) is not None
+    expected = [_reference(tok, t) for t in texts]
+    assert tokenize_texts(tok, texts) == expected
+    assert [tokenize_text(tok, t) for t in texts] == expected
+
+
+def test_split_special_tokens_uses_the_tokenizer_call():
+    tok = build_demo_tokenizer("generic")
+    tok.split_special_tokens = True
+    assert _direct_backend(tok) is None  # backend not yet told to split: no direct call
+    text = "look <image> here"
+    ids = tokenize_texts(tok, [text])[0]
+    assert ids == _reference(tok, text)
+    assert tok.convert_tokens_to_ids("<image>") not in ids  # the tag was split
+
+
+def test_backend_padding_or_truncation_uses_the_tokenizer_call():
+    tok = build_demo_tokenizer("generic")
+    tok.backend_tokenizer.enable_truncation(max_length=3)
+    assert _direct_backend(tok) is None
+    text = "a long enough sentence to be truncated"
+    assert tokenize_texts(tok, [text])[0] == _reference(tok, text)
+    assert len(_reference(tok, text)) > 3  # transformers' call does not truncate
+
+
+class _SlowLike:
+    """A tokenizer without a Rust backend (as a slow tokenizer is)."""
+
+    is_fast = False
+
+    def __call__(self, text, add_special_tokens=True):
+        return {"input_ids": [ord(c) for c in text]}
+
+
+def test_slow_tokenizer_uses_its_call():
+    assert tokenize_texts(_SlowLike(), ["ab", ""]) == [[97, 98], []]
