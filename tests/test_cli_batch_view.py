@@ -77,3 +77,10 @@ def test_spans_collapse_image_runs_and_mark_loss():
     assert [(s.text, s.kind, s.loss) for s in spans] == [
         ("ab", "text", False), ("<image x4>", "image", False), ("c", "text", False),
         ("ef", "text", True)]
+
+
+def test_collapsed_image_text():
+    from energon_plugins.cli.batch_view import collapsed_image_text
+
+    assert collapsed_image_text("<image>", 576) == "<image x576>"
+    assert collapsed_image_text("<|image_pad|>", 64) == "[<|image_pad|> x64]"

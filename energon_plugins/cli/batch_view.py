@@ -5,6 +5,7 @@ any batch with the core's fields; imports torch lazily through the tensors thems
 """
 
 import dataclasses
+import re
 from typing import Any
 
 
@@ -95,6 +96,35 @@ class Span:
     count: int
 
 
+def collapsed_image_text(token: str, count: int) -> str:
+    """``<image x576>`` for ``count`` image tokens ``<image>``; ``[<|image_pad|> x64]`` otherwise."""
+    match = re.fullmatch(r"<([\w.-]+)>", token)
+    if match:
+        return f"<{match.group(1)} x{count}>"
+    return f"[{token} x{count}]"
+
+
+def encoder_token_ids(datamodule: Any) -> tuple[int | None, int, int | None]:
+    """``(image_token_id, ignore_index, pad_id)`` as the training encoder uses them.
+
+    Taken from the encoder when it exposes them (a plugin may expand another image token than
+    the sample config's), else from the sample config and the tokenizer.
+    """
+    sample_config = datamodule.multimodal_sample_config
+    tokenizer = datamodule.tokenizer
+    encoder = datamodule.task_encoder
+    image_id = getattr(encoder, "image_token_id", None)
+    if not isinstance(image_id, int):
+        image_id = image_token_id(tokenizer, sample_config)
+    ignore = getattr(encoder, "ignore_index", None)
+    if not isinstance(ignore, int):
+        ignore = sample_config.ignore_index
+    pad_id = getattr(encoder, "pad_token_id", None)
+    if not isinstance(pad_id, int):
+        pad_id = getattr(tokenizer, "pad_token_id", None)
+    return image_id, ignore, pad_id
+
+
 def render_spans(
     tokenizer: Any, ids: list[int], labels: list[int], ignore_index: int, image_id: int | None
 ) -> list[Span]:
@@ -112,8 +142,8 @@ def render_spans(
             end += 1
         if is_image:
             token = getattr(tokenizer, "convert_ids_to_tokens", lambda i: "<image>")(ids[start])
-            spans.append(Span(f"{token.rstrip('>')} x{end - start}>" if str(token).endswith(">")
-                              else f"<{token} x{end - start}>", "image", loss, end - start))
+            spans.append(Span(collapsed_image_text(str(token), end - start), "image", loss,
+                              end - start))
         else:
             text = tokenizer.decode(ids[start:end], skip_special_tokens=False)
             spans.append(Span(text, "text", loss, end - start))

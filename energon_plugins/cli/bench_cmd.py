@@ -14,11 +14,9 @@ import click
 
 def run_bench(datamodule: Any, batches: int, progress: Any = None) -> dict[str, Any]:
     """Time ``batches`` training batches after one warm-up batch; return the figures."""
-    from energon_plugins.cli.batch_view import BatchStats, batch_stats
+    from energon_plugins.cli.batch_view import BatchStats, batch_stats, encoder_token_ids
 
-    tokenizer = datamodule.tokenizer
-    pad_id = getattr(tokenizer, "pad_token_id", None)
-    ignore = datamodule.multimodal_sample_config.ignore_index
+    _, ignore, pad_id = encoder_token_ids(datamodule)
     seq_length = datamodule.seq_length
     iterator = iter(datamodule.train_dataloader())
     started = time.perf_counter()

@@ -21,17 +21,14 @@ def collect_rows(datamodule: Any, count: int) -> list[dict[str, Any]]:
     from energon_plugins.cli.batch_view import (
         Span,
         batch_fields,
-        image_token_id,
+        encoder_token_ids,
         render_spans,
         row_segments,
     )
     from energon_plugins.cli.preview_html import image_to_png_base64
 
     tokenizer = datamodule.tokenizer
-    sample_config = datamodule.multimodal_sample_config
-    ignore = sample_config.ignore_index
-    image_id = image_token_id(tokenizer, sample_config)
-    pad_id = getattr(tokenizer, "pad_token_id", None)
+    image_id, ignore, pad_id = encoder_token_ids(datamodule)
     mean, std = _image_stats(datamodule.image_processor)
     rows: list[dict[str, Any]] = []
     for batch_index, batch in enumerate(datamodule.train_dataloader()):
