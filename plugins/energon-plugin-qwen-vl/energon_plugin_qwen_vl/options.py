@@ -30,12 +30,18 @@ class Qwen2VLOptions(BaseModel):
         description="Spatial merge size (t*h*w / merge^2 tokens per image); None reads the "
         "image processor's merge_size.",
     )
-    vision_start_token: str = Field(default="<|vision_start|>", min_length=1)
+    vision_start_token: str = Field(
+        default="<|vision_start|>", min_length=1,
+        description="The token that opens each image's run of image_pad tokens.",
+    )
     image_pad_token: str = Field(
         default="<|image_pad|>", min_length=1,
         description="The token repeated once per merged patch of an image.",
     )
-    vision_end_token: str = Field(default="<|vision_end|>", min_length=1)
+    vision_end_token: str = Field(
+        default="<|vision_end|>", min_length=1,
+        description="The token that closes each image's run of image_pad tokens.",
+    )
     caption_prompt: str = Field(
         default="Describe this image.",
         description="The user text of a captioning sample (the caption is the answer).",
