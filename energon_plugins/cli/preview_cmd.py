@@ -58,10 +58,14 @@ def collect_rows(datamodule: Any, count: int) -> list[dict[str, Any]]:
                     if encoded:
                         images.append(encoded)
             image_offset += n_images
+            note = ""
+            if n_images and not images and batch.pixel_values is not None:
+                note = (f"{n_images} image(s) as patches {tuple(batch.pixel_values.shape)} "
+                        "(not rendered: only (N, C, H, W) pixel values are drawn)")
             rows.append({
                 "label": f"batch {batch_index} row {row}" + (" (packed)" if packed else ""),
                 "segments": segments, "width": len(ids), "spans": spans, "images": images,
-                "shapes": shapes, "num_images": n_images, "packed": packed,
+                "shapes": shapes, "num_images": n_images, "packed": packed, "note": note,
             })
             if len(rows) >= count:
                 return rows

@@ -79,6 +79,8 @@ def render_page(title: str, rows: list[dict[str, Any]]) -> str:
                     f"title='segment {index}: {segment.length} tokens'>{segment.length}</div>"
                 )
         parts.append("</div>")
+        if row.get("note"):
+            parts.append(f"<p class='meta'>{html.escape(row['note'])}</p>")
         for image in row["images"]:
             parts.append(f"<img alt='image' src='data:image/png;base64,{image}'>")
         for index, spans in enumerate(row["spans"]):
