@@ -583,6 +583,19 @@ API_OBJECTS = (
         "energon_plugins.PluginOptionsError", "energon_plugins.ConfigError",
         "energon_plugins.DatasetError",
     )),
+    ("Testing kit for plugin authors (`energon_plugins.testing`)", (
+        "energon_plugins.testing.pytest_plugin.energon_dataset",
+        "energon_plugins.testing.pytest_plugin.isolated_registry",
+        "energon_plugins.testing.pytest_plugin.build_context",
+        "energon_plugins.testing.check_task_encoder",
+        "energon_plugins.testing.check_image_processor",
+        "energon_plugins.testing.check_packing_strategy",
+        "energon_plugins.testing.check_registration",
+        "energon_plugins.testing.check_options",
+        "energon_plugins.testing.default_context",
+        "energon_plugins.testing.batch_differences",
+        "energon_plugins.testing.ConformanceError",
+    )),
     ("Config files", (
         "energon_plugins.config.load_config", "energon_plugins.config.validate_config",
         "energon_plugins.config.check_config", "energon_plugins.config.apply_overrides",
@@ -674,6 +687,11 @@ def render_api() -> str:
             if obj is None:
                 continue
             short = dotted.rsplit(".", 1)[1]
+            if type(obj).__name__ == "FixtureFunctionDefinition":  # a pytest fixture
+                out += [f"### fixture `{short}`", "", f"From `{dotted.rsplit('.', 1)[0]}` "
+                        "(registered with pytest through the `pytest11` entry point).", "",
+                        google_to_md(obj.__doc__ or ""), ""]
+                continue
             kind = "class" if inspect.isclass(obj) else "function"
             if not (inspect.isclass(obj) or inspect.isfunction(obj)):
                 continue

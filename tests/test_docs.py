@@ -369,13 +369,12 @@ def test_example_entry_point_is_import_light(example: Path) -> None:
         assert proc.returncode == 0, proc.stderr
 
 
-@pytest.mark.parametrize("example", EXAMPLE_DIRS, ids=lambda p: p.name)
-def test_example_installed_shows_up_in_available(example: Path, tmp_path: Path) -> None:
-    """The pyproject's entry point, as pip installs it, registers the example's plugins."""
+def install_like_pip(example: Path, site: Path) -> dict:
+    """Write the dist-info pip would leave for ``example`` into ``site``; return its project."""
     with (example / "pyproject.toml").open("rb") as fh:
         project = tomllib.load(fh)["project"]
-    dist_info = tmp_path / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
-    dist_info.mkdir()
+    dist_info = site / f"{project['name'].replace('-', '_')}-{project['version']}.dist-info"
+    dist_info.mkdir(parents=True)
     (dist_info / "METADATA").write_text(
         f"Metadata-Version: 2.1\nName: {project['name']}\nVersion: {project['version']}\n"
     )
@@ -383,6 +382,13 @@ def test_example_installed_shows_up_in_available(example: Path, tmp_path: Path) 
     (dist_info / "entry_points.txt").write_text(
         "[energon_plugins]\n" + "".join(f"{k} = {v}\n" for k, v in eps.items())
     )
+    return project
+
+
+@pytest.mark.parametrize("example", EXAMPLE_DIRS, ids=lambda p: p.name)
+def test_example_installed_shows_up_in_available(example: Path, tmp_path: Path) -> None:
+    """The pyproject's entry point, as pip installs it, registers the example's plugins."""
+    project = install_like_pip(example, tmp_path)
     registered = set()
     for py in example.rglob("plugin.py"):
         registered |= set(re.findall(r'register\(\s*"([^"]+)"', py.read_text()))
@@ -398,3 +404,29 @@ def test_example_installed_shows_up_in_available(example: Path, tmp_path: Path) 
     rows = [r for r in json.loads(proc.stdout) if r["distribution"] == project["name"]]
     assert {r["name"] for r in rows} == registered, rows
     assert {r["status"] for r in rows} == {"ok"}, rows
+
+
+@pytest.mark.slow
+def test_examples_pass_the_conformance_kit(tmp_path: Path) -> None:
+    """Installed (as pip would), the three examples pass ``energon_plugins.testing``'s checks.
+
+    This is what the plugin-contract page tells authors to run.
+    """
+    site_dir = tmp_path / "site-packages"
+    for example in EXAMPLE_DIRS:
+        install_like_pip(example, site_dir)
+    test_file = tmp_path / "test_conformance.py"
+    test_file.write_text(
+        "from energon_plugins.testing import (\n"
+        "    check_image_processor, check_packing_strategy, check_task_encoder)\n\n"
+        "def test_captions():\n    check_task_encoder('captions', dataset_kind='captioning')\n\n"
+        "def test_resize():\n    check_image_processor('resize')\n\n"
+        "def test_next_fit():\n    check_packing_strategy('next-fit')\n"
+    )
+    env = _env() | {"PYTHONPATH": os.pathsep.join([str(site_dir), *map(str, EXAMPLE_DIRS)])}
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+         str(test_file)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
