@@ -305,3 +305,33 @@ def test_packing_selected_in_a_config_file_packs_the_builtin_encoder(
         check_packed_batch(batch, unpacked, 4)
         keys.extend(k for row in row_keys(batch) for k in row)
     assert sorted(keys) == sorted(vqa_dataset.split_keys["val"])
+
+
+class SelectOnly:
+    """A third-party strategy with only ``select``: one sample per pack, every other left out."""
+
+    def __init__(self, overfill=False):
+        self.overfill = overfill
+
+    def select(self, lengths, capacity):
+        if self.overfill:
+            return [list(range(len(lengths)))]
+        return [[i] for i in range(0, len(lengths), 2)]
+
+
+def test_select_only_strategy_left_out_samples_are_counted(
+    vqa_dataset, tokenizer, clip_processor
+):
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, SelectOnly(), buffer=4)
+    seen = [k for batch in dm.val_dataloader() for keys in row_keys(batch) for k in keys]
+    val = vqa_dataset.split_keys["val"]
+    assert len(seen) == len(set(seen)) and set(seen) < set(val)
+    assert dm.validation_task_encoder.error_counts() == {"packing_left_out": len(val) - len(seen)}
+
+
+def test_strategy_that_overfills_a_pack_stops_the_loader(vqa_dataset, tokenizer, clip_processor):
+    from megatron.energon.errors import FatalSampleError
+
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, SelectOnly(overfill=True), buffer=12)
+    with pytest.raises(FatalSampleError, match=r"SelectOnly.*more than the capacity 128"):
+        list(dm.val_dataloader())

@@ -8,7 +8,9 @@
   capacity ``seq_length``. Every sample lands in exactly one group, except overlong samples
   under ``overlong: drop``; dropped and truncated samples are counted in
   :meth:`~energon_plugins.PluginTaskEncoder.error_counts` (``packing_overlong_dropped``,
-  ``packing_overlong_truncated``) and logged.
+  ``packing_overlong_truncated``; ``packing_left_out`` for a fitting sample that a
+  ``select``-only strategy put in no group) and logged. A strategy that fails, uses an index
+  twice or overfills a pack stops the loader (``FatalSampleError``).
 - ``pack_selected_samples(samples)`` (``@stateless``) concatenates tokens, labels, loss masks,
   pixel values, image grids and image counts into one :class:`PackedSample` whose
   ``seq_lengths`` are the sub-sequence lengths (each padded to ``pad_to_multiple_of``) and
@@ -47,6 +49,8 @@ logger = logging.getLogger(__name__)
 #: Reasons under which the packing stage counts samples in ``error_counts()``.
 DROPPED = "packing_overlong_dropped"
 TRUNCATED = "packing_overlong_truncated"
+LEFT_OUT = "packing_left_out"
+"""A sample that fits but a ``select``-only strategy put in no group (Energon discards it)."""
 
 
 @edataclass
@@ -185,6 +189,12 @@ class PackingMixin:
             used = [i for g in groups for i in g]
             if len(used) != len(set(used)) or not set(used) <= set(range(len(samples))):
                 raise ValueError("a buffer index is used twice or out of range")
+            for group in groups:
+                if len(group) > 1 and sum(lengths[i] for i in group) > capacity:
+                    raise ValueError(
+                        f"group {group} holds {sum(lengths[i] for i in group)} tokens, more "
+                        f"than the capacity {capacity}"
+                    )
         except Exception as exc:  # noqa: BLE001 - re-raised as fatal, with the keys named
             overlong = [
                 f"{getattr(samples[i], '__key__', i)!s} ({lengths[i]})"
@@ -202,14 +212,17 @@ class PackingMixin:
     def _count_overlong(self, samples: list[Any], lengths: list[int], dropped: list[int],
                         truncated: list[int]) -> None:
         capacity = self.packing_capacity
+        left_out = [i for i in dropped if lengths[i] <= capacity]
+        dropped = [i for i in dropped if lengths[i] > capacity]
         for reason, indices, what in ((DROPPED, dropped, "dropped"),
-                                      (TRUNCATED, truncated, "truncated to the capacity")):
+                                      (TRUNCATED, truncated, "truncated to the capacity"),
+                                      (LEFT_OUT, left_out, "left out by the strategy")):
             if not indices:
                 continue
             self._error_counts[reason] += len(indices)
             logger.warning(
-                "packing: %d sample(s) longer than the capacity %d %s: %s (totals so far: %s)",
-                len(indices), capacity, what,
+                "packing: %d sample(s) %s (capacity %d): %s (totals so far: %s)",
+                len(indices), what, capacity,
                 ", ".join(f"{getattr(samples[i], '__key__', i)!s} ({lengths[i]})" for i in indices),
                 {k: v for k, v in self._error_counts.items() if k.startswith("packing_")},
             )
@@ -319,8 +332,8 @@ class PackingMixin:
                 masks.append(torch.zeros(pad, dtype=torch.float32))
             real.append(n)
             laid_out.append(width)
-        if sum(laid_out) > capacity:
-            raise ValueError(
+        if sum(laid_out) > capacity:  # plan_buffer checks this; never skip samples silently
+            raise FatalSampleError(
                 f"pack of {len(samples)} samples takes {sum(laid_out)} tokens, more than the "
                 f"capacity {capacity} (the packing strategy broke its contract)"
             )
