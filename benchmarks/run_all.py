@@ -1,0 +1,232 @@
+"""Run every benchmark in one go; write ``results/latest.json`` and ``results/latest.md``.
+
+Run: ``python benchmarks/run_all.py [--quick] [--only NAME ...] [--out DIR]`` (``make bench``).
+
+Each benchmark script runs as its own process (so one failing or one heavy import does not
+disturb the others) and prints its own tables; this runner collects the JSON each writes, adds
+the wall time of each script and the peak resident memory of the run (the largest
+``ru_maxrss`` of any finished child process, loader workers included, and of this process),
+prints a summary of the key figures with their goals, and writes both files. ``--quick``
+passes tiny sizes to every script (a smoke test, not a measurement).
+"""
+
+import argparse
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+sys.path.insert(0, str(HERE))
+
+from _common import print_table  # noqa: E402
+
+# name -> (script, full-run arguments, quick arguments, how the JSON comes back)
+BENCHMARKS = {
+    "overhead": ("overhead.py", [], ["--quick"], "file"),
+    "loader": ("loader.py", [], ["--quick"], "file"),
+    "image_processors": ("image_processors.py", ["--images", "48", "--repeats", "2"],
+                         ["--images", "6", "--repeats", "1"], "file"),
+    "packing": ("packing.py", ["--samples", "10000", "--repeats", "5"],
+                ["--samples", "1000", "--repeats", "1"], "file"),
+    "cli_startup": ("cli_startup.py", ["--runs", "5"], ["--runs", "1"], "stdout"),
+    "profile": ("profile_pipeline.py", ["--batches", "30", "--rounds", "6"], ["--quick"], "file"),
+    "memory": ("memory.py", [], ["--quick"], "file"),
+}
+FALLBACKS = {"loader": ("throughput.py", [], ["--quick"], "file")}
+"""Used when the primary script is missing or fails (the loader helper's script may not exist)."""
+
+
+def _run(script: str, args: list[str], mode: str, env: dict) -> dict:
+    """Run one script; return its JSON (or an error), wall seconds and return code."""
+    with tempfile.TemporaryDirectory() as tmp:
+        out_file = Path(tmp) / "result.json"
+        cmd = [sys.executable, str(HERE / script), *args]
+        cmd += ["--json"] if mode == "stdout" else ["--json", str(out_file)]
+        start = time.perf_counter()
+        proc = subprocess.run(cmd, env=env, text=True,
+                              stdout=subprocess.PIPE if mode == "stdout" else None)
+        seconds = time.perf_counter() - start
+        record: dict = {"script": script, "seconds": round(seconds, 1),
+                        "returncode": proc.returncode}
+        try:
+            if mode == "stdout":
+                record["result"] = json.loads(proc.stdout)
+                print(json.dumps(record["result"], indent=2))
+            elif out_file.exists():
+                record["result"] = json.loads(out_file.read_text())
+        except ValueError as exc:
+            record["error"] = f"unreadable JSON: {exc}"
+        if proc.returncode != 0:
+            record["error"] = f"exit status {proc.returncode}"
+        elif "result" not in record:
+            record.setdefault("error", "no JSON written")
+        return record
+
+
+def _get(mapping, *path, default=None):
+    for key in path:
+        if not isinstance(mapping, dict) or key not in mapping:
+            return default
+        mapping = mapping[key]
+    return mapping
+
+
+def summary_rows(results: dict) -> list[list[str]]:
+    """``[benchmark, figure, value, goal, met]`` rows of the key figures."""
+    rows: list[list[str]] = []
+
+    def add(bench, figure, value, goal="", met=None):
+        rows.append([bench, figure, str(value), goal, "" if met is None else ("yes" if met else "NO")])
+
+    ov = _get(results, "overhead", "result")
+    if ov:
+        o = ov["overhead"]
+        for name, rate in o["cpu_samples_per_s"].items():
+            add("overhead", f"{name} samples/s (CPU time, 0 workers)", rate)
+        add("overhead", "ratio framework / hand-wired", f"{o['ratio_cpu']:.3f} "
+            f"(wall {o['ratio_wall']:.3f})", f">= {ov['goal_ratio']}", o["ratio_cpu"] >= ov["goal_ratio"])
+        m = ov["msc_metrics"]
+        add("overhead", "MSC metrics skipped / default (local reads)", f"{m['ratio_cpu']:.3f}")
+    lo = _get(results, "loader", "result")
+    if lo:
+        workers = lo.get("workers")
+        if isinstance(workers, dict):  # throughput.py's layout
+            for w, r in workers.items():
+                add("loader", f"samples/s with {w} workers (best / median)",
+                    f"{r['samples_per_s_best']} / {r['samples_per_s_median']}")
+        else:  # another script's layout: show its top-level numbers
+            for key, value in lo.items():
+                if isinstance(value, (int, float)) and key not in ("benchmark",):
+                    add("loader", key, value)
+    ip = _get(results, "image_processors", "result")
+    if ip:
+        for row in ip.get("rows", []):
+            add("image_processors", f"{row['family']} {row['pattern']}: hf / fast images/s",
+                f"{row['hf_pil_images_per_s']} / {row['fast_images_per_s']} "
+                f"({row['ratio']}x; 1 thread {row['ratio_1_thread']}x; max diff {row['max_abs_diff']})",
+                ">= 5x (clip)" if row["family"] == "clip" else "",
+                row["ratio"] >= 5 if row["family"] == "clip" else None)
+    pk = _get(results, "packing", "result")
+    if pk:
+        for goal in pk.get("goals", []):
+            add("packing", goal["goal"], goal["detail"], "", goal["met"])
+    cli = _get(results, "cli_startup", "result")
+    if cli:
+        add("cli_startup", "`energon-plugins list` / `python -c import pluggy, pydantic, yaml`",
+            f"{cli['cli_median_s'] * 1000:.0f} / {cli['baseline_median_s'] * 1000:.0f} ms "
+            f"({cli['ratio']}x)", f"< {cli['goal_ratio']}", cli["ratio"] < cli["goal_ratio"])
+        heavy = cli.get("heavy_modules_imported_by_list") or []
+        add("cli_startup", "heavy modules imported by `list`", ", ".join(heavy) or "none", "none",
+            not heavy)
+    pr = _get(results, "profile", "result")
+    if pr:
+        for stage, v in _get(pr, "profile", "stages", default={}).items():
+            add("profile", f"share: {stage.strip()}", f"{v['share']:.1%}")
+        ba = pr.get("before_after") or {}
+        if "ratio_current_to_baseline" in ba:
+            rates = ba["cpu_samples_per_s"]
+            add("profile", f"cuts: current / {ba['baseline_revision'][:10]} samples/s (CPU)",
+                f"{rates['current']} / {rates['baseline']} ({ba['ratio_current_to_baseline']:.3f}x)")
+    me = _get(results, "memory", "result")
+    if me:
+        for key in ("rss_after_build_mb", "peak_rss_0_workers_mb", "python_alloc_peak_mb",
+                    "peak_rss_main_with_workers_mb", "peak_rss_worker_mb"):
+            if key in me:
+                add("memory", key, f"{me[key]} MiB")
+    for name, record in results.items():
+        if record.get("error"):
+            add(name, "ERROR", record["error"], "", False)
+    return rows
+
+
+def markdown(rows: list[list[str]], header: dict) -> str:
+    """The summary as a markdown table, with the run's context on top."""
+    lines = [
+        "# Benchmark results",
+        "",
+        f"Measured {header['measured_at']} on {header['platform']} ({header['cpus']} CPUs, "
+        f"load average {header['load_average']}), Python {header['python']}, "
+        f"{'quick (smoke) run' if header['quick'] else 'full run'}, {header['seconds']} s.",
+        "",
+        "| benchmark | figure | value | goal | met |",
+        "|---|---|---|---|---|",
+    ]
+    for row in rows:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
+    lines.append("")
+    lines.append("Seconds per script: " + ", ".join(
+        f"{name} {sec}" for name, sec in header["script_seconds"].items()) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    """Run the benchmarks, print the summary, write the two files; exit 1 if a script failed."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--only", nargs="+", choices=sorted(BENCHMARKS), help="run only these")
+    parser.add_argument("--out", default=str(HERE / "results"), help="where latest.* are written")
+    args = parser.parse_args(argv)
+
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
+           "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "ignore")}
+    names = args.only or list(BENCHMARKS)
+    started = time.perf_counter()
+    results: dict[str, dict] = {}
+    for name in names:
+        script, full, quick, mode = BENCHMARKS[name]
+        candidates = [(script, full, quick, mode)]
+        if name in FALLBACKS:
+            candidates.append(FALLBACKS[name])
+        for script, full, quick, mode in candidates:
+            if not (HERE / script).exists():
+                continue
+            print(f"\n=== {name}: {script} {' '.join(quick if args.quick else full)}", flush=True)
+            record = _run(script, quick if args.quick else full, mode, env)
+            results[name] = record
+            if not record.get("error"):
+                break
+        else:
+            if name not in results:
+                results[name] = {"error": "script missing"}
+    seconds = round(time.perf_counter() - started, 1)
+
+    def peak(who):
+        return round(resource.getrusage(who).ru_maxrss / 1024, 1)
+
+    peak_memory = {"largest_child_peak_rss_mb": peak(resource.RUSAGE_CHILDREN),
+                   "runner_peak_rss_mb": peak(resource.RUSAGE_SELF)}
+    header = {
+        "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "load_average": [round(v, 2) for v in os.getloadavg()],
+        "quick": args.quick,
+        "seconds": seconds,
+        "script_seconds": {n: r.get("seconds") for n, r in results.items()},
+    }
+    rows = summary_rows(results)
+    rows.append(["run", "peak resident memory of any benchmark process (incl. loader workers)",
+                 f"{peak_memory['largest_child_peak_rss_mb']} MiB", "", None])
+    rows[-1][-1] = ""
+    print()
+    print_table(f"Summary ({seconds} s)", ["benchmark", "figure", "value", "goal", "met"], rows)
+
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "latest.json").write_text(json.dumps(
+        {**header, "peak_memory": peak_memory, "summary": rows, "benchmarks": results},
+        indent=2) + "\n")
+    (out / "latest.md").write_text(markdown(rows, header))
+    print(f"wrote {out / 'latest.json'} and {out / 'latest.md'}")
+    return 1 if any(r.get("error") for r in results.values()) else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
