@@ -145,10 +145,12 @@ def test_packed_sample_fields(vqa_dataset, tokenizer, clip_processor, unpacked):
     assert pack.num_images == 3 and pack.pixel_values.shape[0] == 3
 
 
-def test_every_val_sample_once_per_finite_pass(vqa_dataset, tokenizer, clip_processor, unpacked):
+@pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
+def test_every_val_sample_once_per_finite_pass(vqa_dataset, tokenizer, clip_processor, unpacked,
+                                               workers):
     for carry in (False, True):
         dm = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(carry_over=carry),
-                     buffer=4)
+                     buffer=4, num_val_workers=workers)
         for _ in range(2):
             keys = [k for batch in dm.val_dataloader() for keys in row_keys(batch) for k in keys]
             assert sorted(keys) == sorted(vqa_dataset.split_keys["val"]), f"carry_over={carry}"
