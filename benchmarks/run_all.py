@@ -133,6 +133,10 @@ def summary_rows(results: dict) -> list[list[str]]:
             rates = ba["cpu_samples_per_s"]
             add("profile", f"cuts: current / {ba['baseline_revision'][:10]} samples/s (CPU)",
                 f"{rates['current']} / {rates['baseline']} ({ba['ratio_current_to_baseline']:.3f}x)")
+        if "encode_sample_us" in ba:
+            us = ba["encode_sample_us"]
+            add("profile", "cuts: encode_sample alone, µs per sample current / baseline",
+                f"{us['current']} / {us['baseline']} ({ba['encode_sample_speedup']:.3f}x faster)")
     me = _get(results, "memory", "result")
     if me:
         for key in ("rss_after_build_mb", "peak_rss_0_workers_mb", "python_alloc_peak_mb",
