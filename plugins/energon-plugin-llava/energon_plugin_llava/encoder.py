@@ -25,6 +25,7 @@ from energon_plugins.context import BuildContext
 from energon_plugins.sample_config import MultiModalSampleConfig
 from energon_plugins.samples import EncodedSample
 from energon_plugins.task_encoders.conversation import build_messages, tokenize_conversation
+from energon_plugins.task_encoders.base import PluginTaskEncoder
 from energon_plugins.task_encoders.multimodal import MultimodalTaskEncoder, UnsupportedSampleError
 
 from energon_plugin_llava.options import LlavaOptions
@@ -40,6 +41,9 @@ ROLES = {
     "system": "system",
 }
 
+
+#: Whether the core's base class already cooks under the error policy.
+_BASE_COOKS_UNDER_POLICY = "cook_crude_sample" in PluginTaskEncoder.__dict__
 
 class ImageTagMismatchError(ValueError):
     """A sample's text holds a different number of image tags than it has images."""
@@ -119,7 +123,13 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
     # ------------------------------------------------------------------ cooking
     @stateless
     def cook_crude_sample(self, sample: Any, cooker: Any, aux: Any) -> Any:
-        """Cook a crude sample; a failure follows the ``on_error`` policy like encoding does."""
+        """Cook a crude sample; a failure follows the ``on_error`` policy like encoding does.
+
+        (A core whose ``PluginTaskEncoder`` applies the policy to cooking itself is left to it,
+        so no failure is counted twice.)
+        """
+        if _BASE_COOKS_UNDER_POLICY:
+            return super().cook_crude_sample(sample, cooker, aux)
         try:
             return super().cook_crude_sample(sample, cooker, aux)
         except Exception as exc:  # noqa: BLE001 - the policy decides
