@@ -178,6 +178,17 @@ def test_encoder_skips_are_counted_with_the_loader_ones(bad_dataset, tokenizer, 
     assert counts == {r: n for r, n in expected_counts(bad_dataset, "val").items() if n}
 
 
+def test_bench_reports_the_skip_counts(bad_train_dataset, tokenizer, clip_processor):
+    from energon_plugins.cli.bench_cmd import run_bench
+
+    dm = make_dm(bad_train_dataset, tokenizer, clip_processor, micro_batch_size=1,
+                 shuffle_buffer_size=None)
+    result = run_bench(dm, 25)
+    assert result["skipped"] == dm.skip_counts()
+    assert set(result["skipped"]) <= {"image", "json", "missing_field"}
+    assert sum(result["skipped"].values()) > 0
+
+
 def test_classify_error_reasons():
     from webdataset.autodecode import DecodingError
 

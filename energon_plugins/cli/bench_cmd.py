@@ -2,8 +2,9 @@
 
 Builds the datamodule from CONFIG (with its worker count), takes one warm-up batch (worker
 start-up and first shard open are not counted), then times N batches of the training loader
-behind a rich progress bar and prints samples/s, tokens/s, the padding fraction and, with
-packing, the fill ratio (real tokens / (rows x seq_length)).
+behind a rich progress bar and prints samples/s, tokens/s, the padding fraction, the samples
+skipped by reason (corrupt image or JSON, missing field, truncated shard, encoder skips) and,
+with packing, the fill ratio (real tokens / (rows x seq_length)).
 """
 
 import time
@@ -18,7 +19,8 @@ def run_bench(datamodule: Any, batches: int, progress: Any = None) -> dict[str, 
 
     _, ignore, pad_id = encoder_token_ids(datamodule)
     seq_length = datamodule.seq_length
-    iterator = iter(datamodule.train_dataloader())
+    loader = datamodule.train_dataloader()
+    iterator = iter(loader)
     started = time.perf_counter()
     next(iterator)
     warmup = time.perf_counter() - started
@@ -46,6 +48,7 @@ def run_bench(datamodule: Any, batches: int, progress: Any = None) -> dict[str, 
         "num_workers": datamodule.num_workers,
         "micro_batch_size": datamodule.micro_batch_size,
         "seq_length": seq_length,
+        "skipped": loader.skip_counts() if hasattr(loader, "skip_counts") else {},
     }
     return result
 
@@ -95,6 +98,8 @@ def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...
     ]
     if result["packing"]:
         rows.append(("fill ratio", f"{result['fill_ratio']:.1%}"))
+    skipped = result["skipped"]
+    rows.append(("skipped samples", ", ".join(f"{k} {v}" for k, v in skipped.items()) or "0"))
     rows.append(("workers / micro batch / seq_length",
                  f"{result['num_workers']} / {result['micro_batch_size']} / {result['seq_length']}"))
     for name, value in rows:
