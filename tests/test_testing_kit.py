@@ -13,6 +13,8 @@ import sys
 import textwrap
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 import energon_plugins
 from energon_plugins import hookimpl
@@ -24,6 +26,7 @@ from energon_plugins.testing import (
     check_registration,
     check_task_encoder,
 )
+from energon_plugins.testing.packing import _check_groups
 from tests._dists import write_distribution
 
 HEAVY = ("torch", "transformers", "megatron")
@@ -67,6 +70,7 @@ def register_task_encoders(register):
     register("batch-not-stateless", f"{E}:batch_not_stateless", description="batch lacks it")
     register("bad-labels", f"{E}:bad_labels", description="labels disagree with the loss mask")
     register("keeps-count", f"{E}:keeps_count", description="encode_sample keeps a counter")
+    register("pack-not-stateless", f"{E}:pack_not_stateless", description="packs statefully")
 """
 
 BROKEN_IMPL = """
@@ -204,6 +208,15 @@ class KeepsCount(MultimodalTaskEncoder):
         self.count += 1
         encoded.pixel_values = encoded.pixel_values + self.count
         return encoded
+
+
+class PackNotStateless(MultimodalTaskEncoder):
+    def pack_selected_samples(self, samples):
+        return super().pack_selected_samples(samples)
+
+
+def pack_not_stateless(options, context):
+    return PackNotStateless(context)
 
 
 def not_stateless(options, context):
@@ -410,6 +423,20 @@ def test_builtin_task_encoder_passes_on_captioning(build_context):
                        context=build_context(micro_batch_size=3, seq_length=400))
 
 
+def test_builtin_task_encoder_passes_with_packing(build_context):
+    strategy = energon_plugins.create("packing_strategy", "first-fit-decreasing")
+    encoder = check_task_encoder(
+        "multimodal", context=build_context(packing=strategy, packing_buffer_size=6,
+                                            seq_length=1024),
+    )
+    assert encoder.packing is strategy
+
+
+@pytest.mark.slow
+def test_builtin_task_encoder_resumes_exactly_with_workers():
+    check_task_encoder("multimodal", num_workers=2)
+
+
 # ------------------------------------------------------------------ violations are caught
 @pytest.mark.parametrize(
     "name, rule, words",
@@ -501,6 +528,12 @@ def test_batch_override_without_stateless_fails(broken):
     assert info.value.detail.startswith("batch lack")
 
 
+def test_pack_selected_samples_without_stateless_fails(broken):
+    with violates("stateless") as info:
+        check_task_encoder("pack-not-stateless")
+    assert info.value.detail.startswith("pack_selected_samples lack")
+
+
 def test_labels_that_disagree_with_the_loss_mask_fail(broken):
     with violates("labels-loss-mask"):
         check_task_encoder("bad-labels")
@@ -549,3 +582,22 @@ def test_qwen2_vl_conforms(build_context):
         dataset_kind="chatml",
         context=build_context(tokenizer_family="qwen2", image_processor=proc, seq_length=1024),
     )
+
+
+# ------------------------------------------------------------------ the invariant checker itself
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.integers(1, 64), max_size=40), st.integers(1, 64), st.data())
+def test_the_invariant_checker_accepts_good_plans_and_flags_each_break(lengths, capacity, data):
+    from energon_plugins.packing.strategies import FirstFitDecreasing
+
+    groups = FirstFitDecreasing().select(lengths, capacity)
+    assert _check_groups(groups, lengths, capacity) is None
+    fitting = [g for g in groups if any(lengths[i] <= capacity for i in g)]
+    if fitting:
+        dropped = data.draw(st.sampled_from(fitting))
+        rule, _ = _check_groups([g for g in groups if g is not dropped], lengths, capacity)
+        assert rule == "packing-complete"
+        assert _check_groups(groups + [[dropped[0]]], lengths, capacity)[0] == "packing-unique"
+    if len(groups) >= 2 and sum(lengths[i] for g in groups[:2] for i in g) > capacity:
+        merged = [groups[0] + groups[1]] + groups[2:]
+        assert _check_groups(merged, lengths, capacity)[0] == "packing-capacity"
