@@ -164,13 +164,22 @@ def test_finite_train_pass_with_carry_over_delivers_every_sample_once(
     keys = []
     from energon_plugins.dataloader import FiniteDataloader
 
-    one_pass = FiniteDataloader(dm.train_dataloader().dataloader)  # not the cycling wrapper
+    from energon_plugins.packing.carry_dataset import CarryOverPackingDataset
+
+    loader = dm.train_dataloader().dataloader
+    stage = loader.dataset
+    while not isinstance(stage, CarryOverPackingDataset):
+        stage = stage.dataset
+    most_carries = 0
+    one_pass = FiniteDataloader(loader)  # not the cycling wrapper
     for batch in one_pass:
+        most_carries = max([most_carries, *stage._carry_counts])
         check_packed_batch(batch, unpacked, 1)
         keys.extend(k for row in row_keys(batch) for k in row)
     assert sorted(keys) == sorted(vqa_dataset.split_keys["train"])
     stats = dm.task_encoder.packing_counts()
     assert stats["carried"] > 0, "some samples were carried"
+    assert 1 <= most_carries <= 3, "no sample waits more than max_carries buffers"
     assert stats["samples"] == len(keys)
 
 
