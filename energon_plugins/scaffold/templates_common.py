@@ -50,7 +50,7 @@ README = """\
 
 ${summary}
 
-A plugin for [energon-plugins](https://pypi.org/project/energon-plugins/): once installed, the
+A plugin for energon-plugins (the Megatron-Energon plugin registry): once installed, the
 ${kind_text} `${name}` can be selected by name in an energon-plugins config.
 
 ## Install

@@ -66,16 +66,16 @@ def isolated_registry() -> Iterator[RegistryFixture]:
 
 
 @pytest.fixture
-def energon_dataset(tmp_path_factory: pytest.TempPathFactory) -> Any:
+def energon_dataset(tmp_path: Any) -> Any:
     """Factory: ``energon_dataset(kind="vqa", num_samples=40, **kwargs) -> DatasetInfo``.
 
     Writes a real Energon dataset with :func:`energon_plugins.demo.data.write_dataset`
     (kinds ``vqa``, ``captioning``, ``interleaved``, ``llava``, ``chatml``; keyword
     arguments ``samples_per_shard`` (default 5), ``split_ratio``, ``image_size``, ``seed``,
-    ``corrupt``) into a new folder under the test's temporary directory.
+    ``corrupt``) into a new folder under the test's ``tmp_path``.
     """
     counter = itertools.count()
-    root = tmp_path_factory.mktemp("energon-dataset")
+    root = tmp_path / "energon-datasets"
 
     def make(kind: str = "vqa", num_samples: int = 40, **kwargs: Any) -> Any:
         from energon_plugins.demo.data import write_dataset
