@@ -194,5 +194,29 @@ def load_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> None:
     """
     rank, world = _dp_rank_and_size(datamodule)
     fingerprint = loader_fingerprint(datamodule, dp_rank=rank, dp_world_size=world)
-    state = load_loader_state(folder, dp_rank=rank, fingerprint=fingerprint)
+    try:
+        state = load_loader_state(folder, dp_rank=rank, fingerprint=fingerprint)
+    except FileNotFoundError:
+        _explain_missing_rank(folder, rank, fingerprint)
+        raise
     datamodule.train_dataloader().restore_state(state)
+
+
+def _explain_missing_rank(folder: str | os.PathLike, rank: int, fingerprint: Mapping[str, Any]) -> None:
+    """No file for ``rank``: if another rank's file exists, say how its setup differs."""
+    import torch
+
+    present = sorted(Path(folder).glob("train_dataloader_dprank*.pt"))
+    if not present:
+        return
+    payload = torch.load(present[0], map_location="cpu", weights_only=False)
+    saved = dict(payload.get("fingerprint", {})) if isinstance(payload, dict) else {}
+    saved.pop("dp_rank", None)
+    current = {k: v for k, v in fingerprint.items() if k != "dp_rank"}
+    differences = fingerprint_differences(saved, current)
+    if differences:
+        raise StateMismatchError(
+            f"no loader state for DP rank {rank} in {folder} (present: "
+            f"{', '.join(p.name for p in present)}); the states there were saved by a different "
+            "setup. Differences: " + "; ".join(differences)
+        )

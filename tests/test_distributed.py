@@ -115,3 +115,29 @@ def test_a_state_saved_by_another_world_size_is_refused(distributed_run, tokeniz
     )
     with pytest.raises(StateMismatchError, match=r"dp_world_size: saved 2, now 1"):
         load_datamodule_state(dm, out / "ckpt")
+
+
+@pytest.mark.slow
+def test_a_rank_beyond_the_saved_world_is_told_why(distributed_run, tokenizer, clip_processor,
+                                                  tmp_path):
+    """DP rank 2 of a world of 4 finds no file in a checkpoint of world 2: the message says why."""
+    import shutil
+
+    from energon_plugins import EnergonMultiModalDataModule
+    from energon_plugins.checkpoint import StateMismatchError, load_datamodule_state
+
+    big, _, out, _ = distributed_run
+    dm = EnergonMultiModalDataModule(
+        str(big.path), tokenizer, clip_processor, seq_length=300, micro_batch_size=2,
+        num_workers=0, shuffle_buffer_size=20,
+    )
+    from megatron.energon import WorkerConfig
+
+    dm._build_worker_config = lambda n, split="train", **kw: WorkerConfig(
+        rank=2, world_size=4, num_workers=n, **({"global_error_handler": kw["error_handler"]}
+                                                 if kw.get("error_handler") else {}))
+    ckpt = tmp_path / "ckpt"
+    shutil.copytree(out / "ckpt", ckpt)
+    with pytest.raises(StateMismatchError, match=r"no loader state for DP rank 2.*dp_world_size: "
+                                                 r"saved 2, now 4"):
+        load_datamodule_state(dm, ckpt)
