@@ -55,6 +55,8 @@ class RegistryFixture:
         return self.registry
 
     def __getattr__(self, name: str) -> Any:
+        if name.startswith("_") or name == "registry":
+            raise AttributeError(name)
         return getattr(self.registry, name)
 
 
