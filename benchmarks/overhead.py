@@ -13,8 +13,10 @@ datamodule built from the config) and equal worker configs (0 workers, this proc
 Rounds interleave the two (the order alternates), each pulling ``--batches`` batches after a
 warm-up; throughput is samples per second of this process's CPU time (with 0 workers all the
 work is in this process, and CPU time is far less disturbed by other processes on a shared
-machine than wall time, which is reported too). The ratio is the median of the per-round
-ratios framework / hand-wired; goal >= 0.98.
+machine than wall time, which is reported too). Each contender's figure is its best round (as
+``timeit`` takes the minimum: interference from other processes only ever adds time); the
+ratio is framework / hand-wired of those, goal >= 0.98. The median of the per-round ratios is
+reported next to it.
 
 A second comparison, in the same run, reads the same pipeline with multi-storage-client's
 per-read metrics bookkeeping (the default) and with it skipped
@@ -56,6 +58,31 @@ def build_loaders(config: dict):
     return dm, framework, hand
 
 
+#: Files whose code runs only in the framework's loader (the task encoder is shared by both).
+FRAMEWORK_ONLY = ("energon_plugins/dataloader.py", "energon_plugins/errors_policy.py",
+                  "energon_plugins/transfer.py", "energon_plugins/datamodule.py")
+
+
+def framework_own_share(iterator, batches: int) -> dict:
+    """cProfile ``batches`` framework batches: own time of the framework-only layers / total.
+
+    A deterministic view of the overhead (no other process's load in it): the time spent in
+    the code the hand-wired loader does not run.
+    """
+    import cProfile
+    import pstats
+
+    profiler = cProfile.Profile()
+    profiler.enable()
+    timed_batches(iterator, batches)
+    profiler.disable()
+    stats = pstats.Stats(profiler)
+    own = sum(tt for (file, _, _), (_, _, tt, _, _) in stats.stats.items()
+              if file.replace("\\", "/").endswith(FRAMEWORK_ONLY))
+    return {"framework_own_s": round(own, 5), "profiled_s": round(stats.total_tt, 4),
+            "share": round(own / stats.total_tt, 5), "batches": batches}
+
+
 def interleave(contenders: dict, rounds: int, batches: int, warmup: int = 3) -> dict:
     """Per-round CPU and wall samples/s of each ``name -> (iterator, before_fn)``."""
     for iterator, before in contenders.values():
@@ -89,6 +116,7 @@ def measure(rounds: int, batches: int, cache_dir: str | None = None) -> dict:
         dm, framework, hand = build_loaders(config)
         overhead = interleave({"framework": (framework, noop), "hand-wired": (hand, noop)},
                               rounds, batches)
+        own = framework_own_share(framework, batches)
         msc = interleave(
             {
                 "msc metrics (default)": (hand, storage.restore_local_metrics),
@@ -100,11 +128,16 @@ def measure(rounds: int, batches: int, cache_dir: str | None = None) -> dict:
     (storage.skip_unrecorded_local_metrics if was_skipped else storage.restore_local_metrics)()
 
     def summary(series, a, b):
+        best_cpu = {k: max(v) for k, v in series["cpu"].items()}
+        best_wall = {k: max(v) for k, v in series["wall"].items()}
         return {
-            "cpu_samples_per_s": {k: round(statistics.median(v), 1) for k, v in series["cpu"].items()},
-            "wall_samples_per_s": {k: round(statistics.median(v), 1) for k, v in series["wall"].items()},
-            "ratio_cpu": round(_paired_ratio(series["cpu"], a, b), 4),
-            "ratio_wall": round(_paired_ratio(series["wall"], a, b), 4),
+            "cpu_samples_per_s": {k: round(v, 1) for k, v in best_cpu.items()},
+            "wall_samples_per_s": {k: round(v, 1) for k, v in best_wall.items()},
+            "cpu_samples_per_s_median": {
+                k: round(statistics.median(v), 1) for k, v in series["cpu"].items()},
+            "ratio_cpu": round(best_cpu[a] / best_cpu[b], 4),
+            "ratio_wall": round(best_wall[a] / best_wall[b], 4),
+            "ratio_cpu_paired_median": round(_paired_ratio(series["cpu"], a, b), 4),
             "ratio_cpu_rounds": [round(x / y, 4) for x, y in zip(series["cpu"][a], series["cpu"][b])],
         }
 
@@ -115,6 +148,7 @@ def measure(rounds: int, batches: int, cache_dir: str | None = None) -> dict:
         "num_workers": dm.num_workers,
         "load_average": load_average(),
         "overhead": summary(overhead, "framework", "hand-wired"),
+        "framework_own_time": own,
         "msc_metrics": summary(msc, "msc metrics skipped", "msc metrics (default)"),
         "goal_ratio": GOAL_RATIO,
     }
@@ -123,8 +157,8 @@ def measure(rounds: int, batches: int, cache_dir: str | None = None) -> dict:
 def main(argv=None) -> dict:
     """Measure, print the tables and the goal, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--rounds", type=int, default=8)
-    parser.add_argument("--batches", type=int, default=20, help="batches per loader per round")
+    parser.add_argument("--rounds", type=int, default=16)
+    parser.add_argument("--batches", type=int, default=10, help="batches per loader per round")
     parser.add_argument("--cache-dir", help="where the demo data and tokenizer are written")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--json", metavar="FILE", help="write the results to FILE")
@@ -139,22 +173,29 @@ def main(argv=None) -> dict:
         s = result[section]
         for name in (a, b):
             rows.append([name, s["cpu_samples_per_s"][name], s["wall_samples_per_s"][name], "", ""])
-        rows.append([f"  ratio {a} / {b}", "", "", f"{s['ratio_cpu']:.3f}", f"{s['ratio_wall']:.3f}"])
+        rows.append([f"  ratio {a} / {b} (best rounds)", "", "", f"{s['ratio_cpu']:.3f}",
+                     f"{s['ratio_wall']:.3f}"])
+        rows.append(["  median of per-round ratios", "", "", f"{s['ratio_cpu_paired_median']:.3f}", ""])
     print_table(
         f"Loader overhead, 0 workers, batch {result['micro_batch_size']}, {result['rounds']} "
         f"interleaved rounds of {result['batches_per_round']} batches (load {result['load_average']})",
-        ["loader", "samples/s (CPU)", "samples/s (wall)", "ratio (CPU)", "ratio (wall)"],
+        ["loader", "samples/s (CPU, best)", "samples/s (wall, best)", "ratio (CPU)", "ratio (wall)"],
         rows,
     )
     ratio = result["overhead"]["ratio_cpu"]
     result["goals"] = [{
         "goal": f"framework / hand-wired throughput >= {GOAL_RATIO}",
         "met": ratio >= GOAL_RATIO,
-        "detail": f"ratio {ratio:.3f} (CPU time), {result['overhead']['ratio_wall']:.3f} (wall)",
+        "detail": f"ratio {ratio:.3f} (CPU time, best rounds), "
+                  f"{result['overhead']['ratio_cpu_paired_median']:.3f} (median of per-round ratios), "
+                  f"{result['overhead']['ratio_wall']:.3f} (wall)",
     }]
     print("Goals:")
     for goal in result["goals"]:
         print("  " + goal_line(goal["goal"], goal["met"], goal["detail"]))
+    own = result["framework_own_time"]
+    print(f"Framework-only layers (EnergonDataloader, skip counting, pinning): {own['share']:.3%} "
+          f"of the loop's time under cProfile ({own['framework_own_s']} of {own['profiled_s']} s)")
     gain = result["msc_metrics"]["ratio_cpu"]
     print(f"MSC metrics skipped: {gain:.3f}x the default throughput (CPU time)")
     if args.json:
