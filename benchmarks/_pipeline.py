@@ -66,7 +66,9 @@ def quiet_loading(torch_threads: int | None = 1):
 
 
 def batch_size_of(batch: Any) -> int:
-    """Samples in a batch (its ``input_ids`` rows, else its key list)."""
+    """Samples in a batch (its ``input_ids`` rows, a list's length, else its key list)."""
+    if isinstance(batch, list):
+        return len(batch)
     ids = getattr(batch, "input_ids", None)
     if ids is not None:
         return int(ids.shape[0])
