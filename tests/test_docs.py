@@ -342,15 +342,17 @@ def test_there_is_one_example_per_kind() -> None:
     assert hooks == set(render.hook_names())
 
 
-@pytest.mark.parametrize("example", EXAMPLE_DIRS, ids=lambda p: p.name)
-def test_example_distribution_passes_its_tests(example: Path, tmp_path: Path) -> None:
-    env = _env() | {"PYTHONPATH": str(example)}
+def test_example_distributions_pass_their_tests(tmp_path: Path) -> None:
+    """The tests of every example distribution, in one interpreter (torch is imported once)."""
+    env = _env() | {"PYTHONPATH": os.pathsep.join(map(str, EXAMPLE_DIRS))}
     proc = subprocess.run(  # cwd: a temporary folder, so hypothesis leaves nothing in docs/
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         str(example / "tests")],
+         "-rA", *(str(example / "tests") for example in EXAMPLE_DIRS)],
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )
-    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
+    for example in EXAMPLE_DIRS:  # each example's tests ran
+        assert f"{example.name}/tests/" in proc.stdout, example.name
 
 
 @pytest.mark.parametrize("example", EXAMPLE_DIRS, ids=lambda p: p.name)
