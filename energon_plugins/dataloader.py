@@ -87,7 +87,13 @@ class EnergonDataloader:
         if self._iterator is None:
             self._iterator = self._start()
         while True:
-            batch = self._counts.unwrap(next(self._iterator))
+            try:
+                item = next(self._iterator)
+            except AssertionError as exc:
+                if EMPTY_REPEAT in str(exc):
+                    raise _empty_worker_error(self._dataloader) from exc
+                raise
+            batch = self._counts.unwrap(item)
             if batch is not None:  # None: a counts-only item at the end of a pass
                 return batch
 
@@ -156,6 +162,28 @@ class EnergonDataloader:
             self._counts.load(state.get("skip_counts"))
             state = state[STATE_KEY]
         restore(state)
+
+
+#: Energon's message when a worker of a repeating (training-style) loader has no samples.
+EMPTY_REPEAT = "Cannot repeat empty dataset indefinitely"
+
+
+def _empty_worker_error(loader: Any) -> Exception:
+    from energon_plugins.errors import DatasetError
+
+    config = getattr(loader, "worker_config", None)
+    where = (
+        f" (data-parallel rank {config.rank} of {config.world_size}, "
+        f"{config.num_workers} worker(s) per rank)"
+        if config is not None
+        else ""
+    )
+    return DatasetError(
+        "a loader worker got no samples of its split" + where + ": a repeating loader (the "
+        "training split, or validation_mode='infinite') needs at least one sample per "
+        "data-parallel rank x worker. Use fewer workers, add shards to the split, or, for "
+        "validation, validation_mode='finite' (which handles splits of any size)"
+    )
 
 
 #: Key of Energon's own state in :meth:`EnergonDataloader.save_state`'s dict.

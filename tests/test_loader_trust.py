@@ -254,3 +254,17 @@ def test_val_split_smaller_than_workers_is_complete_and_reproducible(
     keys = [k for batch in passes[0] for k in batch]
     assert sorted(keys) == sorted(tiny_val_dataset.split_keys["val"])
     assert passes[0] == passes[1]
+
+
+@pytest.mark.slow
+def test_infinite_validation_on_a_tiny_split_explains_itself(tiny_val_dataset, tokenizer,
+                                                             clip_processor):
+    from energon_plugins.errors import DatasetError
+
+    dm = make_dm(tiny_val_dataset, tokenizer, clip_processor, num_val_workers=4,
+                 validation_mode="infinite")
+    loader = dm.val_dataloader()
+    with pytest.raises(DatasetError, match=r"validation_mode='finite'.*") as info:
+        for _ in range(8):  # the worker without samples fails on its turn
+            next(loader)
+    assert "4 worker(s) per rank" in str(info.value)
