@@ -5,8 +5,6 @@ see :func:`energon_plugins.demo.run.run_demo`. ``--prepare-only`` writes just th
 tokenizer (``DIR/demo.yaml`` and ``DIR/tokenizer``) that ``examples/*.yaml`` point at.
 """
 
-import inspect
-
 import click
 
 
@@ -32,8 +30,13 @@ def prepare_demo_data(directory: str) -> dict[str, str]:
 @click.option("--prepare-only", is_flag=True,
               help="Only write the demo dataset (CACHE_DIR/demo.yaml) and tokenizer "
                    "(CACHE_DIR/tokenizer), e.g. for examples/*.yaml with --cache-dir .cache/demo.")
+@click.option("--config", type=click.Path(dir_okay=False, exists=True), default=None,
+              help="Run the demo on CONFIG instead of the generated default, e.g. "
+                   "examples/llava.yaml.")
 @click.option("--json", "as_json", is_flag=True, help="Print the demo's result as JSON.")
-def demo_command(cache_dir: str | None, prepare_only: bool, as_json: bool) -> None:
+def demo_command(
+    cache_dir: str | None, prepare_only: bool, config: str | None, as_json: bool
+) -> None:
     """Run the embedded demo: a generated dataset, an offline tokenizer, real Energon loaders."""
     from energon_plugins.cli._output import console, print_json
 
@@ -51,9 +54,6 @@ def demo_command(cache_dir: str | None, prepare_only: bool, as_json: bool) -> No
 
     from energon_plugins.demo.run import run_demo
 
-    kwargs = {"cache_dir": cache_dir}
-    if not as_json and "console" in inspect.signature(run_demo).parameters:
-        kwargs["console"] = console()
-    result = run_demo(**kwargs)
+    result = run_demo(cache_dir, config=config, console=None if as_json else console())
     if as_json:
         print_json(result)

@@ -73,6 +73,7 @@ def _iterate(loader: Any, samples: int) -> tuple[int, float, float, Any]:
 def run_demo(
     cache_dir: str | Path | None = None,
     *,
+    config: str | Path | None = None,
     samples: int = DEFAULT_SAMPLES,
     micro_batch_size: int = DEFAULT_BATCH,
     seq_length: int = DEFAULT_SEQ_LENGTH,
@@ -84,6 +85,8 @@ def run_demo(
 
     Args:
         cache_dir: where the generated datasets live (default: ``default_cache_dir()/demo``).
+        config: run on this config file instead (e.g. ``examples/llava.yaml``); its dataset,
+            tokenizer, encoder, batch size and workers are used, and nothing is generated.
         samples: how many samples to load (rounded up to whole batches).
         micro_batch_size, seq_length, num_workers: datamodule settings.
         torch_threads: torch intra-op threads while loading in this process (restored
@@ -107,18 +110,24 @@ def run_demo(
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir() / "demo"
 
     t0 = time.perf_counter()
-    info = write_demo_datasets(root)
+    if config is not None:
+        from energon_plugins.config.build import build_datamodule
+
+        dm = build_datamodule(config)
+        tokenizer, micro_batch_size, num_workers = dm.tokenizer, dm.micro_batch_size, dm.num_workers
+    else:
+        info = write_demo_datasets(root)
+        tokenizer = build_demo_tokenizer()
+        processor = energon_plugins.create("image_processor", "hf", _default_clip_options())
+        dm = energon_plugins.EnergonMultiModalDataModule(
+            str(info.path),
+            tokenizer,
+            processor,
+            seq_length=seq_length,
+            micro_batch_size=micro_batch_size,
+            num_workers=num_workers,
+        )
     t_data = time.perf_counter() - t0
-    tokenizer = build_demo_tokenizer()
-    processor = energon_plugins.create("image_processor", "hf", _default_clip_options())
-    dm = energon_plugins.EnergonMultiModalDataModule(
-        str(info.path),
-        tokenizer,
-        processor,
-        seq_length=seq_length,
-        micro_batch_size=micro_batch_size,
-        num_workers=num_workers,
-    )
     loader = dm.train_dataloader()
 
     import torch
@@ -153,7 +162,7 @@ def run_demo(
     image_tokens = sum(1 for x in ids if x == image_id)
 
     result = {
-        "dataset": str(info.path),
+        "dataset": dm.path,
         "samples": loaded,
         "batches": n_batches,
         "seconds": round(seconds, 4),
