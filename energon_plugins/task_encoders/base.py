@@ -45,7 +45,10 @@ class CountedSkip(SkipSample):
 
 
 def _sample_key(sample: Any) -> str:
-    return str(getattr(sample, "__key__", None) or "<unknown key>")
+    key = getattr(sample, "__key__", None)
+    if key is None and isinstance(sample, dict):  # a crude sample, before cooking
+        key = sample.get("__key__")
+    return str(key or "<unknown key>")
 
 
 def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -58,7 +61,7 @@ def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 yield from fn(self, sample)
             except Exception as exc:  # noqa: BLE001 - the policy decides
-                self._handle_encode_error(exc, sample)
+                self.handle_error(exc, sample)
             else:
                 self._consecutive_errors = 0
 
@@ -70,7 +73,7 @@ def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
             try:
                 result = fn(self, sample)
             except Exception as exc:  # noqa: BLE001 - the policy decides
-                self._handle_encode_error(exc, sample)
+                self.handle_error(exc, sample)
             self._consecutive_errors = 0
             return result
 
@@ -159,8 +162,11 @@ class PluginTaskEncoder(
         """Samples skipped so far in this process, by reason (exception type or skip reason)."""
         return dict(self._error_counts)
 
-    def _handle_encode_error(self, exc: Exception, sample: Any) -> None:
-        """Apply the error policy to ``exc`` raised while encoding ``sample`` (always raises).
+    def handle_error(self, exc: Exception, sample: Any) -> None:
+        """Apply the error policy to ``exc`` raised while cooking or encoding ``sample``.
+
+        Always raises: ``SkipSample`` (counted by reason) under ``on_error="skip"``, else
+        ``FatalSampleError`` naming the sample.
 
         Skips of every kind (failures under ``on_error="skip"``, :class:`CountedSkip`, a
         plain ``SkipSample``) count towards ``max_consecutive_errors``, so a dataset whose
@@ -191,6 +197,14 @@ class PluginTaskEncoder(
             ) from exc
         skip._counted_by = self  # type: ignore[attr-defined]
         raise skip
+
+    @stateless
+    def cook_crude_sample(self, sample: Any, cooker: Any, aux: Any) -> Any:
+        """Cook a crude sample with Energon's cooker; a failure follows ``on_error`` too."""
+        try:
+            return super().cook_crude_sample(sample, cooker, aux)
+        except Exception as exc:  # noqa: BLE001 - the policy decides
+            self.handle_error(exc, sample)
 
     # ------------------------------------------------------------------ batching
     def _padded_length(self, lengths: list[int]) -> int:

@@ -43,7 +43,6 @@ ROLES = {
 
 
 #: Whether the core's base class already cooks under the error policy.
-_BASE_COOKS_UNDER_POLICY = "cook_crude_sample" in PluginTaskEncoder.__dict__
 
 class ImageTagMismatchError(ValueError):
     """A sample's text holds a different number of image tags than it has images."""
@@ -121,20 +120,6 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
         )
 
     # ------------------------------------------------------------------ cooking
-    @stateless
-    def cook_crude_sample(self, sample: Any, cooker: Any, aux: Any) -> Any:
-        """Cook a crude sample; a failure follows the ``on_error`` policy like encoding does.
-
-        (A core whose ``PluginTaskEncoder`` applies the policy to cooking itself is left to it,
-        so no failure is counted twice.)
-        """
-        if _BASE_COOKS_UNDER_POLICY:
-            return super().cook_crude_sample(sample, cooker, aux)
-        try:
-            return super().cook_crude_sample(sample, cooker, aux)
-        except Exception as exc:  # noqa: BLE001 - the policy decides
-            self._handle_encode_error(exc, sample)
-
     # ------------------------------------------------------------------ dispatch
     @stateless
     def encode_sample(self, sample: Any) -> EncodedSample:
