@@ -160,8 +160,12 @@ def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> 
         "shuffle_buffer_size": datamodule.shuffle_buffer_size,
         "max_samples_per_sequence": datamodule.max_samples_per_sequence,
         "packing_buffer_size": datamodule.packing_buffer_size,
-        "packing": None if packing is None else f"{type(packing).__module__}.{type(packing).__qualname__}",
-        "energon_kwargs": {k: repr(v) for k, v in sorted(getattr(datamodule, "kwargs", {}).items())},
+        "packing": None
+        if packing is None
+        else f"{type(packing).__module__}.{type(packing).__qualname__}",
+        "energon_kwargs": {
+            k: repr(v) for k, v in sorted(getattr(datamodule, "kwargs", {}).items())
+        },
     }
 
 
@@ -202,7 +206,9 @@ def load_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> None:
     datamodule.train_dataloader().restore_state(state)
 
 
-def _explain_missing_rank(folder: str | os.PathLike, rank: int, fingerprint: Mapping[str, Any]) -> None:
+def _explain_missing_rank(
+    folder: str | os.PathLike, rank: int, fingerprint: Mapping[str, Any]
+) -> None:
     """No file for ``rank``: if another rank's file exists, say how its setup differs."""
     import torch
 

@@ -119,7 +119,8 @@ class EnergonDataloader:
         # the next worker id: describe the loader as it was before the batch held ahead.
         loader = self._dataloader
         now = (loader._worker_sample_counters, loader._next_worker_id)
-        loader._worker_sample_counters, loader._next_worker_id = self._snapshot[1], self._snapshot[2]
+        loader._worker_sample_counters = self._snapshot[1]
+        loader._next_worker_id = self._snapshot[2]
         try:
             return save()
         finally:

@@ -292,6 +292,7 @@ class EnergonMultiModalDataModule:
         return config
 
     def _worker_config(self, num_workers: int, split: str) -> Any:
+        """The ``WorkerConfig`` of :meth:`_build_worker_config`, before the error handler."""
         import torch.distributed as dist
         from megatron.energon import WorkerConfig
 

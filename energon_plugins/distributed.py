@@ -14,7 +14,9 @@ from typing import Any
 ORDER = "tp-cp-ep-dp-pp"
 
 
-def rank_groups(world_size: int, *, tp: int = 1, cp: int = 1, pp: int = 1) -> dict[str, list[list[int]]]:
+def rank_groups(
+    world_size: int, *, tp: int = 1, cp: int = 1, pp: int = 1
+) -> dict[str, list[list[int]]]:
     """The rank groups of each parallelism (``tp``, ``cp``, ``dp``, ``pp``, ``dp-cp``, ``tp-cp``).
 
     Raises:

@@ -147,7 +147,8 @@ _FRESH_PROCESS = textwrap.dedent(
     import energon_plugins
     from energon_plugins.demo.tokenizer import build_demo_tokenizer
 
-    path, folder, workers, packing, n = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1", int(sys.argv[5])
+    path, folder = sys.argv[1], sys.argv[2]
+    workers, packing, n = int(sys.argv[3]), sys.argv[4] == "1", int(sys.argv[5])
     cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
     args = dict(seq_length=%d, micro_batch_size=2, num_workers=workers, shuffle_buffer_size=10,
                 task_encoder={"name": "multimodal", "options": {"image_tokens": 6}})
