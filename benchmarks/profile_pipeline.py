@@ -163,6 +163,57 @@ def encode_only(encoders: dict, samples: list, rounds: int) -> dict:
     return per_sample
 
 
+def _best_us(fns: dict, repeats: int, rounds: int = 7) -> dict:
+    """Best-of-``rounds`` µs per call of each ``name -> fn`` (interleaved)."""
+    import time
+
+    best = {name: float("inf") for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            for _ in range(repeats):
+                fn()
+            best[name] = min(best[name], (time.perf_counter() - start) / repeats * 1e6)
+    return {name: round(v, 1) for name, v in best.items()}
+
+
+def micro_before_after(tokenizer, sample_config) -> dict:
+    """The two cut helpers alone, baseline vs current, on fixed inputs (best of 7 rounds).
+
+    ``tokenize_conversation`` on a system/user/assistant chat with the demo tokenizer, and the
+    Energon tensor -> PIL conversion of a 336 px image (a CLIP-L input size; the demo's 32 px
+    images are too small for it to matter).
+    """
+    import torch
+
+    import _baseline_conversation as old_conv
+    import _baseline_hf as old_hf
+    from energon_plugins.image_processors import hf as new_hf
+    from energon_plugins.task_encoders import conversation as new_conv
+
+    messages = new_conv.build_messages(sample_config.conversation_template, [
+        ("user", "<image>\nWhat color is the rectangle in the middle?"),
+        ("assistant", "The rectangle is green."),
+    ])
+    assert (old_conv.tokenize_conversation(tokenizer, messages, sample_config)
+            == new_conv.tokenize_conversation(tokenizer, messages, sample_config))
+    tok = _best_us({
+        "baseline": lambda: old_conv.tokenize_conversation(tokenizer, messages, sample_config),
+        "current": lambda: new_conv.tokenize_conversation(tokenizer, messages, sample_config),
+    }, repeats=100)
+    image = torch.rand(3, 336, 336, generator=torch.Generator().manual_seed(0))
+    pil = _best_us({
+        "baseline": lambda: old_hf.energon_image_to_pil(image),
+        "current": lambda: new_hf.energon_image_to_pil(image),
+    }, repeats=20)
+    return {
+        "tokenize_conversation_us": tok,
+        "tokenize_conversation_speedup": round(tok["baseline"] / tok["current"], 3),
+        "image_to_pil_336px_us": pil,
+        "image_to_pil_speedup": round(pil["baseline"] / pil["current"], 3),
+    }
+
+
 def before_after(config: dict, rounds: int, batches: int, rev: str) -> dict:
     """Current vs baseline encoder + image wrapper, hand-wired loaders, interleaved rounds."""
     from megatron.energon import WorkerConfig, get_savable_loader, get_train_dataset
@@ -198,6 +249,7 @@ def before_after(config: dict, rounds: int, batches: int, rev: str) -> dict:
                 rates[name].append(samples / cpu)
         samples = read_samples(dm.path, 64)
         encode = encode_only({"current": current, "baseline": old}, samples, 2 * rounds)
+        micro = micro_before_after(dm.tokenizer, dm.multimodal_sample_config)
     ratios = [c / b for c, b in zip(rates["current"], rates["baseline"], strict=True)]
     encode_ratios = [b / c for c, b in zip(encode["current"], encode["baseline"], strict=True)]
     best = {k: max(v) for k, v in rates.items()}
@@ -211,6 +263,7 @@ def before_after(config: dict, rounds: int, batches: int, rev: str) -> dict:
         "encode_sample_us": {k: round(v * 1e6, 1) for k, v in best_encode.items()},
         "encode_sample_speedup": round(best_encode["baseline"] / best_encode["current"], 4),
         "encode_sample_speedup_paired_median": round(statistics.median(encode_ratios), 4),
+        **micro,
     }
 
 
@@ -261,6 +314,10 @@ def main(argv=None) -> dict:
             us = cmp["encode_sample_us"]
             print(f"encode_sample alone (64 decoded samples, CPU time): baseline {us['baseline']} µs, "
                   f"current {us['current']} µs per sample: {cmp['encode_sample_speedup']:.3f}x faster")
+            t, p = cmp["tokenize_conversation_us"], cmp["image_to_pil_336px_us"]
+            print(f"tokenize_conversation: {t['baseline']} -> {t['current']} µs "
+                  f"({cmp['tokenize_conversation_speedup']:.2f}x); Energon tensor -> PIL, 336 px: "
+                  f"{p['baseline']} -> {p['current']} µs ({cmp['image_to_pil_speedup']:.2f}x)")
     if args.json:
         print(f"wrote {write_json(args.json, 'profile_pipeline', result)}")
     return result

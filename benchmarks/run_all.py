@@ -155,6 +155,12 @@ def summary_rows(results: dict) -> list[list[str]]:
             us = ba["encode_sample_us"]
             add("profile", "cuts: encode_sample alone, µs per sample current / baseline",
                 f"{us['current']} / {us['baseline']} ({ba['encode_sample_speedup']:.3f}x faster)")
+        if "tokenize_conversation_us" in ba:
+            t, p = ba["tokenize_conversation_us"], ba["image_to_pil_336px_us"]
+            add("profile", "cuts: tokenize_conversation, µs current / baseline",
+                f"{t['current']} / {t['baseline']} ({ba['tokenize_conversation_speedup']:.2f}x faster)")
+            add("profile", "cuts: Energon tensor -> PIL (336 px), µs current / baseline",
+                f"{p['current']} / {p['baseline']} ({ba['image_to_pil_speedup']:.2f}x faster)")
     me = _get(results, "memory", "result")
     if me:
         for key in ("rss_after_build_mb", "peak_rss_0_workers_mb", "python_alloc_peak_mb",
