@@ -67,3 +67,35 @@ class _SlowLike:
 
 def test_slow_tokenizer_uses_its_call():
     assert tokenize_texts(_SlowLike(), ["ab", ""]) == [[97, 98], []]
+
+
+def _expand_reference(ids, labels, text_id, model_id, counts, ignore):
+    """Token by token: each tag becomes its run of image tokens (ignored in the labels)."""
+    out_ids, out_labels, runs, k = [], [], [], 0
+    for tok, lab in zip(ids, labels, strict=True):
+        if tok == text_id:
+            out_ids += [model_id] * counts[k]
+            out_labels += [ignore] * counts[k]
+            runs.append((len(out_ids) - counts[k], len(out_ids)))
+            k += 1
+        else:
+            out_ids.append(tok)
+            out_labels.append(lab)
+    return out_ids, out_labels, runs
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    ids=st.lists(st.integers(0, 6), max_size=40),
+    data=st.data(),
+)
+def test_expand_image_tokens_equals_token_by_token(ids, data):
+    from energon_plugins.task_encoders.conversation import expand_image_tokens
+
+    labels = [t if t % 2 else -100 for t in ids]
+    counts = data.draw(st.lists(st.integers(0, 5), min_size=ids.count(3), max_size=ids.count(3)))
+    got = expand_image_tokens(ids, labels, text_id=3, model_id=99, counts=counts, ignore_index=-100)
+    assert got == _expand_reference(ids, labels, 3, 99, counts, -100)
+    with pytest.raises(ValueError, match="image tag"):
+        expand_image_tokens(ids, labels, text_id=3, model_id=99, counts=[*counts, 1],
+                            ignore_index=-100)

@@ -255,23 +255,29 @@ def expand_image_tokens(
     Raises:
         ValueError: the number of image tags differs from ``len(counts)``.
     """
-    tags = sum(1 for t in input_ids if t == text_id)
+    ids = list(input_ids)
+    labs = list(labels)
+    if len(ids) != len(labs):
+        raise ValueError(f"input_ids ({len(ids)}) and labels ({len(labs)}) differ in length")
+    tags = ids.count(text_id)
     if tags != len(counts):
         raise ValueError(
             f"the text holds {tags} image tag(s) but the sample has {len(counts)} image(s)"
         )
+    # Copy the runs between tags by slices (C) instead of token by token.
     out_ids: list[int] = []
     out_labels: list[int] = []
     runs: list[tuple[int, int]] = []
-    k = 0
-    for tok, lab in zip(input_ids, labels, strict=True):
-        if tok == text_id:
-            start = len(out_ids)
-            out_ids.extend([model_id] * counts[k])
-            out_labels.extend([ignore_index] * counts[k])
-            runs.append((start, len(out_ids)))
-            k += 1
-        else:
-            out_ids.append(tok)
-            out_labels.append(lab)
+    prev = 0
+    for count in counts:
+        pos = ids.index(text_id, prev)
+        out_ids += ids[prev:pos]
+        out_labels += labs[prev:pos]
+        start = len(out_ids)
+        out_ids += [model_id] * count
+        out_labels += [ignore_index] * count
+        runs.append((start, len(out_ids)))
+        prev = pos + 1
+    out_ids += ids[prev:]
+    out_labels += labs[prev:]
     return out_ids, out_labels, runs
