@@ -1,9 +1,10 @@
 """The fast image processor: batched torch preprocessing on uint8, like a transformers processor.
 
 Pipeline per call: convert every input to a uint8 HWC tensor (zero-copy where possible), group
-the images by size and resize each group with one ``interpolate(..., antialias=True)`` call on
-uint8 channels-last tensors (torch's vectorised separable kernel, the same filter as PIL's),
-center crop by slicing, then one fused rescale+normalize into a float32 ``(N, 3, H, W)`` batch.
+the images by size and resize each group with Pillow's own arithmetic (``pil_resize``: its
+fixed-point bicubic/bilinear taps, pass order and rounding, as two banded matrix products per
+group), computing only the pixels that survive the center crop, then one fused
+rescale+normalize into a float32 ``(N, 3, H, W)`` batch.
 """
 
 import dataclasses
@@ -14,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from energon_plugin_fast_image.pil_resize import resize_batch
 from energon_plugin_fast_image.settings import ProcessorSettings, resolve_settings
 
 _PIL_CODES = {"nearest": 0, "bilinear": 2, "bicubic": 3}
@@ -190,14 +192,32 @@ class FastImageProcessor:
             return (new_long, edge) if width <= height else (edge, new_long)
         return size["height"], size["width"]
 
+    resize_dtype: torch.dtype = dataclasses.field(default=torch.float32, repr=False)
+    """float32 (fast; a rare pixel one level off Pillow) or float64 (Pillow's result exactly)."""
+
+    def _crop_window(self, height: int, width: int) -> tuple[int, int, int, int] | None:
+        """``(top, left, h, w)`` of the center crop inside a ``height x width`` image, if it fits."""
+        s = self.settings
+        if not (s.do_center_crop and s.crop_size):
+            return None
+        ch, cw = s.crop_size["height"], s.crop_size["width"]
+        if height < ch or width < cw:
+            return None
+        return (height - ch) // 2, (width - cw) // 2, ch, cw
+
     def _resize_group(self, batch: torch.Tensor, target: tuple[int, int]) -> torch.Tensor:
-        """Resize a uint8 ``(n, 3, H, W)`` channels-last batch to ``target``."""
+        """Resize a uint8 ``(n, 3, H, W)`` batch to ``target`` (cropped already if a crop follows).
+
+        Bicubic and bilinear give Pillow's result (float, integer values); nearest uses torch's
+        ``nearest-exact`` (uint8).
+        """
         if tuple(batch.shape[-2:]) == target:
             return batch
         mode = self.settings.resample
         if mode == "nearest":
             return F.interpolate(batch, size=target, mode="nearest-exact")
-        return F.interpolate(batch, size=target, mode=mode, antialias=True, align_corners=False)
+        crop = self._crop_window(*target)
+        return resize_batch(batch, target, crop, mode, self.resize_dtype)
 
     def _center_crop(self, image: torch.Tensor) -> torch.Tensor:
         """Crop ``(..., H, W)`` around the centre as transformers does; zero-pad if too small."""
@@ -213,11 +233,10 @@ class FastImageProcessor:
         return self._center_crop(padded)
 
     def process_uint8(self, images: Sequence[torch.Tensor]) -> list[torch.Tensor]:
-        """Resize and crop uint8 ``(H, W, 3)`` tensors; return uint8 ``(3, h, w)`` views in order.
+        """Resize and crop uint8 ``(H, W, 3)`` tensors; return ``(3, h, w)`` views in order.
 
-        Images of the same size are stacked and resized with one ``interpolate`` call. The
-        memory layout of each input is kept (a channels-last view from PIL/numpy goes through
-        torch's vectorised channels-last kernel; a contiguous CHW tensor is not copied first).
+        Images of the same size are stacked and resized together (one pair of matrix products).
+        A view is uint8, or float holding integer values 0-255 when it was resized.
         """
         out: list[torch.Tensor | None] = [None] * len(images)
         groups: dict[tuple[int, int], list[int]] = {}
