@@ -7,7 +7,9 @@ Run: ``python benchmarks/profile_pipeline.py [--batches 40] [--rounds 6] [--base
    pipeline (``multimodal`` encoder, ``hf`` CLIP processor, batch 8) with multi-storage-client's
    default metrics bookkeeping. Prints the share of the loop's time in each stage (measured as
    the cumulative time of the stage's entry function) and the top functions by own time.
-   cProfile's per-call cost inflates call-heavy Python code; the shares are indicative.
+   The profiler's clock is this process's CPU time, so time other jobs on a shared machine
+   take from it is not charged to whatever function was running. cProfile's per-call cost
+   inflates call-heavy Python code; the shares are indicative.
 2. **Before/after** (same run, no profiler): the task encoder and image-processor wrapper of
    revision ``--baseline`` (default: the commit before the cuts) are loaded from git next to the
    current ones, and two hand-wired Energon loaders (same data, same worker config, same
@@ -25,6 +27,7 @@ import pstats
 import statistics
 import subprocess
 import sys
+import time
 import types
 from pathlib import Path
 
@@ -40,7 +43,8 @@ BASELINE = "b5d3cdd7c58d4e9340543e0aab89c36fe7fbd415"
 #: stage -> (file suffix, function name) of the entry function whose cumulative time is the stage's.
 STAGES = {
     "read samples from the tar shards (Energon, via MSC)": ("itar_reader.py", "__getitem__"),
-    "  MSC metrics wrapper around each read": ("providers/base.py", "_emit_metrics"),
+    "  reads through MSC's metrics wrapper (the read included)": ("providers/base.py",
+                                                                   "_emit_metrics"),
     "decode PNG + JSON, build the sample (Energon)": ("default_decoder_webdataset.py", "load_sample"),
     "encode_sample (ours)": ("task_encoders/multimodal.py", "encode_sample"),
     "  image processor (hf wrapper + transformers)": ("image_processors/hf.py", "__call__"),
@@ -65,7 +69,7 @@ def profile(config: dict, batches: int) -> dict:
         dm = EnergonMultiModalDataModule.from_config(config)
         iterator = iter(dm.train_dataloader())
         timed_batches(iterator, 3)
-        profiler = cProfile.Profile()
+        profiler = cProfile.Profile(time.process_time)  # CPU time: preemption by other jobs is not counted
         profiler.enable()
         samples, wall, _ = timed_batches(iterator, batches)
         profiler.disable()
