@@ -176,8 +176,10 @@ def resize_batch(
     pw = (cols.pad_lo, cols.pad_hi) if cols else (0, 0)
     hp, wp = in_h + sum(ph), in_w + sum(pw)
     # One copy: uint8 (N*C, H, W) -> zero-padded float (H, N*C, W), rows outermost.
-    padded = ph != (0, 0) or pw != (0, 0)
-    x = (torch.zeros if padded else torch.empty)((hp, planes, wp), dtype=dtype)
+    x = torch.empty((hp, planes, wp), dtype=dtype)
+    for pad in (x[: ph[0]], x[hp - ph[1] :], x[:, :, : pw[0]], x[:, :, wp - pw[1] :]):
+        if pad.numel():
+            pad.zero_()  # only the pads: zero weights times zero pixels
     x[ph[0] : ph[0] + in_h, :, pw[0] : pw[0] + in_w] = batch.reshape(planes, in_h, in_w).permute(1, 0, 2)
     if rows is not None and (cols is None or vertical_first(in_h, in_w, out_h, out_w)):
         x = _pass_outer(x.view(hp, -1), rows, dtype)[:crop_h]  # (crop_h, planes * wp)

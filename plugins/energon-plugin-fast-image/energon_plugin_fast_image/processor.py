@@ -269,8 +269,13 @@ class FastImageProcessor:
         out = torch.empty((len(images), c, h, w), dtype=torch.float32)
         scale, bias = self._scale[0], self._bias[0]
         for k, img in enumerate(images):
-            # One fused pass per image (uint8 in, float32 out) while the image is in cache.
-            torch.addcmul(bias, img, scale, out=out[k])
+            if img.is_floating_point():
+                # A resized image is a strided float view: lay it out first (addcmul on a
+                # permuted view is several times slower), then scale in place.
+                out[k].copy_(img).mul_(scale).add_(bias)
+            else:
+                # One fused pass per image (uint8 in, float32 out) while the image is in cache.
+                torch.addcmul(bias, img, scale, out=out[k])
         return out
 
     def __call__(self, images: Any = None, return_tensors: str | None = "pt", **kwargs: Any):
