@@ -30,9 +30,11 @@ def list_command(as_json: bool, kind: str | None) -> None:
     from rich.table import Table
 
     table = Table(title="energon-plugins", title_justify="left")
-    for column in ("name", "kind", "distribution", "version"):
+    # Names are what users copy into configs: never folded, however narrow the terminal.
+    table.add_column("name", no_wrap=True, min_width=max((len(r.name) for r in rows), default=4))
+    for column in ("kind", "distribution", "version"):
         table.add_column(column, overflow="fold")
-    table.add_column("description", overflow="fold", min_width=24)
+    table.add_column("description", overflow="fold")
     table.add_column("status", no_wrap=True, min_width=6)
     for row in rows:
         status = row.status
