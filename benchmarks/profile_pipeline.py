@@ -69,7 +69,7 @@ def profile(config: dict, batches: int) -> dict:
         dm = EnergonMultiModalDataModule.from_config(config)
         iterator = iter(dm.train_dataloader())
         timed_batches(iterator, 3)
-        profiler = cProfile.Profile(time.process_time)  # CPU time: preemption by other jobs is not counted
+        profiler = cProfile.Profile(time.process_time)  # CPU time, not wall time
         profiler.enable()
         samples, wall, _ = timed_batches(iterator, batches)
         profiler.disable()
