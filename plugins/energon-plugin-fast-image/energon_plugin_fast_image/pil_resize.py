@@ -10,12 +10,13 @@ pixels as the width (``out_h < in_h and in_h - out_h > 2 * (in_w - out_w)``), el
 horizontal pass first. This module reproduces all of that from that description (no code of
 Pillow's), verified bit for bit against ``PIL.Image.resize`` in the tests.
 
-Each pass is one batched matrix product: the output pixels are grouped in blocks of
-``BLOCK`` consecutive pixels; a block reads one window of ``R`` input pixels, so the pass is a
-``bmm`` of ``(blocks, BLOCK, R)`` weights with ``(blocks, R, M)`` input windows (``M`` = every
-other axis of the batch together). The windows start at a uniform stride, so they are a strided
-view of the (zero-padded) input, not a copy. Only the outputs that survive a later center crop
-are computed.
+Each pass is one matrix product over the whole group of same-size images (``M`` = every other
+axis of the batch together). The pass over the outermost axis (rows, laid out ``(H, M)``) is a
+sparse CSR ``(out, H)`` weight matrix times the input. The pass over the innermost axis
+(columns) is a block-banded ``bmm``: the output pixels are grouped in blocks of ``BLOCK``; a
+block reads one window of ``R`` input pixels, and the windows start at a uniform stride, so they
+are a strided view of the (zero-padded) input, not a copy. Only the outputs that survive a later
+center crop are computed.
 
 Precision: in float64 the sums of integer pixels times integer weights are exact (below
 2**53), so the result equals Pillow's bit for bit. In float32 (the processors' default, about
@@ -26,6 +27,8 @@ way: a rare pixel is one level off (measured: a few pixels per million for bicub
 import dataclasses
 import functools
 import math
+
+import warnings
 
 import numpy as np
 import torch
@@ -137,12 +140,29 @@ def _round_clip(x: torch.Tensor) -> torch.Tensor:
     return x.mul_(2.0 ** -PRECISION_BITS).add_(0.5).floor_().clamp_(0, 255)
 
 
-def _pass_outer(x: torch.Tensor, plan: AxisPlan, dtype: torch.dtype) -> torch.Tensor:
-    """Resize axis 0 of a contiguous ``(L, M)`` matrix (padded) -> ``(blocks * BLOCK, M)``."""
-    m = x.shape[1]
-    windows = x.as_strided((plan.blocks, plan.window, m), (plan.stride * m, m, 1), plan.offset * m)
-    out = torch.bmm(_weights(plan, dtype, False), windows)
-    return _round_clip(out).view(plan.blocks * BLOCK, m)
+@functools.lru_cache(maxsize=512)
+def _sparse_weights(plan: AxisPlan, in_size: int, out_size: int, first: int, mode: str, dtype: torch.dtype) -> torch.Tensor:
+    """The plan's outputs as a sparse CSR ``(count, pad_lo + in_size + pad_hi)`` matrix."""
+    starts, fixed = fixed_point_taps(in_size, out_size, mode)
+    starts, fixed = starts[first : first + plan.count], fixed[first : first + plan.count]
+    ksize = fixed.shape[1]
+    columns = starts[:, None] + np.arange(ksize)[None, :]
+    keep = (fixed != 0) & (columns < in_size)
+    crow = np.concatenate([[0], np.cumsum(keep.sum(axis=1))])
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # "sparse CSR support is in beta state"
+        return torch.sparse_csr_tensor(
+            torch.from_numpy(crow),
+            torch.from_numpy(columns[keep] + plan.pad_lo),
+            torch.from_numpy(fixed[keep]).to(dtype),
+            size=(plan.count, plan.pad_lo + in_size + plan.pad_hi),
+            check_invariants=True,  # built once per size and cached: the check is cheap
+        )
+
+
+def _pass_outer(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Resize axis 0 of a contiguous ``(L, M)`` matrix with sparse ``(count, L)`` weights."""
+    return _round_clip(weights @ x)
 
 
 def _pass_inner(x: torch.Tensor, plan: AxisPlan, dtype: torch.dtype) -> torch.Tensor:
@@ -182,7 +202,7 @@ def resize_batch(
             pad.zero_()  # only the pads: zero weights times zero pixels
     x[ph[0] : ph[0] + in_h, :, pw[0] : pw[0] + in_w] = batch.reshape(planes, in_h, in_w).permute(1, 0, 2)
     if rows is not None and (cols is None or vertical_first(in_h, in_w, out_h, out_w)):
-        x = _pass_outer(x.view(hp, -1), rows, dtype)[:crop_h]  # (crop_h, planes * wp)
+        x = _pass_outer(x.view(hp, -1), _sparse_weights(rows, in_h, out_h, top, mode, dtype))
         x = x.reshape(crop_h * planes, wp)
         if cols is None:
             x = x.view(crop_h, planes, wp)[..., left : left + crop_w]
@@ -201,5 +221,5 @@ def resize_batch(
     # Horizontal first: bring rows outermost again, (hp, planes, crop_w).
     y = y.view(cols.blocks, hp, planes, BLOCK).permute(1, 2, 0, 3).reshape(hp, planes, -1)
     y = y[..., :crop_w].contiguous().view(hp, -1)
-    z = _pass_outer(y, rows, dtype)[:crop_h]  # (crop_h, planes * crop_w)
+    z = _pass_outer(y, _sparse_weights(rows, in_h, out_h, top, mode, dtype))  # (crop_h, planes * crop_w)
     return z.view(crop_h, planes, crop_w).permute(1, 0, 2).reshape(n, c, crop_h, crop_w)
