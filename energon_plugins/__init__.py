@@ -5,8 +5,9 @@ transformers or Energon import. The datamodule, the loader and the task-encoder 
 load on first access.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from energon_plugins._lazy import lazy_attributes
 
 from energon_plugins._markers import ENTRY_POINT_GROUP, hookimpl, hookspec
 from energon_plugins.api import available, create, resolve
@@ -51,17 +52,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.task_encoders.base import PluginTaskEncoder
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'energon_plugins' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)
 
 
 __all__ = [

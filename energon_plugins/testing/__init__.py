@@ -15,8 +15,9 @@ Importing this package is light (no torch, transformers or Energon); the checks 
 when they run.
 """
 
-from importlib import import_module
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from energon_plugins._lazy import lazy_attributes
 
 from energon_plugins.testing._common import ConformanceError
 
@@ -28,28 +29,21 @@ _LAZY = {
     "check_options": "energon_plugins.testing._common",
     "default_context": "energon_plugins.testing.context",
     "batch_differences": "energon_plugins.testing.compare",
+    "write_crude_dataset": "energon_plugins.testing.crude",
+    "read_images": "energon_plugins.testing.crude",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.testing._common import check_options, check_registration
     from energon_plugins.testing.compare import batch_differences
     from energon_plugins.testing.context import default_context
+    from energon_plugins.testing.crude import read_images, write_crude_dataset
     from energon_plugins.testing.image_processor import check_image_processor
     from energon_plugins.testing.packing import check_packing_strategy
     from energon_plugins.testing.task_encoder import check_task_encoder
 
 
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'energon_plugins.testing' has no attribute {name!r}")
-    value = getattr(import_module(module), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(_LAZY))
+__getattr__, __dir__ = lazy_attributes("energon_plugins.testing", globals(), _LAZY)
 
 
 __all__ = [
@@ -61,4 +55,6 @@ __all__ = [
     "check_registration",
     "check_task_encoder",
     "default_context",
+    "read_images",
+    "write_crude_dataset",
 ]

@@ -1,7 +1,7 @@
 """The ``llava`` task encoder and ``llava-clip`` processor, on real Energon datasets.
 
 Datasets are written by ``energon_plugins.demo.data.write_dataset`` (kinds ``llava``, ``vqa``,
-``captioning``) or by ``energon_plugin_llava.testing.write_crude_dataset`` (hand-made samples
+``captioning``) or by ``energon_plugins.testing.write_crude_dataset`` (hand-made samples
 whose image tags disagree with their images), prepared with Energon's prepare API and read
 through the real datamodule and Energon loaders. Tokenizers are the offline demo family
 ``llava`` (Vicuna v1 template, ``<image>`` special token).
@@ -22,7 +22,7 @@ import energon_plugins  # noqa: E402
 from energon_plugins import BuildContext, PluginOptionsError  # noqa: E402
 from energon_plugins.demo.data import write_dataset  # noqa: E402
 from energon_plugins.demo.tokenizer import build_demo_tokenizer  # noqa: E402
-from energon_plugin_llava.testing import read_images, write_crude_dataset  # noqa: E402
+from energon_plugins.testing import read_images, write_crude_dataset  # noqa: E402
 
 IGNORE = -100
 SYSTEM = (

@@ -2,7 +2,7 @@
 
 Datasets are written by ``energon_plugins.demo.data.write_dataset`` (kind ``chatml``: one to
 three images of mixed sizes per sample; ``vqa``) or by
-``energon_plugin_qwen_vl.testing.write_crude_dataset`` (hand-made samples whose image tags
+``energon_plugins.testing.write_crude_dataset`` (hand-made samples whose image tags
 disagree with their images), prepared with Energon's prepare API and read through the real
 datamodule and Energon loaders. The tokenizer is the offline demo family ``qwen2`` (ChatML,
 ``<|vision_start|>``, ``<|image_pad|>``, ``<|vision_end|>``).
@@ -23,7 +23,7 @@ import energon_plugins  # noqa: E402
 from energon_plugins import BuildContext, ConfigError, PluginOptionsError  # noqa: E402
 from energon_plugins.demo.data import write_dataset  # noqa: E402
 from energon_plugins.demo.tokenizer import build_demo_tokenizer  # noqa: E402
-from energon_plugin_qwen_vl.testing import read_images, write_crude_dataset  # noqa: E402
+from energon_plugins.testing import read_images, write_crude_dataset  # noqa: E402
 
 IGNORE = -100
 SYSTEM = "You are a helpful assistant."

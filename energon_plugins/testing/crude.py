@@ -1,4 +1,4 @@
-"""Helpers for tests of ChatML encoders: hand-written crude datasets and their images.
+"""Hand-written crude datasets (images plus GPT-style conversations) and their images.
 
 :func:`write_crude_dataset` writes webdataset shards of samples you describe (images plus
 GPT-style conversations), indexes them with Energon's own prepare API and marks them as a
