@@ -1,42 +1,22 @@
 """Write the data ``examples/qwen2-vl.yaml`` reads: ``python -m energon_plugin_qwen_vl.demo_data DIR``.
 
-``DIR/data`` gets a crude ``chatml`` Energon dataset (one to three images of mixed sizes
-and a 1-3 turn GPT-style conversation per sample, written by ``energon_plugins.demo.data.write_dataset``) and
-``DIR/tokenizer`` the offline Qwen2 demo tokenizer (ChatML, vision tokens).
-A second run with the same arguments reuses what is on disk.
+``DIR/data`` gets a crude ``chatml`` Energon dataset (one to three images of mixed sizes and a
+1-3 turn GPT-style conversation per sample) and ``DIR/tokenizer`` the offline Qwen2 demo
+tokenizer (ChatML, vision tokens). A second run with the same arguments reuses them.
 """
 
-import argparse
-import pathlib
+from energon_plugins.demo.examples import main_for, prepare_example_data
+
+IMAGE_SIZE = ((24, 24), (224, 168))
 
 
 def prepare(directory, *, num_samples: int = 200, seed: int = 0) -> dict[str, str]:
     """Write (or reuse) the dataset and tokenizer under ``directory``; return their paths."""
-    from energon_plugins.demo.data import write_dataset
-    from energon_plugins.demo.tokenizer import save_demo_tokenizer
-
-    root = pathlib.Path(directory).expanduser().resolve()
-    kwargs = dict(kind="chatml", num_samples=num_samples,
-                  samples_per_shard=10, image_size=((24, 24), (224, 168)), seed=seed)
-    try:
-        info = write_dataset(root / "data", **kwargs)
-    except FileExistsError:  # written with other arguments: replace (only if ours)
-        info = write_dataset(root / "data", overwrite=True, **kwargs)
-    tokenizer = root / "tokenizer"
-    if not (tokenizer / "tokenizer_config.json").is_file():
-        save_demo_tokenizer(tokenizer, "qwen2")
-    return {"path": str(info.path), "tokenizer": str(tokenizer)}
+    return prepare_example_data(directory, kind="chatml", tokenizer_family="qwen2",
+                                num_samples=num_samples, image_size=IMAGE_SIZE, seed=seed)
 
 
-def main(argv=None) -> None:
-    """Command line: ``python -m energon_plugin_qwen_vl.demo_data DIR [--samples N]``."""
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("directory", help="where to write data/ and tokenizer/")
-    parser.add_argument("--samples", type=int, default=200)
-    args = parser.parse_args(argv)
-    paths = prepare(args.directory, num_samples=args.samples)
-    print(f"dataset:   {paths['path']}\ntokenizer: {paths['tokenizer']}")
-
+main = main_for("chatml", "qwen2", IMAGE_SIZE, __doc__.splitlines()[0])
 
 if __name__ == "__main__":
     main()
