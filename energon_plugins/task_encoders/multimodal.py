@@ -78,7 +78,8 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         )
 
     # ------------------------------------------------------------------ sample kinds
-    def _user_text(self, text: str, num_images: int) -> str:
+    def user_text(self, text: str, num_images: int) -> str:
+        """The user turn's text with one image tag per image (where the text has none)."""
         tag = self.sample_config.image_token
         if tag in text or num_images == 0:
             return text
@@ -94,10 +95,10 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
     ) -> EncodedSample:
         messages = build_messages(
             self.sample_config.conversation_template,
-            [("user", self._user_text(question, len(images))), ("assistant", answer)],
+            [("user", self.user_text(question, len(images))), ("assistant", answer)],
         )
         ids, labels = tokenize_conversation(self.tokenizer, messages, self.sample_config)
-        return self._finish(sample, ids, labels, images)
+        return self.finish_sample(sample, ids, labels, images)
 
     def _encode_interleaved(self, sample: InterleavedSample) -> EncodedSample:
         images: list[torch.Tensor] = []
@@ -128,7 +129,7 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         if isinstance(eos, int):
             ids.append(eos)
             labels.append(eos)
-        return self._finish(sample, ids, labels, images)
+        return self.finish_sample(sample, ids, labels, images)
 
     # ------------------------------------------------------------------ images and length
     def image_token_counts(self, processed: Any, num_images: int) -> list[int]:
@@ -170,9 +171,14 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
             )
         return out, torch.as_tensor(pixels)
 
-    def _finish(
+    def finish_sample(
         self, sample: Any, ids: list[int], labels: list[int], images: list[torch.Tensor]
     ) -> EncodedSample:
+        """Process ``images``, expand their tags, truncate to ``seq_length``, build the sample.
+
+        ``ids``/``labels`` hold one image-tag token per image; subclasses that render their own
+        conversation format call this to finish the common part.
+        """
         processed, pixel_values = self._process_images(images)
         grid = _get(processed, "image_grid_thw") if processed is not None else None
         counts = self.image_token_counts(processed, len(images))
@@ -187,7 +193,7 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         truncated = False
         kept_images = len(images)
         if len(ids) > self.seq_length:
-            ids, labels, kept_images = self._truncate(sample, ids, labels, runs)
+            ids, labels, kept_images = self.truncate(sample, ids, labels, runs)
             truncated = True
             if kept_images < len(images):
                 pixel_values, grid = _keep_images(pixel_values, grid, kept_images)
@@ -211,9 +217,13 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
             truncated=truncated,
         )
 
-    def _truncate(
+    def truncate(
         self, sample: Any, ids: list[int], labels: list[int], runs: list[tuple[int, int]]
     ) -> tuple[list[int], list[int], int]:
+        """Apply the ``truncation`` option; return the cut ids and labels and images kept.
+
+        ``runs`` are the ``(start, end)`` spans of the image-token runs: a cut never splits one.
+        """
         mode = self.options.truncation
         message = f"sample {sample.__key__!r} has {len(ids)} tokens > seq_length {self.seq_length}"
         if mode == "drop":

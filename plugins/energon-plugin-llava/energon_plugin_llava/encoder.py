@@ -131,11 +131,11 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
             if not answers:
                 raise ValueError(f"VQASample {sample.__key__!r} has no answers")
             return self._encode_turns(
-                sample, [("user", self._user_text(sample.context, 1)), ("assistant", answers[0])],
+                sample, [("user", self.user_text(sample.context, 1)), ("assistant", answers[0])],
                 [sample.image],
             )
         if isinstance(sample, CaptioningSample):
-            turns = [("user", self._user_text(self.options.caption_prompt, 1)),
+            turns = [("user", self.user_text(self.options.caption_prompt, 1)),
                      ("assistant", sample.caption)]
             return self._encode_turns(sample, turns, [sample.image])
         raise UnsupportedSampleError(
@@ -144,7 +144,8 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
             "crude 'llava' conversations (subflavors: {format: llava})"
         )
 
-    def _user_text(self, text: str, num_images: int) -> str:
+    def user_text(self, text: str, num_images: int) -> str:
+        """LLaVA's user text: image tags before the text (or after, per `image_position`)."""
         tag = self.sample_config.image_token
         if tag in text or num_images == 0:
             return text
@@ -186,7 +187,7 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
             )
         messages = build_messages(self.sample_config.conversation_template, turns)
         ids, labels = tokenize_conversation(self.tokenizer, messages, self.sample_config)
-        return self._finish(sample, ids, labels, images)
+        return self.finish_sample(sample, ids, labels, images)
 
     # ------------------------------------------------------------------ image tokens
     def image_token_counts(self, processed: Any, num_images: int) -> list[int]:

@@ -141,7 +141,7 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         turns = [(kind, text.replace(self.image_tag, self.vision_span)) for kind, text in turns]
         messages = build_messages(self.sample_config.conversation_template, turns)
         ids, labels = tokenize_conversation(self.tokenizer, messages, self.sample_config)
-        return self._finish(sample, ids, labels, images)
+        return self.finish_sample(sample, ids, labels, images)
 
     # ------------------------------------------------------------------ truncation
     def _drop_open_vision_start(self, ids: Any, labels: Any) -> tuple[Any, Any]:
@@ -150,11 +150,11 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
             return ids[:-1], labels[:-1]
         return ids, labels
 
-    def _truncate(
+    def truncate(
         self, sample: Any, ids: list[int], labels: list[int], runs: list[tuple[int, int]]
     ) -> tuple[list[int], list[int], int]:
         """The base's cut (never inside an image), without a dangling ``<|vision_start|>``."""
-        ids, labels, kept = super()._truncate(sample, ids, labels, runs)
+        ids, labels, kept = super().truncate(sample, ids, labels, runs)
         ids, labels = self._drop_open_vision_start(ids, labels)
         return ids, labels, kept
 
