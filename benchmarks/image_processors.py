@@ -11,8 +11,9 @@ plugin registry) are fed the uint8 CHW tensors. Two call patterns, each timed in
 - ``batch``: one call with all images (the batched path: one output tensor of N images);
 - ``per-sample``: one call per image, as a task encoder's ``encode_sample`` makes it.
 
-The fast processors are timed with torch's default thread count and with one thread (what a
-DataLoader worker uses); transformers' PIL path is single-threaded either way. Each figure is
+The fast processors are timed with torch's default thread count (option ``torch_threads:
+null``) and with one thread (the option's default, and what a DataLoader worker uses);
+transformers' PIL path is single-threaded either way. Each figure is
 the best of ``--repeats`` interleaved rounds after a warm-up round; a ratio is fast images/s over
 transformers' images/s with PIL input, in the same call pattern.
 """
@@ -89,7 +90,10 @@ def main(argv: list[str] | None = None) -> dict:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             hf = getattr(transformers, hf_class)()
-        fast = energon_plugins.create("image_processor", f"fast-{family}")
+        fast = energon_plugins.create("image_processor", f"fast-{family}")  # torch_threads: 1
+        fast_pool = energon_plugins.create(  # torch's thread count left as it is
+            "image_processor", f"fast-{family}", {"torch_threads": None}
+        )
         ref = hf(images=pils, return_tensors="pt")["pixel_values"]
         diff = (fast(images=tensors)["pixel_values"] - ref).abs()
         for pattern in ("batch", "per-sample"):
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> dict:
                 {
                     "hf_pil": (_runner(hf, pils, pattern), threads),
                     "hf_tensor": (_runner(hf, tensors, pattern), threads),
-                    "fast": (_runner(fast, tensors, pattern), threads),
+                    "fast": (_runner(fast_pool, tensors, pattern), threads),
                     "fast_1": (_runner(fast, tensors, pattern), 1),
                 },
                 n,
@@ -135,12 +139,13 @@ def main(argv: list[str] | None = None) -> dict:
     for row in results["rows"]:
         if row["family"] != "clip":
             continue
-        ok = row["ratio"] >= GOAL_RATIO
+        ok = row["ratio_1_thread"] >= GOAL_RATIO  # the processors' default: torch_threads 1
         goals.append(ok)
         print(goal_line(
-            f"fast-clip ({row['pattern']} calls) >= {GOAL_RATIO}x transformers' PIL path", ok,
-            f"{row['ratio']}x ({row['fast_images_per_s']} vs {row['hf_pil_images_per_s']} "
-            f"images/s; {row['ratio_1_thread']}x with one torch thread)",
+            f"fast-clip ({row['pattern']} calls, default options) >= {GOAL_RATIO}x transformers' PIL path",
+            ok,
+            f"{row['ratio_1_thread']}x ({row['fast_1_thread_images_per_s']} vs {row['hf_pil_images_per_s']} "
+            f"images/s; {row['ratio']}x with torch's {threads} threads)",
         ))
     results["goal_met"] = all(goals)
     results["load_average_after"] = [round(v, 2) for v in os.getloadavg()]

@@ -312,13 +312,16 @@ class FastImageProcessor:
     preprocess = __call__
 
 
+def _threads(options: Any) -> int | None:
+    """``options.torch_threads``; 1 (the option's default) when no options were given."""
+    return getattr(options, "torch_threads", 1) if options is not None else 1
+
+
 def build_fast_clip(options: Any, context: Any = None) -> FastImageProcessor:
     """Factory of ``fast-clip``: CLIPImageProcessor settings, overridden by ``options``."""
-    threads = getattr(options, "torch_threads", None)
-    return FastImageProcessor(resolve_settings("clip", options), "clip", threads)
+    return FastImageProcessor(resolve_settings("clip", options), "clip", _threads(options))
 
 
 def build_fast_siglip(options: Any, context: Any = None) -> FastImageProcessor:
     """Factory of ``fast-siglip``: SiglipImageProcessor settings, overridden by ``options``."""
-    threads = getattr(options, "torch_threads", None)
-    return FastImageProcessor(resolve_settings("siglip", options), "siglip", threads)
+    return FastImageProcessor(resolve_settings("siglip", options), "siglip", _threads(options))

@@ -262,3 +262,10 @@ def test_torch_threads_option_applies_during_call_and_restores():
     proc.process_uint8 = lambda images: (seen.append(torch.get_num_threads()), original(images))[1]
     proc(images=[np.zeros((40, 50, 3), np.uint8)])
     assert seen == [1] and torch.get_num_threads() == before
+
+
+def test_torch_threads_default_is_one_and_null_leaves_torch_setting():
+    assert energon_plugins.create("image_processor", "fast-clip").torch_threads == 1
+    assert energon_plugins.create("image_processor", "fast-clip", {"size": 300}).torch_threads == 1
+    proc = energon_plugins.create("image_processor", "fast-siglip", {"torch_threads": None})
+    assert proc.torch_threads is None
