@@ -94,6 +94,9 @@ def test_missing_directory_and_unknown_class_are_named(tmp_path):
         _build({"class_name": "CLIPImageProcesor"})
     with pytest.raises(ConfigError, match="'crop_sise' \\(did you mean 'crop_size'\\?\\)"):
         _build({"class_name": "CLIPImageProcessorPil", "kwargs": {"crop_sise": 1}})
+    # A class whose kwargs annotations name torch types get_type_hints cannot resolve.
+    with pytest.raises(ConfigError, match="'max_pixel' \\(did you mean 'max_pixels'\\?\\)"):
+        _build({"class_name": "Qwen2VLImageProcessorPil", "kwargs": {"max_pixel": 1}})
 
 
 def test_options_are_validated_before_building():

@@ -127,8 +127,10 @@ def _accepted_kwargs(cls: type) -> set[str] | None:
     if valid is not None:
         try:
             return set(typing.get_type_hints(valid))
-        except Exception:  # noqa: BLE001 - fall back to the signature
-            pass
+        except Exception:  # noqa: BLE001 - unresolvable annotations: read the raw names
+            return {
+                key for base in valid.__mro__ for key in getattr(base, "__annotations__", {})
+            }
     try:
         params = inspect.signature(cls.__init__).parameters.values()
     except (TypeError, ValueError):
