@@ -11,6 +11,9 @@ plugin registry) are fed the uint8 CHW tensors. Two call patterns, each timed in
 - ``batch``: one call with all images (the batched path: one output tensor of N images);
 - ``per-sample``: one call per image, as a task encoder's ``encode_sample`` makes it.
 
+A last column times ``resize_kernel: torch`` (torch's uint8 resize kernel instead of Pillow's
+arithmetic) with one thread, and its max difference from transformers.
+
 The fast processors are timed with torch's default thread count (option ``torch_threads:
 null``) and with one thread (the option's default, and what a DataLoader worker uses);
 transformers' PIL path is single-threaded either way. Each figure is
@@ -91,11 +94,15 @@ def main(argv: list[str] | None = None) -> dict:
             warnings.simplefilter("ignore")
             hf = getattr(transformers, hf_class)()
         fast = energon_plugins.create("image_processor", f"fast-{family}")  # torch_threads: 1
+        fast_torch = energon_plugins.create(  # torch's uint8 kernel: faster, a rare 2-level pixel
+            "image_processor", f"fast-{family}", {"resize_kernel": "torch"}
+        )
         fast_pool = energon_plugins.create(  # torch's thread count left as it is
             "image_processor", f"fast-{family}", {"torch_threads": None}
         )
         ref = hf(images=pils, return_tensors="pt")["pixel_values"]
         diff = (fast(images=tensors)["pixel_values"] - ref).abs()
+        torch_diff = (fast_torch(images=tensors)["pixel_values"] - ref).abs()
         for pattern in ("batch", "per-sample"):
             rates = _interleaved_rates(
                 {
@@ -103,6 +110,7 @@ def main(argv: list[str] | None = None) -> dict:
                     "hf_tensor": (_runner(hf, tensors, pattern), threads),
                     "fast": (_runner(fast_pool, tensors, pattern), threads),
                     "fast_1": (_runner(fast, tensors, pattern), 1),
+                    "fast_torch_1": (_runner(fast_torch, tensors, pattern), 1),
                 },
                 n,
                 args.repeats,
@@ -119,6 +127,9 @@ def main(argv: list[str] | None = None) -> dict:
                 "ratio": round(fast_rate / hf_pil, 2),
                 "fast_1_thread_images_per_s": round(fast_1, 1),
                 "ratio_1_thread": round(fast_1 / hf_pil, 2),
+                "torch_kernel_1_thread_images_per_s": round(rates["fast_torch_1"], 1),
+                "ratio_torch_kernel_1_thread": round(rates["fast_torch_1"] / hf_pil, 2),
+                "torch_kernel_max_abs_diff": round(float(torch_diff.max()), 4),
                 "max_abs_diff": round(float(diff.max()), 4),
                 "mean_abs_diff": round(float(diff.mean()), 6),
             }
@@ -127,12 +138,15 @@ def main(argv: list[str] | None = None) -> dict:
                 f"{family} {pattern}", row["hf_pil_images_per_s"], row["hf_tensor_images_per_s"],
                 row["fast_images_per_s"], f"{row['ratio']}x", row["fast_1_thread_images_per_s"],
                 f"{row['ratio_1_thread']}x", f"{row['max_abs_diff']} / {row['mean_abs_diff']}",
+                f"{row['torch_kernel_1_thread_images_per_s']} ({row['ratio_torch_kernel_1_thread']}x, "
+                f"max {row['torch_kernel_max_abs_diff']})",
             ])
     print_table(
         f"Image processors: {n} images, sides 200-640 px, torch threads {threads} "
         "(transformers: CLIPImageProcessorPil / SiglipImageProcessorPil)",
         ["processor, calls", "hf img/s (PIL in)", "hf img/s (uint8 in)", "fast img/s",
-         "ratio", "fast img/s (1 thread)", "ratio (1 thread)", "max / mean |diff|"],
+         "ratio", "fast img/s (1 thread)", "ratio (1 thread)", "max / mean |diff|",
+         "resize_kernel torch, 1 thread"],
         table,
     )
     goals = []

@@ -15,7 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from energon_plugin_fast_image.pil_resize import resize_batch
+from energon_plugin_fast_image.pil_resize import resize_batch, vertical_first
 from energon_plugin_fast_image.settings import ProcessorSettings, resolve_settings
 
 _PIL_CODES = {"nearest": 0, "bilinear": 2, "bicubic": 3}
@@ -192,6 +192,8 @@ class FastImageProcessor:
             return (new_long, edge) if width <= height else (edge, new_long)
         return size["height"], size["width"]
 
+    resize_kernel: str = "pillow"
+    """``"pillow"`` (Pillow's arithmetic, ``pil_resize``) or ``"torch"`` (torch's uint8 kernel)."""
     resize_dtype: torch.dtype = dataclasses.field(default=torch.float32, repr=False)
     """float32 (fast; a rare pixel one level off Pillow) or float64 (Pillow's result exactly)."""
 
@@ -216,6 +218,11 @@ class FastImageProcessor:
         mode = self.settings.resample
         if mode == "nearest":
             return F.interpolate(batch, size=target, mode="nearest-exact")
+        if self.resize_kernel == "torch":
+            height, width = batch.shape[-2:]
+            if vertical_first(height, width, *target):  # Pillow's pass order
+                batch = F.interpolate(batch, size=(target[0], width), mode=mode, antialias=True)
+            return F.interpolate(batch, size=target, mode=mode, antialias=True, align_corners=False)
         crop = self._crop_window(*target)
         return resize_batch(batch, target, crop, mode, self.resize_dtype)
 
@@ -317,11 +324,20 @@ def _threads(options: Any) -> int | None:
     return getattr(options, "torch_threads", 1) if options is not None else 1
 
 
+def _kernel(options: Any) -> str:
+    """``options.resize_kernel``; ``"pillow"`` when no options were given."""
+    return getattr(options, "resize_kernel", "pillow") if options is not None else "pillow"
+
+
 def build_fast_clip(options: Any, context: Any = None) -> FastImageProcessor:
     """Factory of ``fast-clip``: CLIPImageProcessor settings, overridden by ``options``."""
-    return FastImageProcessor(resolve_settings("clip", options), "clip", _threads(options))
+    return FastImageProcessor(
+        resolve_settings("clip", options), "clip", _threads(options), resize_kernel=_kernel(options)
+    )
 
 
 def build_fast_siglip(options: Any, context: Any = None) -> FastImageProcessor:
     """Factory of ``fast-siglip``: SiglipImageProcessor settings, overridden by ``options``."""
-    return FastImageProcessor(resolve_settings("siglip", options), "siglip", _threads(options))
+    return FastImageProcessor(
+        resolve_settings("siglip", options), "siglip", _threads(options), resize_kernel=_kernel(options)
+    )

@@ -269,3 +269,17 @@ def test_torch_threads_default_is_one_and_null_leaves_torch_setting():
     assert energon_plugins.create("image_processor", "fast-clip", {"size": 300}).torch_threads == 1
     proc = energon_plugins.create("image_processor", "fast-siglip", {"torch_threads": None})
     assert proc.torch_threads is None
+
+
+@pytest.mark.parametrize("family", ["clip", "siglip"])
+def test_torch_resize_kernel_is_close_and_faster_option(family):
+    """resize_kernel: torch keeps within 2 levels (the documented trade-off), same shapes."""
+    arrays = mixed_size_images(16, seed=13, min_side=100, max_side=640)
+    proc = energon_plugins.create("image_processor", f"fast-{family}", {"resize_kernel": "torch"})
+    assert proc.resize_kernel == "torch"
+    out = proc(images=[torch.from_numpy(a).permute(2, 0, 1) for a in arrays])["pixel_values"]
+    diff = (out - _hf_pixels(_hf(family), arrays)).abs()
+    two_levels = 2 / 255 / min(DEFAULTS[family]["image_std"]) + 1e-5
+    assert float(diff.max()) <= two_levels and float(diff.mean()) < 1e-3
+    with pytest.raises(PluginOptionsError, match="resize_kernel"):
+        energon_plugins.create("image_processor", f"fast-{family}", {"resize_kernel": "lanczos"})
