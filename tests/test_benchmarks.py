@@ -34,8 +34,8 @@ def test_run_all_quick_writes_every_benchmark(tmp_path):
     assert all(v > 0 for v in overhead["overhead"]["cpu_samples_per_s"].values())
     stages = bench["profile"]["result"]["profile"]["stages"]
     assert any(k.startswith("encode_sample") for k in stages)
-    assert 0 < sum(v["share"] for k, v in stages.items() if not k.startswith(" ")
-                   and not k.startswith("MSC")) <= 1.0001
+    top_level = [v["share"] for k, v in stages.items() if not k.startswith((" ", "MSC"))]
+    assert 0 < sum(top_level) <= 1 + 0.00005 * len(top_level)  # each share rounded to 4 places
     assert "ratio_current_to_baseline" in bench["profile"]["result"]["before_after"] or \
         "skipped" in bench["profile"]["result"]["before_after"]
     memory = bench["memory"]["result"]

@@ -46,8 +46,8 @@ def runner() -> CliRunner:
     return CliRunner()
 
 
-def invoke(runner: CliRunner, *args: str):
-    return runner.invoke(cli, list(args), catch_exceptions=True)
+def invoke(runner: CliRunner, *args: str, env: dict[str, str] | None = None):
+    return runner.invoke(cli, list(args), catch_exceptions=True, env=env)
 
 
 def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -59,13 +59,21 @@ def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 
 
 def test_list_shows_every_builtin(runner):
-    result = invoke(runner, "list")
+    result = invoke(runner, "list", env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
     for name in ("multimodal", "hf", "none", "first-fit-decreasing", "best-fit-decreasing",
                  "greedy-knapsack"):
         assert name in result.output
     for column in ("name", "kind", "distribution", "version", "description", "status"):
         assert column in result.output
+
+
+def test_list_never_folds_a_plugin_name_on_a_narrow_terminal(runner):
+    result = invoke(runner, "list", env={"COLUMNS": "80"})
+    assert result.exit_code == 0, result.output
+    for name in ("first-fit-decreasing", "best-fit-decreasing", "greedy-knapsack"):
+        assert name in result.output
+    assert max(len(line) for line in result.output.splitlines()) <= 80
 
 
 def test_list_json_and_kind_filter(runner):
