@@ -328,24 +328,13 @@ class EnergonMultiModalDataModule:
         check_dataset(self.path, (split,))
         encoder = self.task_encoder if split == "train" else self.validation_task_encoder
         self._check_packing(encoder)
-        if split == "train":
+        if split == "train" or self.validation_mode == "infinite":
+            # Training, or Megatron-Bridge's validation: shuffled and repeating.
             return get_train_dataset(
                 self.path,
-                split_part="train",
+                split_part=split,
                 batch_size=self.micro_batch_size,
-                task_encoder=self.task_encoder,
-                worker_config=worker_config,
-                packing_buffer_size=self.packing_buffer_size,
-                max_samples_per_sequence=self.max_samples_per_sequence,
-                shuffle_buffer_size=self.shuffle_buffer_size,
-                **self.kwargs,
-            )
-        if self.validation_mode == "infinite":
-            return get_train_dataset(
-                self.path,
-                split_part="val",
-                batch_size=self.micro_batch_size,
-                task_encoder=self.validation_task_encoder,
+                task_encoder=encoder,
                 worker_config=worker_config,
                 packing_buffer_size=self.packing_buffer_size,
                 max_samples_per_sequence=self.max_samples_per_sequence,
@@ -357,7 +346,7 @@ class EnergonMultiModalDataModule:
             self.path,
             split_part="val",
             batch_size=self.micro_batch_size,
-            task_encoder=self.validation_task_encoder,
+            task_encoder=encoder,
             worker_config=worker_config,
             packing_buffer_size=self.packing_buffer_size,
             **dataset_kwargs,
