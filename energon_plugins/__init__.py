@@ -30,12 +30,13 @@ from energon_plugins.manager import (
     use_registry,
 )
 from energon_plugins.registry import LoadFailure, PluginInfo, PluginSpec, Registry
-from energon_plugins.sample_config import ConversationTemplate, MultiModalSampleConfig
 
 __version__ = "0.1.0"
 
 # Heavy names: attribute -> module that defines it, imported on first access.
 _LAZY = {
+    "ConversationTemplate": "energon_plugins.sample_config",
+    "MultiModalSampleConfig": "energon_plugins.sample_config",
     "EnergonMultiModalDataModule": "energon_plugins.datamodule",
     "EnergonDataloader": "energon_plugins.dataloader",
     "cyclic_iter": "energon_plugins.dataloader",
@@ -48,6 +49,7 @@ _LAZY = {
 if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.dataloader import EnergonDataloader, FiniteDataloader, cyclic_iter
     from energon_plugins.datamodule import EnergonMultiModalDataModule
+    from energon_plugins.sample_config import ConversationTemplate, MultiModalSampleConfig
     from energon_plugins.samples import EncodedSample, MultiModalBatch
     from energon_plugins.task_encoders.base import PluginTaskEncoder
 

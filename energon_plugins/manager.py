@@ -13,7 +13,6 @@ import contextlib
 import importlib.metadata
 import os
 import threading
-import traceback
 from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
@@ -156,6 +155,12 @@ def _fill(registry: Registry, sources: list[_Source]) -> Registry:
     return registry
 
 
+def _format_traceback(exc: BaseException) -> str:
+    import traceback  # only when a plugin fails: keeps start-up light
+
+    return "".join(traceback.format_exception(exc))
+
+
 def _failure(source: _Source, stage: str, exc: BaseException, kind: Any = None) -> LoadFailure:
     return LoadFailure(
         distribution=source.distribution,
@@ -164,7 +169,7 @@ def _failure(source: _Source, stage: str, exc: BaseException, kind: Any = None) 
         stage=stage,
         error=_one_line(exc),
         kind=kind,
-        traceback="".join(traceback.format_exception(exc)),
+        traceback=_format_traceback(exc),
     )
 
 
