@@ -76,7 +76,7 @@ def _hw(size: Any) -> tuple[int | None, int | None]:
 def llava_sample_config(
     sample_config: MultiModalSampleConfig | None, options: LlavaOptions
 ) -> MultiModalSampleConfig:
-    """The sample config with LLaVA-1.5's chat template and system prompt set."""
+    """The sample config with LLaVA-1.5's chat template, system prompt and image position set."""
     config = sample_config if sample_config is not None else MultiModalSampleConfig()
     template = config.conversation_template
     changes: dict[str, Any] = {"system_prompt": options.system_prompt or None}
@@ -89,7 +89,10 @@ def llava_sample_config(
             stop_string=None,
         )
     template = template.model_copy(update=changes)
-    return config.model_copy(update={"conversation_template": template})
+    return config.model_copy(update={
+        "conversation_template": template,
+        "image_following_text": options.image_position == "after",
+    })
 
 
 class LlavaTaskEncoder(MultimodalTaskEncoder):
@@ -144,17 +147,6 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
             "crude 'llava' conversations (subflavors: {format: llava})"
         )
 
-    def user_text(self, text: str, num_images: int) -> str:
-        """LLaVA's user text: image tags before the text (or after, per `image_position`)."""
-        tag = self.sample_config.image_token
-        if tag in text or num_images == 0:
-            return text
-        tags = "\n".join([tag] * num_images)
-        if not text:
-            return tags
-        if self.options.image_position == "after":
-            return f"{text}\n{tags}"
-        return f"{tags}\n{text}"
 
     def _encode_conversation(self, sample: LlavaConversationSample) -> EncodedSample:
         turns = []

@@ -353,3 +353,11 @@ def test_tokenizer_chat_template_option(data, tok):
     assert tok.decode(next(dm.train_dataloader()).input_ids[0]).startswith("<s>Be brief. USER: ")
     dm = datamodule(info, tok, system_prompt=None)
     assert tok.decode(next(dm.train_dataloader()).input_ids[0]).startswith("<s>USER: <image>")
+
+
+@pytest.mark.parametrize("position, expected", [("before", "<image>\nQ?"), ("after", "Q?\n<image>")])
+def test_image_position_places_the_tag(tok, position, expected):
+    context = BuildContext(tokenizer=tok, seq_length=1024)
+    encoder = energon_plugins.create("task_encoder", "llava", {"image_position": position}, context)
+    assert encoder.user_text("Q?", 1) == expected
+    assert encoder.user_text("<image> already tagged", 1) == "<image> already tagged"
