@@ -411,3 +411,14 @@ def test_a_subclass_calling_super_counts_each_skip_once(tokenizer, hf_proc, vqa_
     assert enc.error_counts() == {"ValueError": 1}
     out = enc.encode_sample(vqa("k2", "why?", "because", img))
     assert "WHY?" in tokenizer.decode(out.input_ids)
+
+
+def test_gpt_turns_maps_roles_and_names_bad_turns():
+    from energon_plugins.task_encoders.conversation import gpt_turns
+
+    turns = [{"from": "human", "value": "Q?"}, {"from": "gpt", "value": "A."}]
+    assert gpt_turns(turns, "k") == [("user", "Q?"), ("assistant", "A.")]
+    with pytest.raises(ValueError, match=r"sample 'k': conversations\[1\]\.from is 'bot'"):
+        gpt_turns([turns[0], {"from": "bot", "value": "x"}], "k")
+    with pytest.raises(ValueError, match=r"conversations\[0\]\.value is not a string"):
+        gpt_turns([{"from": "gpt", "value": 3}], "k")

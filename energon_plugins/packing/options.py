@@ -72,52 +72,37 @@ class NoPackingOptions(PackingOptions):
     """Options of ``none``: every sample is its own pack."""
 
 
-class FirstFitDecreasingOptions(PackingOptions):
+class _DecreasingOptions(PackingOptions):
+    """Options shared by ``first-fit-decreasing`` and ``best-fit-decreasing``."""
+
+    sort: bool = Field(
+        default=True,
+        description=(
+            "Sort samples by length, longest first, before placing them (the 'decreasing' "
+            "part). False places them in buffer order (plain first-fit or best-fit), which "
+            "packs less tightly."
+        ),
+    )
+
+    refine_max_samples: int = Field(
+        default=1000,
+        ge=0,
+        description=(
+            "When the first pass needs more packs than ceil(total / capacity), re-pack the "
+            "buffer one pack at a time, each filled as full as possible (exact subset sum), and "
+            "keep that if it needs fewer packs. Runs only on buffers of at most this many "
+            "samples (its cost grows with samples x packs x capacity: about 1 ms for 200 "
+            "samples, 0.1 s for 1,000 at capacity 4,096); 0 turns it off."
+        ),
+    )
+
+
+class FirstFitDecreasingOptions(_DecreasingOptions):
     """Options of ``first-fit-decreasing``."""
 
-    sort: bool = Field(
-        default=True,
-        description=(
-            "Sort samples by length, longest first, before placing them (first-fit decreasing). "
-            "False places them in buffer order (plain first-fit), which packs less tightly."
-        ),
-    )
 
-    refine_max_samples: int = Field(
-        default=1000,
-        ge=0,
-        description=(
-            "When the first pass needs more packs than ceil(total / capacity), re-pack the "
-            "buffer one pack at a time, each filled as full as possible (exact subset sum), and "
-            "keep that if it needs fewer packs. Runs only on buffers of at most this many "
-            "samples (its cost grows with samples x packs x capacity: about 1 ms for 200 "
-            "samples, 0.1 s for 1,000 at capacity 4,096); 0 turns it off."
-        ),
-    )
-
-
-class BestFitDecreasingOptions(PackingOptions):
+class BestFitDecreasingOptions(_DecreasingOptions):
     """Options of ``best-fit-decreasing``."""
-
-    sort: bool = Field(
-        default=True,
-        description=(
-            "Sort samples by length, longest first, before placing them (best-fit decreasing). "
-            "False places them in buffer order (plain best-fit), which packs less tightly."
-        ),
-    )
-
-    refine_max_samples: int = Field(
-        default=1000,
-        ge=0,
-        description=(
-            "When the first pass needs more packs than ceil(total / capacity), re-pack the "
-            "buffer one pack at a time, each filled as full as possible (exact subset sum), and "
-            "keep that if it needs fewer packs. Runs only on buffers of at most this many "
-            "samples (its cost grows with samples x packs x capacity: about 1 ms for 200 "
-            "samples, 0.1 s for 1,000 at capacity 4,096); 0 turns it off."
-        ),
-    )
 
 
 class GreedyKnapsackOptions(PackingOptions):

@@ -14,6 +14,38 @@ from energon_plugins.sample_config import ConversationTemplate, MultiModalSample
 Message = dict[str, str]
 
 
+GPT_ROLES: dict[str, str] = {
+    "human": "user",
+    "user": "user",
+    "gpt": "assistant",
+    "assistant": "assistant",
+    "system": "system",
+}
+"""GPT-style (LLaVA, ShareGPT) ``from`` values -> chat roles."""
+
+
+def gpt_turns(conversations: Any, key: str) -> list[tuple[str, str]]:
+    """GPT-style ``[{"from": ..., "value": ...}, ...]`` turns -> ``(role, content)`` pairs.
+
+    Raises:
+        ValueError: a turn's ``from`` is not in :data:`GPT_ROLES` or its ``value`` is not a
+            string; the sample key and the index of the turn are named.
+    """
+    turns = []
+    for i, turn in enumerate(conversations):
+        speaker = turn.get("from") if isinstance(turn, dict) else None
+        if speaker not in GPT_ROLES:
+            raise ValueError(
+                f"sample {key!r}: conversations[{i}].from is {speaker!r}; expected one of "
+                f"{sorted(GPT_ROLES)}"
+            )
+        value = turn.get("value")
+        if not isinstance(value, str):
+            raise ValueError(f"sample {key!r}: conversations[{i}].value is not a string")
+        turns.append((GPT_ROLES[speaker], value))
+    return turns
+
+
 def build_messages(
     template: ConversationTemplate, turns: Sequence[tuple[str, str]]
 ) -> list[Message]:

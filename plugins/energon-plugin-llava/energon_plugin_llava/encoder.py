@@ -24,7 +24,11 @@ from megatron.energon import CaptioningSample, Cooker, VQASample, stateless
 from energon_plugins.context import BuildContext
 from energon_plugins.sample_config import MultiModalSampleConfig
 from energon_plugins.samples import EncodedSample
-from energon_plugins.task_encoders.conversation import build_messages, tokenize_conversation
+from energon_plugins.task_encoders.conversation import (
+    build_messages,
+    gpt_turns,
+    tokenize_conversation,
+)
 from energon_plugins.task_encoders.base import PluginTaskEncoder
 from energon_plugins.task_encoders.multimodal import MultimodalTaskEncoder, UnsupportedSampleError
 
@@ -32,17 +36,6 @@ from energon_plugin_llava.options import LlavaOptions
 from energon_plugin_llava.samples import LlavaConversationSample, cook_llava
 from energon_plugin_llava.template import LLAVA_15_CHAT_TEMPLATE
 
-#: GPT-style speaker names -> turn kinds.
-ROLES = {
-    "human": "user",
-    "user": "user",
-    "gpt": "assistant",
-    "assistant": "assistant",
-    "system": "system",
-}
-
-
-#: Whether the core's base class already cooks under the error policy.
 
 class ImageTagMismatchError(ValueError):
     """A sample's text holds a different number of image tags than it has images."""
@@ -149,20 +142,7 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
 
 
     def _encode_conversation(self, sample: LlavaConversationSample) -> EncodedSample:
-        turns = []
-        for i, turn in enumerate(sample.conversations):
-            speaker = turn.get("from") if isinstance(turn, dict) else None
-            if speaker not in ROLES:
-                raise ValueError(
-                    f"sample {sample.__key__!r}: conversations[{i}].from is {speaker!r}; "
-                    f"expected one of {sorted(ROLES)}"
-                )
-            value = turn.get("value")
-            if not isinstance(value, str):
-                raise ValueError(
-                    f"sample {sample.__key__!r}: conversations[{i}].value is not a string"
-                )
-            turns.append((ROLES[speaker], value))
+        turns = gpt_turns(sample.conversations, sample.__key__)
         if not any(kind == "assistant" for kind, _ in turns):
             raise ValueError(f"sample {sample.__key__!r}: the conversation has no gpt turn")
         return self._encode_turns(sample, turns, [sample.image])

@@ -32,8 +32,6 @@ from energon_plugin_qwen_vl.options import Qwen2VLOptions
 from energon_plugin_qwen_vl.samples import ChatMLSample, cook_chatml
 
 
-#: Whether the core's base class already cooks under the error policy.
-
 class ImageTagMismatchError(ValueError):
     """A sample's text holds a different number of image tags than it has images."""
 

@@ -14,14 +14,7 @@ from typing import Any
 import torch
 from megatron.energon import Sample, basic_sample_keys, edataclass, stateless
 
-#: GPT-style speaker names -> ChatML roles.
-ROLES = {
-    "human": "user",
-    "user": "user",
-    "gpt": "assistant",
-    "assistant": "assistant",
-    "system": "system",
-}
+from energon_plugins.task_encoders.conversation import gpt_turns
 
 _IMAGE_PART = re.compile(r"^(\d+)\.(png|jpg|jpeg)$")
 
@@ -64,19 +57,7 @@ def to_chatml(conversations: Any, key: str) -> list[dict[str, str]]:
         ValueError: a turn's ``from`` is unknown or its ``value`` is not a string (the index
             of the turn and the sample key are named).
     """
-    turns = []
-    for i, turn in enumerate(conversations):
-        speaker = turn.get("from") if isinstance(turn, dict) else None
-        if speaker not in ROLES:
-            raise ValueError(
-                f"sample {key!r}: conversations[{i}].from is {speaker!r}; expected one of "
-                f"{sorted(ROLES)}"
-            )
-        value = turn.get("value")
-        if not isinstance(value, str):
-            raise ValueError(f"sample {key!r}: conversations[{i}].value is not a string")
-        turns.append({"role": ROLES[speaker], "content": value})
-    return turns
+    return [{"role": role, "content": text} for role, text in gpt_turns(conversations, key)]
 
 
 @stateless
