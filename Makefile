@@ -1,12 +1,12 @@
 # Two commands set up a fresh machine: `make demo` and `make test`.
-# Each creates .venv when missing, installs the CPU build of torch first (a bare `torch`
-# requirement would pull a CUDA build of several GB), then the core and every plugin
-# distribution under plugins/ in editable mode with the dev tools.
+# Each creates .venv when missing, installs PyPI's standard torch and the matching torchvision
+# first (the wheels users run; they work on a CPU-only machine too), then the core and every
+# plugin distribution under plugins/ in editable mode with the dev tools.
 
 PYTHON ?= python3
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
-TORCH  ?= torch==2.13.0
+TORCH  ?= torch==2.14.1 torchvision==0.29.1
 STAMP  := $(VENV)/.installed
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 PYTEST_ARGS ?=
@@ -22,7 +22,7 @@ $(PY):
 	$(PYTHON) -m venv $(VENV)
 
 $(STAMP): $(PY) pyproject.toml $(PLUGINS)
-	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q $(TORCH)
 	$(PY) -m pip install -q -e ".[dev]" $(foreach p,$(PLUGINS),-e $(dir $(p)))
 	touch $(STAMP)
 

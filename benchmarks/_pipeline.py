@@ -7,7 +7,6 @@ and a saved demo tokenizer under a cache folder, and returns a config mapping fo
 """
 
 import contextlib
-import importlib.util
 import os
 import time
 import warnings
@@ -20,9 +19,8 @@ SEQ_LENGTH = 320
 
 
 def clip_options() -> dict[str, Any]:
-    """``hf`` options of a default CLIP processor (its PIL class when torchvision is missing)."""
-    name = "CLIPImageProcessor" if importlib.util.find_spec("torchvision") else "CLIPImageProcessorPil"
-    return {"class_name": name}
+    """``hf`` options of a default CLIP processor (transformers' default, torchvision backend)."""
+    return {"class_name": "CLIPImageProcessor"}
 
 
 def prepare(cache_dir: str | Path | None = None, *, num_workers: int = 0,

@@ -81,7 +81,4 @@ def clip_processor():
     """A transformers CLIP image processor with default settings (no download)."""
     import transformers
 
-    # Without torchvision, CLIPImageProcessor falls back to the PIL implementation (with a
-    # warning); take that class directly when it exists.
-    cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
-    return cls()
+    return transformers.CLIPImageProcessor()

@@ -49,8 +49,7 @@ def run_rank(rank, world, init_file, dataset, small_dataset, out_dir) -> None:
     marks["init"] = time.perf_counter() - started
     pgs = build_pg_collection(cp=2)
     tokenizer = build_demo_tokenizer()
-    cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
-    processor = cls()
+    processor = transformers.CLIPImageProcessor()
 
     def make(path, **kwargs):
         args = dict(seq_length=300, micro_batch_size=2, num_workers=0, shuffle_buffer_size=20,

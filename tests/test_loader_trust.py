@@ -149,13 +149,12 @@ _FRESH_PROCESS = textwrap.dedent(
 
     path, folder = sys.argv[1], sys.argv[2]
     workers, packing, n = int(sys.argv[3]), sys.argv[4] == "1", int(sys.argv[5])
-    cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
     args = dict(seq_length=%d, micro_batch_size=2, num_workers=workers, shuffle_buffer_size=10,
                 task_encoder={"name": "multimodal", "options": {"image_tokens": 6}})
     if packing:
         args.update(packing_buffer_size=6,
                     packing=energon_plugins.create("packing_strategy", "first-fit-decreasing"))
-    dm = energon_plugins.EnergonMultiModalDataModule(path, build_demo_tokenizer(), cls(), **args)
+    dm = energon_plugins.EnergonMultiModalDataModule(path, build_demo_tokenizer(), transformers.CLIPImageProcessor(), **args)
     dm.load_checkpoint(folder)
     loader = dm.train_dataloader()
     out = []

@@ -7,7 +7,6 @@ hundred samples and prints samples/s, the batch shapes and one decoded sample wi
 span collapsed and its labelled tokens marked.
 """
 
-import importlib.util
 import time
 import warnings
 from pathlib import Path
@@ -19,13 +18,7 @@ DEFAULT_SEQ_LENGTH = 320
 
 
 def _default_clip_options() -> dict[str, Any]:
-    """``hf`` options for a default CLIP processor.
-
-    Without torchvision transformers' ``CLIPImageProcessor`` falls back to (and warns about)
-    its PIL implementation; ask for that class directly.
-    """
-    if importlib.util.find_spec("torchvision") is None:
-        return {"class_name": "CLIPImageProcessorPil"}
+    """``hf`` options for a default CLIP processor (transformers' default, torchvision backend)."""
     return {"class_name": "CLIPImageProcessor"}
 
 

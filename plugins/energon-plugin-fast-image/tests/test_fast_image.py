@@ -27,8 +27,8 @@ def _hf(family):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         if family == "clip":
-            return transformers.CLIPImageProcessor()
-        return transformers.SiglipImageProcessor()
+            return transformers.CLIPImageProcessorPil()
+        return transformers.SiglipImageProcessorPil()
 
 
 def _hf_pixels(proc, arrays):
@@ -186,7 +186,7 @@ def test_unknown_option_suggests_the_right_name():
 def test_reads_settings_from_save_pretrained_directory(tmp_path):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        hf = transformers.CLIPImageProcessor(
+        hf = transformers.CLIPImageProcessorPil(
             size={"shortest_edge": 256},
             crop_size={"height": 240, "width": 240},
             image_mean=[0.1, 0.2, 0.3],
@@ -245,7 +245,7 @@ def test_crop_larger_than_image_pads_like_transformers():
     crop = {"height": 250, "width": 231}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        hf = transformers.CLIPImageProcessor(crop_size=crop)
+        hf = transformers.CLIPImageProcessorPil(crop_size=crop)
     proc = energon_plugins.create("image_processor", "fast-clip", {"crop_size": crop})
     image = natural_image(np.random.default_rng(6), 224, 224)  # no resize: exact comparison
     ref = _hf_pixels(hf, [image])

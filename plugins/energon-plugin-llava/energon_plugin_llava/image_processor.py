@@ -1,13 +1,11 @@
 """The ``llava-clip`` image processor: LLaVA-1.5's CLIP ViT-L/14-336 preprocessing.
 
-A transformers ``CLIPImageProcessor`` (the PIL implementation when torchvision is absent)
-with shortest edge and crop set to ``image_size`` (336), built through the core's ``hf``
-plugin. With ``image_aspect_ratio="pad"`` (LLaVA-1.5's default) every image is first padded
+A transformers ``CLIPImageProcessor`` (its default, torchvision backend) with shortest edge
+and crop set to ``image_size`` (336), built through the core's ``hf`` plugin. With ``image_aspect_ratio="pad"`` (LLaVA-1.5's default) every image is first padded
 to a square, centred on a background of the processor's mean colour, so the crop keeps the
 whole image.
 """
 
-import importlib.util
 from typing import Any
 
 from energon_plugins.image_processors.hf import (
@@ -18,13 +16,6 @@ from energon_plugins.image_processors.hf import (
 from energon_plugins.image_processors.options import HFImageProcessorOptions
 
 from energon_plugin_llava.options import LlavaClipOptions
-
-
-def clip_class_name() -> str:
-    """``CLIPImageProcessor``, or its PIL implementation when torchvision is not installed."""
-    if importlib.util.find_spec("torchvision") is None:
-        return "CLIPImageProcessorPil"
-    return "CLIPImageProcessor"
 
 
 def pad_to_square(image: Any, background: tuple[int, int, int]) -> Any:
@@ -85,7 +76,7 @@ def build_llava_clip(options: LlavaClipOptions | None, context: Any = None) -> L
     size = options.image_size
     hf = build_hf_image_processor(
         HFImageProcessorOptions(
-            class_name=clip_class_name(),
+            class_name="CLIPImageProcessor",
             kwargs={"size": {"shortest_edge": size}, "crop_size": {"height": size, "width": size}},
         ),
         context,

@@ -64,8 +64,7 @@ def clip_reference(size=336):
     """transformers' CLIP processor with LLaVA-1.5's settings, built here independently."""
     import transformers
 
-    cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
-    return cls(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+    return transformers.CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
 
 
 def expand2square(img, proc):

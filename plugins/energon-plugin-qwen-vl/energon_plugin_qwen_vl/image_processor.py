@@ -7,20 +7,12 @@ with between ``min_pixels`` and ``max_pixels`` pixels; the output is ``pixel_val
 tensors are handed to it as the 8-bit images they were decoded from.
 """
 
-import importlib.util
 from typing import Any
 
 from energon_plugins.image_processors.hf import HFImageProcessor, build_hf_image_processor
 from energon_plugins.image_processors.options import HFImageProcessorOptions
 
 from energon_plugin_qwen_vl.options import Qwen2VLImageProcessorOptions
-
-
-def qwen2_vl_class_name() -> str:
-    """``Qwen2VLImageProcessor``, or its PIL implementation when torchvision is not installed."""
-    if importlib.util.find_spec("torchvision") is None:
-        return "Qwen2VLImageProcessorPil"
-    return "Qwen2VLImageProcessor"
 
 
 def build_qwen2_vl_image_processor(
@@ -36,5 +28,5 @@ def build_qwen2_vl_image_processor(
         "merge_size": options.merge_size,
     }
     return build_hf_image_processor(
-        HFImageProcessorOptions(class_name=qwen2_vl_class_name(), kwargs=kwargs), context
+        HFImageProcessorOptions(class_name="Qwen2VLImageProcessor", kwargs=kwargs), context
     )

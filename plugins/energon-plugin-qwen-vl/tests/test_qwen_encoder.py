@@ -61,8 +61,7 @@ def reference_processor():
     """transformers' Qwen2-VL processor with the same pixel budget, built here directly."""
     import transformers
 
-    cls = getattr(transformers, "Qwen2VLImageProcessorPil", None) or transformers.Qwen2VLImageProcessor
-    return cls(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
+    return transformers.Qwen2VLImageProcessor(min_pixels=MIN_PIXELS, max_pixels=MAX_PIXELS)
 
 
 def processor():
