@@ -20,7 +20,7 @@ reported next to it.
 
 A second comparison, in the same run, reads the same pipeline with multi-storage-client's
 per-read metrics bookkeeping (the default) and with it skipped
-(:func:`energon_plugins.storage.skip_unrecorded_local_metrics`), interleaved the same way; a
+(:func:`energon_plugins.loading.storage.skip_unrecorded_local_metrics`), interleaved the same way; a
 third does the same for reading and decoding alone (the VQA part, batches of decoded samples,
 no task-encoder work), where the bookkeeping's share is largest.
 """
@@ -61,8 +61,8 @@ def build_loaders(config: dict):
 
 
 #: Files whose code runs only in the framework's loader (the task encoder is shared by both).
-FRAMEWORK_ONLY = ("energon_plugins/dataloader.py", "energon_plugins/errors_policy.py",
-                  "energon_plugins/transfer.py", "energon_plugins/datamodule.py")
+FRAMEWORK_ONLY = ("energon_plugins/loading/dataloader.py", "energon_plugins/loading/errors_policy.py",
+                  "energon_plugins/loading/transfer.py", "energon_plugins/loading/datamodule.py")
 
 
 def framework_own_share(iterator, batches: int) -> dict:
@@ -124,7 +124,7 @@ def _paired_ratio(series: dict, a: str, b: str) -> float:
 
 def measure(rounds: int, batches: int, cache_dir: str | None = None) -> dict:
     """Both comparisons; a JSON-ready dict."""
-    from energon_plugins import storage
+    from energon_plugins.loading import storage
 
     config = prepare(cache_dir)
     noop = lambda: None  # noqa: E731

@@ -24,7 +24,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _common import goal_line, print_table, write_json  # noqa: E402
 
 import energon_plugins  # noqa: E402
-from energon_plugins.packing.carry import split_carry  # noqa: E402
+from energon_plugins.encoding.packing.carry import split_carry  # noqa: E402
 
 CAPACITY = 4096
 BUFFER_SIZES = (50, 200, 1000)

@@ -119,6 +119,23 @@ def _module_from_source(name: str, source: str) -> types.ModuleType:
     return module
 
 
+_MOVED = {
+    "host": ("hookspecs", "kinds", "registry", "manager", "api", "context", "_markers"),
+    "encoding": ("task_encoders", "image_processors", "packing", "samples", "sample_config"),
+    "loading": ("datamodule", "dataloader", "checkpoint", "transfer", "errors_policy",
+                "dataset_check", "distributed", "storage"),
+}
+
+
+def _current_paths(source: str) -> str:
+    """``source`` with imports of modules that moved into a layer folder rewritten."""
+    import re
+
+    layer = {module: folder for folder, modules in _MOVED.items() for module in modules}
+    pattern = re.compile(r"energon_plugins\.(%s)\b" % "|".join(layer))
+    return pattern.sub(lambda m: f"energon_plugins.{layer[m.group(1)]}.{m.group(1)}", source)
+
+
 def load_baseline(rev: str):
     """The baseline's ``(MultimodalTaskEncoder, HFImageProcessor)`` classes, or None."""
     conv = _git_show(rev, "energon_plugins/task_encoders/conversation.py")
@@ -126,8 +143,11 @@ def load_baseline(rev: str):
     hf = _git_show(rev, "energon_plugins/image_processors/hf.py")
     if not (conv and multi and hf):
         return None
+    # The baseline predates the host / encoding / loading folders: point its imports there.
+    conv, multi, hf = (_current_paths(text) for text in (conv, multi, hf))
     _module_from_source("_baseline_conversation", conv)
-    multi = multi.replace("energon_plugins.task_encoders.conversation", "_baseline_conversation")
+    multi = multi.replace("energon_plugins.encoding.task_encoders.conversation",
+                          "_baseline_conversation")
     encoder_module = _module_from_source("_baseline_multimodal", multi)
     hf_module = _module_from_source("_baseline_hf", hf)
     return encoder_module.MultimodalTaskEncoder, hf_module.HFImageProcessor
@@ -194,8 +214,8 @@ def micro_before_after(tokenizer, sample_config) -> dict:
 
     import _baseline_conversation as old_conv
     import _baseline_hf as old_hf
-    from energon_plugins.image_processors import hf as new_hf
-    from energon_plugins.task_encoders import conversation as new_conv
+    from energon_plugins.encoding.image_processors import hf as new_hf
+    from energon_plugins.encoding.task_encoders import conversation as new_conv
 
     messages = new_conv.build_messages(sample_config.conversation_template, [
         ("user", "<image>\nWhat color is the rectangle in the middle?"),

@@ -198,7 +198,7 @@ def render_config_reference() -> str:
 # ----------------------------------------------------------------------------- hooks
 def hook_names() -> list[str]:
     """The hook specs' names (``register_*``), in source order."""
-    from energon_plugins import hookspecs
+    from energon_plugins.host import hookspecs
 
     names = []
     for name, fn in inspect.getmembers(hookspecs, inspect.isfunction):
@@ -209,12 +209,12 @@ def hook_names() -> list[str]:
 
 def render_hook_reference() -> str:
     """Each hook's signature and docstring, plus the module docstring (the register contract)."""
-    from energon_plugins import hookspecs
-    from energon_plugins.kinds import HOOK_FOR_KIND
+    from energon_plugins.host import hookspecs
+    from energon_plugins.host.kinds import HOOK_FOR_KIND
 
     kind_of = {hook: kind for kind, hook in HOOK_FOR_KIND.items()}
     out = [
-        "Generated from the docstrings of `energon_plugins/hookspecs.py` at build time.",
+        "Generated from the docstrings of `energon_plugins/host/hookspecs.py` at build time.",
         "",
         "## The `register` callable",
         "",
@@ -248,7 +248,7 @@ def render_hook_reference() -> str:
 # ----------------------------------------------------------------------------- plugins
 def repo_distributions() -> set[str]:
     """The core and the distributions under ``plugins/`` (canonical names)."""
-    from energon_plugins.registry import canonical_distribution
+    from energon_plugins.host.registry import canonical_distribution
 
     names = {"energon-plugins"}
     for pyproject in sorted((REPO / "plugins").glob("*/pyproject.toml")):
@@ -259,9 +259,9 @@ def repo_distributions() -> set[str]:
 
 def documented_specs(registry: Any = None) -> list[Any]:
     """Registered specs of the core and of this repository's plugin distributions."""
-    from energon_plugins.kinds import KINDS
-    from energon_plugins.manager import load_registry
-    from energon_plugins.registry import canonical_distribution
+    from energon_plugins.host.kinds import KINDS
+    from energon_plugins.host.manager import load_registry
+    from energon_plugins.host.registry import canonical_distribution
 
     registry = registry if registry is not None else load_registry()
     ours = repo_distributions()
@@ -284,9 +284,9 @@ KIND_TITLES = {
 
 def render_builtins() -> str:
     """Per-plugin options of every built-in and every distribution under ``plugins/``."""
-    from energon_plugins.kinds import KINDS
-    from energon_plugins.manager import load_registry
-    from energon_plugins.registry import canonical_distribution
+    from energon_plugins.host.kinds import KINDS
+    from energon_plugins.host.manager import load_registry
+    from energon_plugins.host.registry import canonical_distribution
 
     registry = load_registry()
     specs = documented_specs(registry)

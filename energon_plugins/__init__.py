@@ -9,9 +9,9 @@ from typing import TYPE_CHECKING
 
 from energon_plugins._lazy import lazy_attributes
 
-from energon_plugins._markers import ENTRY_POINT_GROUP, hookimpl, hookspec
-from energon_plugins.api import available, create, resolve
-from energon_plugins.context import BuildContext
+from energon_plugins.host._markers import ENTRY_POINT_GROUP, hookimpl, hookspec
+from energon_plugins.host.api import available, create, resolve
+from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import (
     ConfigError,
     DatasetError,
@@ -21,37 +21,37 @@ from energon_plugins.errors import (
     PluginNotFoundError,
     PluginOptionsError,
 )
-from energon_plugins.kinds import IMAGE_PROCESSOR, KINDS, PACKING_STRATEGY, TASK_ENCODER
-from energon_plugins.manager import (
+from energon_plugins.host.kinds import IMAGE_PROCESSOR, KINDS, PACKING_STRATEGY, TASK_ENCODER
+from energon_plugins.host.manager import (
     get_registry,
     isolated_registry,
     load_registry,
     reset_registry,
     use_registry,
 )
-from energon_plugins.registry import LoadFailure, PluginInfo, PluginSpec, Registry
+from energon_plugins.host.registry import LoadFailure, PluginInfo, PluginSpec, Registry
 
 __version__ = "0.1.0"
 
 # Heavy names: attribute -> module that defines it, imported on first access.
 _LAZY = {
-    "ConversationTemplate": "energon_plugins.sample_config",
-    "MultiModalSampleConfig": "energon_plugins.sample_config",
-    "EnergonMultiModalDataModule": "energon_plugins.datamodule",
-    "EnergonDataloader": "energon_plugins.dataloader",
-    "cyclic_iter": "energon_plugins.dataloader",
-    "FiniteDataloader": "energon_plugins.dataloader",
-    "PluginTaskEncoder": "energon_plugins.task_encoders.base",
-    "EncodedSample": "energon_plugins.samples",
-    "MultiModalBatch": "energon_plugins.samples",
+    "ConversationTemplate": "energon_plugins.encoding.sample_config",
+    "MultiModalSampleConfig": "energon_plugins.encoding.sample_config",
+    "EnergonMultiModalDataModule": "energon_plugins.loading.datamodule",
+    "EnergonDataloader": "energon_plugins.loading.dataloader",
+    "cyclic_iter": "energon_plugins.loading.dataloader",
+    "FiniteDataloader": "energon_plugins.loading.dataloader",
+    "PluginTaskEncoder": "energon_plugins.encoding.task_encoders.base",
+    "EncodedSample": "energon_plugins.encoding.samples",
+    "MultiModalBatch": "energon_plugins.encoding.samples",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from energon_plugins.dataloader import EnergonDataloader, FiniteDataloader, cyclic_iter
-    from energon_plugins.datamodule import EnergonMultiModalDataModule
-    from energon_plugins.sample_config import ConversationTemplate, MultiModalSampleConfig
-    from energon_plugins.samples import EncodedSample, MultiModalBatch
-    from energon_plugins.task_encoders.base import PluginTaskEncoder
+    from energon_plugins.loading.dataloader import EnergonDataloader, FiniteDataloader, cyclic_iter
+    from energon_plugins.loading.datamodule import EnergonMultiModalDataModule
+    from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
+    from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
+    from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
 
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)

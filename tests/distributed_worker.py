@@ -39,9 +39,9 @@ def run_rank(rank, world, init_file, dataset, small_dataset, out_dir) -> None:
     import transformers
 
     from energon_plugins import EnergonMultiModalDataModule
-    from energon_plugins.checkpoint import load_datamodule_state, save_datamodule_state
+    from energon_plugins.loading.checkpoint import load_datamodule_state, save_datamodule_state
     from energon_plugins.demo.tokenizer import build_demo_tokenizer
-    from energon_plugins.distributed import build_pg_collection
+    from energon_plugins.loading.distributed import build_pg_collection
 
     started = time.perf_counter()
     marks = {}
@@ -101,7 +101,7 @@ def main() -> None:
     import megatron.energon  # noqa: F401
     import transformers  # noqa: F401
 
-    import energon_plugins.datamodule  # noqa: F401
+    import energon_plugins.loading.datamodule  # noqa: F401
 
     world, init_file, dataset, small_dataset, out_dir = sys.argv[1:6]
     world = int(world)

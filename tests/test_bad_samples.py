@@ -12,7 +12,7 @@ import torch
 
 import energon_plugins
 from energon_plugins.demo.data import write_dataset
-from energon_plugins.errors_policy import BadSampleError, TruncatedShardError, classify_error
+from energon_plugins.loading.errors_policy import BadSampleError, TruncatedShardError, classify_error
 
 SEQ = 128
 REASONS = ("image", "json", "missing_field", "truncated_shard")
@@ -63,7 +63,7 @@ def test_every_good_sample_arrives_and_counts_are_exact(bad_dataset, tokenizer, 
 
 def test_skips_are_logged_with_key_and_reason(bad_dataset, tokenizer, clip_processor, caplog):
     dm = make_dm(bad_dataset, tokenizer, clip_processor)
-    with caplog.at_level(logging.WARNING, logger="energon_plugins.errors_policy"):
+    with caplog.at_level(logging.WARNING, logger="energon_plugins.loading.errors_policy"):
         list(dm.val_dataloader())
     text = caplog.text
     for reason in ("image", "json", "missing_field"):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from energon_plugins.checkpoint import (
+from energon_plugins.loading.checkpoint import (
     StateMismatchError,
     load_loader_state,
     save_loader_state,

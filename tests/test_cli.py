@@ -228,7 +228,7 @@ def test_preview_shows_collapsed_images_loss_spans_and_shapes(site, runner, tmp_
 
 
 def _packing_wired() -> bool:
-    from energon_plugins.task_encoders.base import PluginTaskEncoder
+    from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
 
     return "select_samples_to_pack" in vars(PluginTaskEncoder) or any(
         "select_samples_to_pack" in vars(k) for k in PluginTaskEncoder.__mro__[1:-1]

@@ -8,7 +8,7 @@ import types
 import torch
 
 from energon_plugins.cli.batch_view import Segment, batch_stats, render_spans, row_segments
-from energon_plugins.task_encoders.base import build_packed_seq_params
+from energon_plugins.encoding.task_encoders.base import build_packed_seq_params
 
 PAD, IGNORE = 0, -100
 
@@ -50,7 +50,7 @@ def test_packed_rows_follow_cu_seqlens_and_mark_the_tail():
 
 
 def test_padded_sub_sequences_use_the_padded_layout():
-    from energon_plugins.task_encoders.packing import packed_seq_params
+    from energon_plugins.encoding.task_encoders.packing import packed_seq_params
 
     # One row of width 8: sub-sequences of 3 and 2 real tokens, each padded to 4.
     params = packed_seq_params([3, 2], [4, 4])

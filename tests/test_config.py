@@ -317,7 +317,7 @@ def _registry_with_duplicate_name():
     from pydantic import BaseModel, ConfigDict
 
     from energon_plugins import load_registry
-    from energon_plugins.registry import PluginSpec
+    from energon_plugins.host.registry import PluginSpec
 
     class DupOptions(BaseModel):
         model_config = ConfigDict(extra="forbid")

@@ -10,7 +10,7 @@ import torch
 
 import energon_plugins
 from energon_plugins import ConfigError, DatasetError, EnergonDataloader, cyclic_iter
-from energon_plugins.dataloader import LoaderStateError
+from energon_plugins.loading.dataloader import LoaderStateError
 from energon_plugins.errors import PluginNotFoundError, PluginOptionsError
 
 SEQ = 300
@@ -146,7 +146,7 @@ _WORKER_CONFIG_SCRIPT = textwrap.dedent(
     warnings.simplefilter("ignore")
     import torch.distributed as dist
     from megatron.core.process_groups_config import ProcessGroupCollection
-    from energon_plugins.datamodule import EnergonMultiModalDataModule
+    from energon_plugins.loading.datamodule import EnergonMultiModalDataModule
 
     dist.init_process_group("gloo", init_method="file://" + sys.argv[1], rank=0, world_size=1)
     dp = dist.new_group([0])

@@ -19,7 +19,7 @@ WORKER = Path(__file__).with_name("distributed_worker.py")
 
 
 def test_rank_layout_matches_megatron_core():
-    from energon_plugins.distributed import rank_groups
+    from energon_plugins.loading.distributed import rank_groups
 
     groups = rank_groups(4, cp=2)
     assert groups["cp"] == [[0, 1], [2, 3]]
@@ -106,7 +106,7 @@ def test_val_split_smaller_than_ranks_times_workers(distributed_run):
 @pytest.mark.slow
 def test_a_state_saved_by_another_world_size_is_refused(distributed_run, tokenizer, clip_processor):
     from energon_plugins import EnergonMultiModalDataModule
-    from energon_plugins.checkpoint import StateMismatchError, load_datamodule_state
+    from energon_plugins.loading.checkpoint import StateMismatchError, load_datamodule_state
 
     big, _, out, _ = distributed_run
     dm = EnergonMultiModalDataModule(
@@ -124,7 +124,7 @@ def test_a_rank_beyond_the_saved_world_is_told_why(distributed_run, tokenizer, c
     import shutil
 
     from energon_plugins import EnergonMultiModalDataModule
-    from energon_plugins.checkpoint import StateMismatchError, load_datamodule_state
+    from energon_plugins.loading.checkpoint import StateMismatchError, load_datamodule_state
 
     big, _, out, _ = distributed_run
     dm = EnergonMultiModalDataModule(

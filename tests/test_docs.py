@@ -5,7 +5,7 @@ The rule these tests enforce, so that a missing piece is caught:
 1. ``mkdocs build --strict`` passes (broken links, missing anchors, pages outside the nav and
    unknown placeholders all fail it).
 2. The GENERATED reference pages, as built, contain every hook spec (``register_*`` in
-   ``energon_plugins/hookspecs.py``), every key of the config model (nested models
+   ``energon_plugins/host/hookspecs.py``), every key of the config model (nested models
    recursively, as dotted keys), every option of every built-in plugin, every command of
    the click group with each of its options, and every class and function in
    ``energon_plugins.__all__``. The lists of names come from the code, not from
@@ -109,7 +109,7 @@ def test_theme_fetches_no_web_fonts(site: Path) -> None:
 
 # ----------------------------------------------------------------------------- rule 2
 def test_every_hook_is_in_the_hook_reference(site: Path) -> None:
-    import energon_plugins.hookspecs as hookspecs
+    import energon_plugins.host.hookspecs as hookspecs
 
     names = [n for n in vars(hookspecs) if n.startswith("register_") and callable(getattr(hookspecs, n))]
     assert len(names) >= 3
@@ -131,10 +131,10 @@ def test_every_config_key_is_in_the_config_reference(site: Path) -> None:
 
 
 def test_every_builtin_option_is_in_the_builtins_reference(site: Path) -> None:
-    from energon_plugins.kinds import KINDS
-    from energon_plugins.manager import load_registry
+    from energon_plugins.host.kinds import KINDS
+    from energon_plugins.host.manager import load_registry
 
-    from energon_plugins.registry import canonical_distribution
+    from energon_plugins.host.registry import canonical_distribution
 
     registry = load_registry()
     html = page(site, "reference/builtins")
@@ -237,7 +237,7 @@ def test_contract_page_matches_the_code() -> None:
     from megatron.energon import Sample
 
     from energon_plugins import BuildContext, EncodedSample
-    from energon_plugins.registry import Registry
+    from energon_plugins.host.registry import Registry
 
     contract = (DOCS / "guides" / "plugin-contract.md").read_text(encoding="utf-8")
     register = Registry().register_callback(
@@ -281,7 +281,7 @@ def test_config_snippets_in_the_guides_are_valid() -> None:
     import yaml
 
     from energon_plugins.config.model import SELECTIONS
-    from energon_plugins.manager import load_registry
+    from energon_plugins.host.manager import load_registry
 
     model, _ = render.config_model()
     registry = load_registry()

@@ -10,9 +10,9 @@ import transformers
 from PIL import Image
 
 import energon_plugins
-from energon_plugins.image_processors.options import HFImageProcessorOptions
+from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
 from energon_plugins.errors import ConfigError, PluginLoadError, PluginOptionsError
-from energon_plugins.image_processors.hf import (
+from energon_plugins.encoding.image_processors.hf import (
     HFImageProcessor,
     energon_image_to_pil,
     wrap_image_processor,

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import energon_plugins
-from energon_plugins.checkpoint import StateMismatchError
+from energon_plugins.loading.checkpoint import StateMismatchError
 from energon_plugins.demo.data import write_dataset
 
 SEQ = 128

@@ -12,10 +12,10 @@ from PIL import Image
 import energon_plugins
 from energon_plugins import BuildContext, ConfigError, MultiModalSampleConfig
 from energon_plugins.errors import PluginOptionsError
-from energon_plugins.samples import EncodedSample
-from energon_plugins.sample_config import ConversationTemplate
-from energon_plugins.task_encoders.base import PluginTaskEncoder
-from energon_plugins.task_encoders.conversation import build_messages, tokenize_conversation
+from energon_plugins.encoding.samples import EncodedSample
+from energon_plugins.encoding.sample_config import ConversationTemplate
+from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
+from energon_plugins.encoding.task_encoders.conversation import build_messages, tokenize_conversation
 
 IGNORE = -100
 
@@ -395,8 +395,8 @@ def test_prompt_tokens_are_what_the_model_sees_at_inference(family, hf_proc, vqa
 
 
 def test_a_subclass_calling_super_counts_each_skip_once(tokenizer, hf_proc, vqa_dataset):
-    from energon_plugins.task_encoders.multimodal import MultimodalTaskEncoder
-    from energon_plugins.task_encoders.options import MultimodalOptions
+    from energon_plugins.encoding.task_encoders.multimodal import MultimodalTaskEncoder
+    from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 
     class Upper(MultimodalTaskEncoder):
         def encode_sample(self, sample):
@@ -414,7 +414,7 @@ def test_a_subclass_calling_super_counts_each_skip_once(tokenizer, hf_proc, vqa_
 
 
 def test_gpt_turns_maps_roles_and_names_bad_turns():
-    from energon_plugins.task_encoders.conversation import gpt_turns
+    from energon_plugins.encoding.task_encoders.conversation import gpt_turns
 
     turns = [{"from": "human", "value": "Q?"}, {"from": "gpt", "value": "A."}]
     assert gpt_turns(turns, "k") == [("user", "Q?"), ("assistant", "A.")]

@@ -11,9 +11,9 @@ import torch
 
 import energon_plugins
 from energon_plugins import ConfigError
-from energon_plugins.task_encoders.multimodal import MultimodalTaskEncoder
-from energon_plugins.task_encoders.options import MultimodalOptions
-from energon_plugins.task_encoders.packing import PackedSample, PackingMixin
+from energon_plugins.encoding.task_encoders.multimodal import MultimodalTaskEncoder
+from energon_plugins.encoding.task_encoders.options import MultimodalOptions
+from energon_plugins.encoding.task_encoders.packing import PackedSample, PackingMixin
 
 SEQ = 128
 IMAGE_TOKENS = 6
@@ -43,7 +43,7 @@ def unpacked(vqa_dataset, tokenizer, clip_processor):
     """Every sample of the dataset (train and val) encoded unpacked: key -> EncodedSample."""
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
 
-    from energon_plugins.image_processors.hf import wrap_image_processor
+    from energon_plugins.encoding.image_processors.hf import wrap_image_processor
 
     processor = wrap_image_processor(clip_processor)  # as the datamodule does
     encoder = MultimodalTaskEncoder(
@@ -162,9 +162,9 @@ def test_finite_train_pass_with_carry_over_delivers_every_sample_once(
     dm = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(carry_over=True, max_carries=3),
                  buffer=5, repeat=False)
     keys = []
-    from energon_plugins.dataloader import FiniteDataloader
+    from energon_plugins.loading.dataloader import FiniteDataloader
 
-    from energon_plugins.packing.carry_dataset import CarryOverPackingDataset
+    from energon_plugins.encoding.packing.carry_dataset import CarryOverPackingDataset
 
     loader = dm.train_dataloader().dataloader
     stage = loader.dataset

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import energon_plugins
-from energon_plugins.packing.carry_dataset import CarryOverPackingDataset
+from energon_plugins.encoding.packing.carry_dataset import CarryOverPackingDataset
 
 SEQ = 128
 

@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 import energon_plugins
 from energon_plugins.errors import PluginOptionsError
-from energon_plugins.packing.carry import split_carry
-from energon_plugins.packing.strategies import PackingPlan
+from energon_plugins.encoding.packing.carry import split_carry
+from energon_plugins.encoding.packing.strategies import PackingPlan
 
 NAMES = ["none", "first-fit-decreasing", "best-fit-decreasing", "greedy-knapsack"]
 PACKERS = NAMES[1:]
@@ -209,7 +209,7 @@ def test_first_fit_decreasing_is_not_quadratic():
     A line count is deterministic, so the bound holds on a loaded machine: a quadratic scan
     grows ~16x, the segment tree ~4.5x (n log n).
     """
-    import energon_plugins.packing.strategies as module
+    import energon_plugins.encoding.packing.strategies as module
 
     rng = random.Random(7)
     strategy = make("first-fit-decreasing", refine_max_samples=0)

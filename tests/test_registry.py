@@ -271,7 +271,7 @@ def test_factory_errors_name_the_plugin(plugin_path):
 
 def test_import_has_no_side_effects_and_listing_is_light():
     code = (
-        "import sys, energon_plugins, energon_plugins.manager as m\n"
+        "import sys, energon_plugins, energon_plugins.host.manager as m\n"
         "assert m._cached is None, 'loaded at import'\n"
         "rows = energon_plugins.available()\n"
         "heavy = sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'transformers', 'megatron'})\n"

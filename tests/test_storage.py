@@ -2,7 +2,7 @@
 
 import pytest
 
-from energon_plugins import storage
+from energon_plugins.loading import storage
 
 
 @pytest.fixture

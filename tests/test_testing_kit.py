@@ -166,7 +166,7 @@ def noisy(options, context):
 BROKEN_ENCODERS = """
 from megatron.energon import DefaultTaskEncoder, stateless
 
-from energon_plugins.task_encoders.multimodal import (
+from energon_plugins.encoding.task_encoders.multimodal import (
     MultimodalTaskEncoder,
     build_multimodal_task_encoder,
 )
@@ -479,7 +479,7 @@ def test_a_plugin_outside_any_distribution_fails(isolated_registry):
     class LocalHooks:
         @hookimpl
         def register_packing_strategies(self, register):
-            register("kit-loose", "energon_plugins.packing.strategies:make_none",
+            register("kit-loose", "energon_plugins.encoding.packing.strategies:make_none",
                      description="no distribution")
 
     isolated_registry(LocalHooks())
@@ -588,7 +588,7 @@ def test_qwen2_vl_conforms(build_context):
 @settings(max_examples=150, deadline=None)
 @given(st.lists(st.integers(1, 64), max_size=40), st.integers(1, 64), st.data())
 def test_the_invariant_checker_accepts_good_plans_and_flags_each_break(lengths, capacity, data):
-    from energon_plugins.packing.strategies import FirstFitDecreasing
+    from energon_plugins.encoding.packing.strategies import FirstFitDecreasing
 
     groups = FirstFitDecreasing().select(lengths, capacity)
     assert _check_groups(groups, lengths, capacity) is None

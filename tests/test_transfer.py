@@ -8,8 +8,8 @@ import pytest
 import torch
 from megatron.core.packed_seq_params import PackedSeqParams
 
-from energon_plugins.samples import MultiModalBatch
-from energon_plugins.transfer import (
+from energon_plugins.encoding.samples import MultiModalBatch
+from energon_plugins.loading.transfer import (
     DevicePrefetcher,
     configure_pinning,
     iter_tensors,

@@ -1,7 +1,7 @@
 """Registers the built-in image processor ``hf``."""
 
-from energon_plugins._markers import hookimpl
-from energon_plugins.image_processors.options import HFImageProcessorOptions
+from energon_plugins.host._markers import hookimpl
+from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
 
 
 @hookimpl
@@ -9,7 +9,7 @@ def register_image_processors(register):
     """Register ``hf``: any transformers image processor, from a local directory or a class."""
     register(
         "hf",
-        "energon_plugins.image_processors.hf:build_hf_image_processor",
+        "energon_plugins.encoding.image_processors.hf:build_hf_image_processor",
         options=HFImageProcessorOptions,
         description="A transformers image processor from a local directory or a class name",
         aliases=("transformers",),

@@ -1,14 +1,14 @@
 """Registers the built-in packing strategies."""
 
-from energon_plugins._markers import hookimpl
-from energon_plugins.packing.options import (
+from energon_plugins.host._markers import hookimpl
+from energon_plugins.encoding.packing.options import (
     BestFitDecreasingOptions,
     FirstFitDecreasingOptions,
     GreedyKnapsackOptions,
     NoPackingOptions,
 )
 
-_MODULE = "energon_plugins.packing.strategies"
+_MODULE = "energon_plugins.encoding.packing.strategies"
 
 
 @hookimpl

@@ -1,7 +1,7 @@
 """Registers the built-in task encoder ``multimodal``."""
 
-from energon_plugins._markers import hookimpl
-from energon_plugins.task_encoders.options import MultimodalOptions
+from energon_plugins.host._markers import hookimpl
+from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 
 
 @hookimpl
@@ -9,7 +9,7 @@ def register_task_encoders(register):
     """Register ``multimodal``, the default encoder for VQA, captioning and interleaved samples."""
     register(
         "multimodal",
-        "energon_plugins.task_encoders.multimodal:build_multimodal_task_encoder",
+        "energon_plugins.encoding.task_encoders.multimodal:build_multimodal_task_encoder",
         options=MultimodalOptions,
         description="VQA, captioning and interleaved samples through the tokenizer's chat template",
         aliases=("default",),

@@ -19,8 +19,8 @@ def list_command(as_json: bool, kind: str | None) -> None:
 
     Plugins that failed to load are listed with their error in one line; the others still work.
     """
-    from energon_plugins.api import available
-    from energon_plugins.kinds import normalize_kind
+    from energon_plugins.host.api import available
+    from energon_plugins.host.kinds import normalize_kind
 
     rows = available(normalize_kind(kind) if kind else None)
     if as_json:

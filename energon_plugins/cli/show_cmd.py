@@ -38,8 +38,8 @@ def option_rows(spec: Any) -> list[dict[str, str]]:
 def find_specs(name: str, kind: str | None) -> list[Any]:
     """The specs ``name`` selects, in every kind (or ``kind``); raises when there is none."""
     from energon_plugins.errors import PluginNotFoundError
-    from energon_plugins.kinds import KINDS, normalize_kind
-    from energon_plugins.manager import get_registry
+    from energon_plugins.host.kinds import KINDS, normalize_kind
+    from energon_plugins.host.manager import get_registry
 
     registry = get_registry()
     kinds = (normalize_kind(kind),) if kind else KINDS

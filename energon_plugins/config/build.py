@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from energon_plugins.config.model import DataModuleConfig
-from energon_plugins.context import BuildContext
+from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
 
 RUNTIME_ARGUMENTS = ("pg_collection", "validation_mode")
@@ -59,7 +59,7 @@ def build_components(config: DataModuleConfig, tokenizer: Any = None) -> dict[st
     Returns ``{"tokenizer", "image_processor", "packing"}`` (``packing`` is ``None`` without a
     ``packing`` selection). Each is built after validation, from the final values.
     """
-    from energon_plugins.api import create
+    from energon_plugins.host.api import create
 
     if tokenizer is None:
         tokenizer = load_tokenizer(config.tokenizer.path)
@@ -121,7 +121,7 @@ def build_datamodule(config_or_path: "str | Path | Mapping[str, Any] | DataModul
     runtime = {key: overrides.pop(key) for key in RUNTIME_ARGUMENTS if key in overrides}
     config = load_config(config_or_path, overrides)  # validated before anything is built
     components = build_components(config)
-    from energon_plugins.datamodule import EnergonMultiModalDataModule
+    from energon_plugins.loading.datamodule import EnergonMultiModalDataModule
 
     return EnergonMultiModalDataModule(
         tokenizer=components["tokenizer"],

@@ -12,7 +12,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
-from energon_plugins.sample_config import MultiModalSampleConfig
+from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 
 PluginName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 

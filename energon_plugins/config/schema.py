@@ -22,8 +22,8 @@ from energon_plugins.config.model import (
     DEFAULT_TASK_ENCODER,
     DataModuleConfig,
 )
-from energon_plugins.kinds import IMAGE_PROCESSOR, PACKING_STRATEGY, TASK_ENCODER
-from energon_plugins.registry import PluginSpec, Registry
+from energon_plugins.host.kinds import IMAGE_PROCESSOR, PACKING_STRATEGY, TASK_ENCODER
+from energon_plugins.host.registry import PluginSpec, Registry
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -81,7 +81,7 @@ def _selection_union(registry: Registry, kind: str, *, default: str | None) -> A
 def config_schema_model(registry: Registry | None = None) -> type[BaseModel]:
     """A pydantic model of the whole config whose selections are the installed plugins' unions."""
     if registry is None:
-        from energon_plugins.manager import get_registry
+        from energon_plugins.host.manager import get_registry
 
         registry = get_registry()
     task = _selection_union(registry, TASK_ENCODER, default=DEFAULT_TASK_ENCODER)

@@ -38,7 +38,7 @@ from energon_plugins.config.model import (
     DataModuleConfig,
 )
 from energon_plugins.errors import ConfigError, PluginConflictError, PluginNotFoundError
-from energon_plugins.registry import PluginSpec, Registry
+from energon_plugins.host.registry import PluginSpec, Registry
 
 _MISSING = object()
 _SELECTION_KEYS = frozenset(SELECTIONS)
@@ -91,7 +91,7 @@ def check_config(
         issue = ConfigIssue("<root>", f"expected a mapping of config keys, got {type(data).__name__}")
         return None, [issue]
     if registry is None:
-        from energon_plugins.manager import get_registry
+        from energon_plugins.host.manager import get_registry
 
         registry = get_registry()
     base = Path(base_dir) if base_dir is not None else Path.cwd()
@@ -298,7 +298,7 @@ def dataset_path_problem(path: Path) -> str | None:
     Uses the core's import-light check (a prepared folder, a metadataset YAML or a ``.jsonl``
     file), the same one the datamodule runs before building a loader.
     """
-    from energon_plugins.dataset_check import check_dataset
+    from energon_plugins.loading.dataset_check import check_dataset
     from energon_plugins.errors import DatasetError
 
     if not path.exists():

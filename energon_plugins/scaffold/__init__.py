@@ -20,7 +20,7 @@ import string
 import tempfile
 from pathlib import Path
 
-from energon_plugins.kinds import normalize_kind
+from energon_plugins.host.kinds import normalize_kind
 
 #: The CLI's spelling of each kind -> the template module.
 TEMPLATES = {
@@ -95,7 +95,7 @@ def plugin_names(name: str) -> PluginNames:
 
 def _check_builtin_clash(kind: str, name: str) -> None:
     """A name the core's built-ins already use for ``kind`` would be ambiguous."""
-    from energon_plugins.manager import load_registry
+    from energon_plugins.host.manager import load_registry
 
     registry = load_registry(entry_points=False, modules=_builtin_modules())
     if name in registry.names(kind):

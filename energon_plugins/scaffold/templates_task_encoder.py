@@ -90,7 +90,7 @@ import torch
 from megatron.energon import VQASample, stateless
 
 from energon_plugins import BuildContext, EncodedSample, PluginTaskEncoder
-from energon_plugins.task_encoders.base import CountedSkip
+from energon_plugins.encoding.task_encoders.base import CountedSkip
 
 from ${package}.options import ${class_name}Options
 

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Mapping
 from typing import Any
 
-from energon_plugins.registry import PluginSpec
+from energon_plugins.host.registry import PluginSpec
 
 #: Top-level packages that listing, resolving and validating must never import.
 HEAVY_MODULES = ("torch", "transformers", "megatron")
@@ -50,10 +50,10 @@ def check_registration(kind: str, name: str) -> PluginSpec:
     distribution that declares an ``energon_plugins`` entry point), ``load-failures`` (no
     module of that distribution failed to load).
     """
-    from energon_plugins import api
+    from energon_plugins.host import api
     from energon_plugins.errors import EnergonPluginsError
-    from energon_plugins.kinds import normalize_kind
-    from energon_plugins.manager import get_registry
+    from energon_plugins.host.kinds import normalize_kind
+    from energon_plugins.host.manager import get_registry
 
     kind = normalize_kind(kind)
     try:
@@ -85,7 +85,7 @@ def check_registration(kind: str, name: str) -> PluginSpec:
 
 
 def _canonical(name: str) -> str:
-    from energon_plugins.registry import canonical_distribution
+    from energon_plugins.host.registry import canonical_distribution
 
     return canonical_distribution(name)
 
@@ -124,10 +124,10 @@ def check_options(
     imports no torch, transformers or megatron).
     """
     from energon_plugins.errors import PluginOptionsError
-    from energon_plugins.kinds import normalize_kind
+    from energon_plugins.host.kinds import normalize_kind
 
     kind = normalize_kind(kind)
-    from energon_plugins import api
+    from energon_plugins.host import api
 
     spec = api.resolve(kind, name)
     label = spec.label
@@ -173,7 +173,7 @@ def _options_json(options: Any) -> Any:
 _PROBE = r"""
 import importlib, json, sys
 from energon_plugins.errors import PluginNotFoundError
-from energon_plugins.manager import load_registry
+from energon_plugins.host.manager import load_registry
 kind, name, distribution, module, options = json.loads(sys.argv[1])
 registry = load_registry()
 try:

@@ -2,7 +2,7 @@
 
 from typing import Any
 
-from energon_plugins.context import BuildContext
+from energon_plugins.host.context import BuildContext
 
 #: Defaults of :func:`default_context` (overridable field by field).
 DEFAULT_SEQ_LENGTH = 512
@@ -35,7 +35,7 @@ def default_context(
 
         tokenizer = build_demo_tokenizer(tokenizer_family)
     if image_processor is _UNSET:
-        from energon_plugins import api
+        from energon_plugins.host import api
 
         image_processor = api.create("image_processor", "hf")
     fields.setdefault("seq_length", DEFAULT_SEQ_LENGTH)

@@ -74,8 +74,8 @@ def check_image_processor(
     """
     import torch
 
-    from energon_plugins.context import BuildContext
-    from energon_plugins.manager import get_registry
+    from energon_plugins.host.context import BuildContext
+    from energon_plugins.host.manager import get_registry
 
     spec = check_registration("image_processor", name)
     label = spec.label

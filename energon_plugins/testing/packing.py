@@ -91,8 +91,8 @@ def check_packing_strategy(
         ConformanceError: naming the plugin, the rule it breaks and the smallest failing
             buffer found (see the module docstring).
     """
-    from energon_plugins.context import BuildContext
-    from energon_plugins.manager import get_registry
+    from energon_plugins.host.context import BuildContext
+    from energon_plugins.host.manager import get_registry
 
     spec = check_registration("packing_strategy", name)
     label = spec.label

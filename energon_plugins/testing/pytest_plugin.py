@@ -37,7 +37,7 @@ class RegistryFixture:
 
     def _use(self, *modules: ModuleType | Any, entry_points: bool = True,
              distribution: str = "<local>") -> Any:
-        from energon_plugins.manager import load_registry, use_registry
+        from energon_plugins.host.manager import load_registry, use_registry
 
         registry = load_registry(modules, entry_points=entry_points, distribution=distribution)
         self._stack.enter_context(use_registry(registry))

@@ -78,7 +78,7 @@ def check_task_encoder(
     Raises:
         ConformanceError: naming the plugin and the rule it breaks (see the module docstring).
     """
-    from energon_plugins import api
+    from energon_plugins.host import api
 
     spec = check_registration("task_encoder", name)
     label = spec.label

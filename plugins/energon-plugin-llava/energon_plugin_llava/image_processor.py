@@ -8,12 +8,12 @@ whole image.
 
 from typing import Any
 
-from energon_plugins.image_processors.hf import (
+from energon_plugins.encoding.image_processors.hf import (
     HFImageProcessor,
     build_hf_image_processor,
     energon_image_to_pil,
 )
-from energon_plugins.image_processors.options import HFImageProcessorOptions
+from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
 
 from energon_plugin_llava.options import LlavaClipOptions
 

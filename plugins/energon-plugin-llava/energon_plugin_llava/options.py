@@ -4,7 +4,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from energon_plugins.task_encoders.options import MultimodalOptions
+from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 
 from energon_plugin_llava.template import LLAVA_SYSTEM_PROMPT
 

@@ -20,13 +20,13 @@ from typing import Any
 import torch
 from megatron.energon import CaptioningSample, Cooker, VQASample, stateless
 
-from energon_plugins.context import BuildContext
+from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
-from energon_plugins.sample_config import MultiModalSampleConfig
-from energon_plugins.samples import EncodedSample
-from energon_plugins.task_encoders.conversation import build_messages, tokenize_conversation
-from energon_plugins.task_encoders.base import PluginTaskEncoder
-from energon_plugins.task_encoders.multimodal import MultimodalTaskEncoder, UnsupportedSampleError
+from energon_plugins.encoding.sample_config import MultiModalSampleConfig
+from energon_plugins.encoding.samples import EncodedSample
+from energon_plugins.encoding.task_encoders.conversation import build_messages, tokenize_conversation
+from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
+from energon_plugins.encoding.task_encoders.multimodal import MultimodalTaskEncoder, UnsupportedSampleError
 
 from energon_plugin_qwen_vl.options import Qwen2VLOptions
 from energon_plugin_qwen_vl.samples import ChatMLSample, cook_chatml

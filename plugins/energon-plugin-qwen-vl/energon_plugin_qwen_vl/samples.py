@@ -14,7 +14,7 @@ from typing import Any
 import torch
 from megatron.energon import Sample, basic_sample_keys, edataclass, stateless
 
-from energon_plugins.task_encoders.conversation import gpt_turns
+from energon_plugins.encoding.task_encoders.conversation import gpt_turns
 
 _IMAGE_PART = re.compile(r"^(\d+)\.(png|jpg|jpeg)$")
 

@@ -119,7 +119,7 @@ def test_overlong_cut_for_packing_keeps_no_open_vision_start(data, tok):
     first = int((seq == start_id).nonzero()[0, 0])
     ctx = BuildContext(tokenizer=tok, image_processor=processor(), seq_length=4096)
     enc = energon_plugins.create("task_encoder", "qwen2-vl", None, ctx)
-    from energon_plugins.samples import EncodedSample
+    from energon_plugins.encoding.samples import EncodedSample
 
     sample = EncodedSample(
         __key__="k", __restore_key__=(), __subflavors__=None, __sources__=None,

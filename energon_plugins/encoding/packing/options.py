@@ -27,7 +27,7 @@ class PackingOptions(BaseModel):
     )
 
     # The options below are read by the task encoder's packing stage
-    # (energon_plugins.task_encoders.packing), not by the strategy's selection.
+    # (energon_plugins.encoding.task_encoders.packing), not by the strategy's selection.
     pad_to_multiple_of: int = Field(
         default=1,
         ge=1,

@@ -19,12 +19,12 @@
   packed rows megatron-core ``PackedSeqParams(qkv_format="thd")``, with
   ``cu_seqlens_q_padded`` / ``cu_seqlens_kv_padded`` when ``pad_to_multiple_of`` > 1.
 - ``build_batch``: with ``carry_over: true`` the packing stage is a
-  :class:`~energon_plugins.packing.carry_dataset.CarryOverPackingDataset` instead of Energon's
+  :class:`~energon_plugins.encoding.packing.carry_dataset.CarryOverPackingDataset` instead of Energon's
   ``PackingDataset``: the least-filled pack of each buffer is carried into the next buffer.
 
 The packing options (``overlong``, ``pad_to_multiple_of``, ``carry_over``, ``min_fill``,
 ``max_carries``, ``carry_max_groups``) live in the strategy's options
-(:class:`energon_plugins.packing.options.PackingOptions`), so a config selects them with the
+(:class:`energon_plugins.encoding.packing.options.PackingOptions`), so a config selects them with the
 strategy: ``packing: {name: first-fit-decreasing, options: {carry_over: true}}``.
 """
 
@@ -38,9 +38,9 @@ from megatron.energon.errors import FatalSampleError
 from megatron.energon.task_encoder.base import get_failure_tolerance, get_stateless
 
 from energon_plugins.errors import ConfigError
-from energon_plugins.packing.carry import split_carry
-from energon_plugins.packing.options import PackingOptions
-from energon_plugins.samples import EncodedSample
+from energon_plugins.encoding.packing.carry import split_carry
+from energon_plugins.encoding.packing.options import PackingOptions
+from energon_plugins.encoding.samples import EncodedSample
 
 __all__ = ["PackedSample", "PackingMixin", "packed_seq_params"]
 
@@ -252,7 +252,7 @@ class PackingMixin:
         """The carry-over planner: ``(groups to emit, indices to carry)`` for one buffer.
 
         Plans the buffer, then holds back up to ``carry_max_groups`` packs filled below
-        ``min_fill`` (:func:`~energon_plugins.packing.carry.split_carry`); samples already
+        ``min_fill`` (:func:`~energon_plugins.encoding.packing.carry.split_carry`); samples already
         carried ``max_carries`` times are pinned and go out now. ``flush`` carries nothing.
         """
         groups, _, _ = self.plan_buffer(samples)
@@ -396,7 +396,7 @@ class PackingMixin:
                     f"packing.options.carry_over: {type(self).__name__} overrides "
                     "postencode_sample, which the carry-over packing stage does not support"
                 )
-            from energon_plugins.packing.carry_dataset import CarryOverPackingDataset
+            from energon_plugins.encoding.packing.carry_dataset import CarryOverPackingDataset
 
             default_tolerance = self.__default_failure_tolerance__  # type: ignore[attr-defined]
             dataset = CarryOverPackingDataset(

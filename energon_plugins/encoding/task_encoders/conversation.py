@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from energon_plugins.errors import ConfigError
-from energon_plugins.sample_config import ConversationTemplate, MultiModalSampleConfig
+from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
 
 Message = dict[str, str]
 

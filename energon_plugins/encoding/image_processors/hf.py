@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from energon_plugins.errors import ConfigError, PluginLoadError
-from energon_plugins.image_processors.options import HFImageProcessorOptions
+from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
 
 DEFAULT_CLASS = "CLIPImageProcessor"
 

@@ -14,18 +14,18 @@ import torch
 from megatron.energon import CaptioningSample, InterleavedSample, VQASample, stateless
 from megatron.energon.errors import FatalSampleError
 
-from energon_plugins.context import BuildContext
+from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
-from energon_plugins.samples import EncodedSample
-from energon_plugins.task_encoders.base import CountedSkip, PluginTaskEncoder
-from energon_plugins.task_encoders.conversation import (
+from energon_plugins.encoding.samples import EncodedSample
+from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
+from energon_plugins.encoding.task_encoders.conversation import (
     build_messages,
     expand_image_tokens,
     resolve_image_token_ids,
     tokenize_conversation,
     tokenize_texts,
 )
-from energon_plugins.task_encoders.options import MultimodalOptions
+from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 
 SUPPORTED = (VQASample, CaptioningSample, InterleavedSample)
 

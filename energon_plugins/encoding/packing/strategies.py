@@ -39,7 +39,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel
 
-from energon_plugins.packing.options import (
+from energon_plugins.encoding.packing.options import (
     BestFitDecreasingOptions,
     FirstFitDecreasingOptions,
     GreedyKnapsackOptions,

@@ -18,7 +18,7 @@ A plugin module implements any subset of the hooks below, decorated with
 
 from collections.abc import Callable
 
-from energon_plugins._markers import hookspec
+from energon_plugins.host._markers import hookspec
 
 Register = Callable[..., None]
 

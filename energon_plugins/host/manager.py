@@ -19,11 +19,11 @@ from typing import Any
 
 import pluggy
 
-from energon_plugins import hookspecs
+from energon_plugins.host import hookspecs
 from energon_plugins._suggest import did_you_mean
-from energon_plugins._markers import ENTRY_POINT_GROUP, PROJECT_NAME
-from energon_plugins.kinds import HOOK_FOR_KIND
-from energon_plugins.registry import LoadFailure, Registry, canonical_distribution
+from energon_plugins.host._markers import ENTRY_POINT_GROUP, PROJECT_NAME
+from energon_plugins.host.kinds import HOOK_FOR_KIND
+from energon_plugins.host.registry import LoadFailure, Registry, canonical_distribution
 
 CORE_DISTRIBUTION = "energon-plugins"
 LOAD_ENV = "ENERGON_PLUGINS_LOAD"

@@ -8,7 +8,7 @@ A subclass implements ``encode_sample(sample) -> EncodedSample``; the base gives
   sub-sequences (several ``seq_lengths``) turned into megatron-core ``PackedSeqParams``,
 - sequence packing with the selected strategy (``select_samples_to_pack``,
   ``pack_selected_samples``, carry-over in ``build_batch``), from
-  :class:`~energon_plugins.task_encoders.packing.PackingMixin`.
+  :class:`~energon_plugins.encoding.task_encoders.packing.PackingMixin`.
 
 Everything runs downstream of Energon's shuffle buffer, so every stage is ``@stateless``:
 ``encode_sample`` must be a pure function of the sample (use
@@ -25,10 +25,10 @@ import torch
 from megatron.energon import DefaultTaskEncoder, SkipSample, stateless
 from megatron.energon.errors import FatalSampleError
 
-from energon_plugins.context import BuildContext
-from energon_plugins.sample_config import MultiModalSampleConfig
-from energon_plugins.samples import EncodedSample, MultiModalBatch
-from energon_plugins.task_encoders.packing import PackingMixin
+from energon_plugins.host.context import BuildContext
+from energon_plugins.encoding.sample_config import MultiModalSampleConfig
+from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
+from energon_plugins.encoding.task_encoders.packing import PackingMixin
 
 T_sample = TypeVar("T_sample")
 

@@ -3,9 +3,9 @@
 from collections.abc import Mapping
 from typing import Any
 
-from energon_plugins.context import BuildContext
-from energon_plugins.manager import get_registry
-from energon_plugins.registry import PluginInfo, PluginSpec
+from energon_plugins.host.context import BuildContext
+from energon_plugins.host.manager import get_registry
+from energon_plugins.host.registry import PluginInfo, PluginSpec
 
 
 def available(kind: str | None = None) -> list[PluginInfo]:

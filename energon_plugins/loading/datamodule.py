@@ -11,11 +11,11 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from energon_plugins.context import BuildContext
-from energon_plugins.dataloader import EnergonDataloader, FiniteDataloader
-from energon_plugins.dataset_check import check_dataset
+from energon_plugins.host.context import BuildContext
+from energon_plugins.loading.dataloader import EnergonDataloader, FiniteDataloader
+from energon_plugins.loading.dataset_check import check_dataset
 from energon_plugins.errors import ConfigError
-from energon_plugins.sample_config import MultiModalSampleConfig
+from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 
 logger = logging.getLogger(__name__)
 
@@ -198,13 +198,13 @@ class EnergonMultiModalDataModule:
                 "image_processor must be callable as proc(images=[...], return_tensors='pt'), "
                 f"got {type(image_processor).__name__}"
             )
-        from energon_plugins.image_processors.hf import wrap_image_processor
+        from energon_plugins.encoding.image_processors.hf import wrap_image_processor
 
         return wrap_image_processor(image_processor)
 
     @staticmethod
     def _validate_selection(name: str, options: Any) -> None:
-        from energon_plugins.manager import get_registry
+        from energon_plugins.host.manager import get_registry
 
         spec = get_registry().resolve("task_encoder", name)
         spec.validate_options(options)
@@ -224,7 +224,7 @@ class EnergonMultiModalDataModule:
         )
 
     def _build_encoder(self, arg: Any, split: Literal["train", "val"]) -> Any:
-        from energon_plugins.api import create
+        from energon_plugins.host.api import create
 
         selection = _encoder_selection(
             "task_encoder" if split == "train" else "validation_task_encoder", arg
@@ -284,7 +284,7 @@ class EnergonMultiModalDataModule:
         The rank and world size come from the pure data-parallel group (``pg_collection.dp``),
         never from ``dp_cp``: the context-parallel ranks of one DP replica share a pure DP rank
         and must read identical data. ``error_handler`` becomes Energon's
-        ``global_error_handler`` (see :mod:`energon_plugins.errors_policy`).
+        ``global_error_handler`` (see :mod:`energon_plugins.loading.errors_policy`).
         """
         config = self._worker_config(num_workers, split)
         if error_handler is not None:
@@ -381,7 +381,7 @@ class EnergonMultiModalDataModule:
         The policy is the task encoder's ``on_error`` (``"skip"`` if it has none); it applies
         to Energon's decoding errors and to truncated shards too.
         """
-        from energon_plugins.errors_policy import (
+        from energon_plugins.loading.errors_policy import (
             SkipCountingDataset,
             SkipTracker,
             guard_truncated_shards,
@@ -395,7 +395,7 @@ class EnergonMultiModalDataModule:
         return SkipCountingDataset(dataset, tracker, encoder)
 
     def _pinned(self, loader: Any) -> Any:
-        from energon_plugins.transfer import configure_pinning
+        from energon_plugins.loading.transfer import configure_pinning
 
         configure_pinning(loader, self.pin_memory)
         return loader
@@ -459,7 +459,7 @@ class EnergonMultiModalDataModule:
         The file carries a fingerprint of the setup (world size, DP rank, dataset, task
         encoder and options, batch, worker and packing settings); returns its path.
         """
-        from energon_plugins.checkpoint import save_datamodule_state
+        from energon_plugins.loading.checkpoint import save_datamodule_state
 
         return save_datamodule_state(self, folder)
 
@@ -469,7 +469,7 @@ class EnergonMultiModalDataModule:
         Raises:
             StateMismatchError: the state was saved by a different setup; names what differs.
         """
-        from energon_plugins.checkpoint import load_datamodule_state
+        from energon_plugins.loading.checkpoint import load_datamodule_state
 
         load_datamodule_state(self, folder)
 

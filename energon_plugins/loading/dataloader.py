@@ -36,12 +36,12 @@ class EnergonDataloader:
     wrapper is built and before the first batch, which is what Energon requires.
 
     With ``device`` set, each batch is copied there one batch ahead on a side CUDA stream
-    (:class:`~energon_plugins.transfer.DevicePrefetcher`; a quiet no-op without CUDA). The
+    (:class:`~energon_plugins.loading.transfer.DevicePrefetcher`; a quiet no-op without CUDA). The
     state saved while a batch is held ahead is the state *before* that batch, so a restore
     continues exactly with the first batch the caller did not receive.
 
     Batches produced by the datamodule's loaders carry their workers' skip counts
-    (:mod:`energon_plugins.errors_policy`); :meth:`skip_counts` sums them.
+    (:mod:`energon_plugins.loading.errors_policy`); :meth:`skip_counts` sums them.
     """
 
     def __init__(self, dataloader: Any, *, device: Any = None) -> None:
@@ -77,7 +77,7 @@ class EnergonDataloader:
     def _start(self) -> Iterator[Any]:
         if self.device is None:
             return cyclic_iter(self._dataloader)
-        from energon_plugins.transfer import DevicePrefetcher
+        from energon_plugins.loading.transfer import DevicePrefetcher
 
         prefetcher = DevicePrefetcher(self._pull(), self.device)
         self._prefetching = prefetcher.active
@@ -192,7 +192,7 @@ STATE_KEY = "energon"
 
 
 def _skip_counts() -> Any:
-    from energon_plugins.errors_policy import SkipCounts
+    from energon_plugins.loading.errors_policy import SkipCounts
 
     return SkipCounts()
 

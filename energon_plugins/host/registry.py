@@ -1,6 +1,6 @@
 """The registry: what plugins registered, looked up by kind and name.
 
-A :class:`Registry` is filled by :mod:`energon_plugins.manager` from the entry points of the
+A :class:`Registry` is filled by :mod:`energon_plugins.host.manager` from the entry points of the
 installed distributions (or, in tests, from modules handed to it). It holds data only; nothing
 here imports torch, transformers or Energon.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import pydantic
 
 from energon_plugins._suggest import did_you_mean
-from energon_plugins.context import BuildContext
+from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import (
     EnergonPluginsError,
     PluginConflictError,
@@ -23,7 +23,7 @@ from energon_plugins.errors import (
     PluginNotFoundError,
     PluginOptionsError,
 )
-from energon_plugins.kinds import KINDS, Kind, normalize_kind
+from energon_plugins.host.kinds import KINDS, Kind, normalize_kind
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
