@@ -6,6 +6,8 @@ Also: overlong policies counted, every sample exactly once over a finite pass wi
 carry-over, fill ratio with carry-over, and configuration errors.
 """
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -143,6 +145,38 @@ def test_packed_sample_fields(vqa_dataset, tokenizer, clip_processor, unpacked):
     assert pack.seq_lengths == [-(-unpacked[k].length // 4) * 4 for k in keys]
     assert pack.length == sum(pack.seq_lengths)
     assert pack.num_images == 3 and pack.pixel_values.shape[0] == 3
+    assert pack.image_token_counts == [c for k in keys for c in unpacked[k].image_token_counts]
+
+
+def test_visual_and_token_fields_follow_packing_and_batching(
+    vqa_dataset, tokenizer, clip_processor, unpacked
+):
+    """Model-specific vision inputs are concatenated per image; per-token fields stay aligned."""
+    encoder = make_dm(vqa_dataset, tokenizer, clip_processor,
+                      strategy(pad_to_multiple_of=4)).task_encoder
+    keys = sorted(unpacked)[:4]
+    samples = [
+        dataclasses.replace(
+            unpacked[k],
+            visual={"image_sizes": torch.tensor([[i, i + 1]])},
+            token_fields={"token_type_ids": (unpacked[k].input_ids == encoder.image_token_id).long()},
+        )
+        for i, k in enumerate(keys)
+    ]
+    packs = [encoder.pack_selected_samples(samples[:2]), encoder.pack_selected_samples(samples[2:])]
+    for pack, group in zip(packs, (samples[:2], samples[2:])):
+        assert torch.equal(pack.visual["image_sizes"], torch.cat([s.visual["image_sizes"] for s in group]))
+        types = pack.token_fields["token_type_ids"]
+        assert types.shape == pack.input_ids.shape
+        assert torch.equal(types.bool(), pack.input_ids == encoder.image_token_id)
+    batch = encoder.batch(packs)
+    assert torch.equal(batch.visual["image_sizes"], torch.tensor([[0, 1], [1, 2], [2, 3], [3, 4]]))
+    types = batch.token_fields["token_type_ids"]
+    assert types.shape == batch.input_ids.shape
+    assert torch.equal(types.bool(), batch.input_ids == encoder.image_token_id)
+    assert batch.image_token_counts.tolist() == [
+        c for s in samples for c in s.image_token_counts
+    ]
 
 
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])

@@ -27,6 +27,16 @@ class EncodedSample(Sample):
         num_images: how many images the sample holds.
         seq_lengths: lengths of the sub-sequences; one entry for an unpacked sample.
         truncated: whether tokens were cut to fit the sequence length.
+        visual: further inputs of the vision model, by the keyword its ``forward`` takes
+            (``image_sizes``, ``pixel_attention_mask``, ``num_patches``, ``video_grid_thw``,
+            ...), each holding this sample's images (or videos) along dim 0. Packing and
+            ``batch`` combine them with the encoder's ``collate_visual`` (default: concatenate
+            along dim 0). ``None`` when there are none.
+        token_fields: further per-token inputs aligned with ``input_ids``, ``(L,)`` each
+            (``token_type_ids`` of Gemma 3, ``mm_token_type_ids``, ...): concatenated when
+            packing, padded with 0 when batching. ``None`` when there are none.
+        image_token_counts: how many tokens each image (or video) takes in ``input_ids``, in
+            order; ``None`` when unknown.
     """
 
     input_ids: torch.Tensor
@@ -37,6 +47,9 @@ class EncodedSample(Sample):
     num_images: int = 0
     seq_lengths: list[int] | None = None
     truncated: bool = False
+    visual: dict[str, torch.Tensor] | None = None
+    token_fields: dict[str, torch.Tensor] | None = None
+    image_token_counts: list[int] | None = None
 
     @property
     def length(self) -> int:
@@ -60,6 +73,11 @@ class MultiModalBatch(Batch):
         num_images: ``(B,)`` int64 images per row, so rows can find their images.
         packed_seq_params: megatron-core ``PackedSeqParams(qkv_format="thd")`` for packed
             batches, else ``None``.
+        visual: the samples' further vision inputs (see :class:`EncodedSample`), each
+            collated by the encoder's ``collate_visual``; ``None`` when there are none.
+        token_fields: ``(B, L)`` per-token inputs, padded with 0; ``None`` when there are none.
+        image_token_counts: ``(N,)`` int64 tokens per image over the batch, in order, when
+            every sample knows them; else ``None``.
     """
 
     input_ids: torch.Tensor
@@ -71,3 +89,6 @@ class MultiModalBatch(Batch):
     image_grid_thw: torch.Tensor | None = None
     num_images: torch.Tensor | None = None
     packed_seq_params: Any = None
+    visual: dict[str, torch.Tensor] | None = None
+    token_fields: dict[str, torch.Tensor] | None = None
+    image_token_counts: torch.Tensor | None = None

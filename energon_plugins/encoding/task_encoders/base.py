@@ -270,13 +270,63 @@ class PluginTaskEncoder(
             image_grid_thw=image_grid_thw,
             num_images=num_images,
             packed_seq_params=packed_seq_params,
+            visual=self.combine_visual([s.visual for s in samples]),
+            token_fields=_pad_token_fields([s.token_fields for s in samples], lengths, width),
+            image_token_counts=_token_counts([s.image_token_counts for s in samples]),
         )
         return self.finish_packed_batch(samples, batch)
+
+    def collate_visual(self, key: str, parts: list[torch.Tensor]) -> torch.Tensor:
+        """Combine the ``visual[key]`` tensors of several samples (in order) into one.
+
+        The default concatenates along dim 0; override (or consult a per-key table) for
+        inputs laid out otherwise, such as tiles padded to a common count.
+        """
+        return torch.cat(parts, dim=0)
+
+    def combine_visual(
+        self, visuals: list[dict[str, torch.Tensor] | None]
+    ) -> dict[str, torch.Tensor] | None:
+        """Each key of the samples' ``visual`` mappings, combined by :meth:`collate_visual`."""
+        keys = list(dict.fromkeys(key for visual in visuals if visual for key in visual))
+        if not keys:
+            return None
+        return {
+            key: self.collate_visual(
+                key, [v[key] for v in visuals if v and v.get(key) is not None]
+            )
+            for key in keys
+        }
 
     @stateless
     def encode_batch(self, batch: MultiModalBatch) -> MultiModalBatch:
         """Return the batch unchanged (override to post-process a collated batch)."""
         return batch
+
+
+def _pad_token_fields(
+    fields: list[dict[str, torch.Tensor] | None], lengths: list[int], width: int
+) -> dict[str, torch.Tensor] | None:
+    """``(B, width)`` per-token fields, 0 past each row's length (and in rows without one)."""
+    keys = list(dict.fromkeys(key for f in fields if f for key in f))
+    if not keys:
+        return None
+    out = {}
+    for key in keys:
+        dtype = next(f[key].dtype for f in fields if f and key in f)
+        padded = torch.zeros((len(fields), width), dtype=dtype)
+        for row, f in enumerate(fields):
+            if f and key in f:
+                padded[row, : lengths[row]] = f[key]
+        out[key] = padded
+    return out
+
+
+def _token_counts(counts: list[list[int] | None]) -> torch.Tensor | None:
+    """Tokens per image over the batch, when every sample knows its counts."""
+    if any(c is None for c in counts):
+        return None
+    return torch.tensor([n for c in counts for n in c], dtype=torch.long)  # type: ignore[union-attr]
 
 
 def _cat(parts: list[torch.Tensor | None]) -> torch.Tensor | None:

@@ -215,6 +215,7 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
             num_images=kept_images,
             seq_lengths=[len(ids)],
             truncated=truncated,
+            image_token_counts=counts[:kept_images],
         )
 
     def truncate(

@@ -102,6 +102,28 @@ def packed_seq_params(real_segments: list[int], padded_segments: list[int],
     )
 
 
+def _packed_token_fields(
+    samples: list[EncodedSample], laid_out: list[int]
+) -> dict[str, torch.Tensor] | None:
+    """The samples' per-token fields end to end, each padded with 0 to its laid-out width."""
+    keys = list(dict.fromkeys(k for s in samples if s.token_fields for k in s.token_fields))
+    if not keys:
+        return None
+    out = {}
+    for key in keys:
+        dtype = next(
+            s.token_fields[key].dtype for s in samples if s.token_fields and key in s.token_fields
+        )
+        row = torch.zeros(sum(laid_out), dtype=dtype)
+        start = 0
+        for sample, width in zip(samples, laid_out, strict=True):
+            if sample.token_fields and key in sample.token_fields:
+                row[start : start + sample.length] = sample.token_fields[key]
+            start += width
+        out[key] = row
+    return out
+
+
 class PackingMixin:
     """Energon's packing hooks, driven by the selected packing strategy.
 
@@ -286,12 +308,18 @@ class PackingMixin:
         """
         cut = capacity
         pixel_values, grid, num_images = sample.pixel_values, sample.image_grid_thw, sample.num_images
+        visual, counts = sample.visual, sample.image_token_counts
         image_id = getattr(self, "image_token_id", None)
         if num_images and isinstance(image_id, int):
             is_image = sample.input_ids == image_id
             if bool(is_image[cut:].any()):
                 cut = int(is_image.nonzero()[0, 0])
-                pixel_values, grid, num_images = None, None, 0
+                pixel_values, grid, num_images, visual, counts = None, None, 0, None, []
+        token_fields = (
+            {key: value[:cut] for key, value in sample.token_fields.items()}
+            if sample.token_fields
+            else None
+        )
         return EncodedSample.derive_from(
             sample,
             input_ids=sample.input_ids[:cut],
@@ -302,6 +330,9 @@ class PackingMixin:
             num_images=num_images,
             seq_lengths=[cut],
             truncated=True,
+            visual=visual,
+            token_fields=token_fields,
+            image_token_counts=counts,
         )
 
     @stateless
@@ -341,6 +372,7 @@ class PackingMixin:
         grids = [s.image_grid_thw for s in samples if s.image_grid_thw is not None]
         keys = [str(s.__key__) for s in samples]
         sources = tuple(src for s in samples for src in (s.__sources__ or ()))
+        counts = [s.image_token_counts for s in samples]
         return PackedSample.derive_from(
             samples[0],
             __key__=",".join(keys),
@@ -355,6 +387,11 @@ class PackingMixin:
             real_seq_lengths=real,
             sub_keys=keys,
             truncated=any(bool(s.truncated) for s in samples),
+            visual=self.combine_visual([s.visual for s in samples]),  # type: ignore[attr-defined]
+            token_fields=_packed_token_fields(samples, laid_out),
+            image_token_counts=None
+            if any(c is None for c in counts)
+            else [n for c in counts for n in c],  # type: ignore[union-attr]
         )
 
     def finish_packed_batch(self, samples: list[EncodedSample], batch: Any) -> Any:
