@@ -37,11 +37,18 @@ DEFAULT_MAX_CONSECUTIVE_ERRORS = 100
 
 
 class CountedSkip(SkipSample):
-    """Skip a sample on purpose and count it under ``reason`` (e.g. ``too_long``)."""
+    """Skip a sample and count it under ``reason`` (e.g. ``too_long``).
 
-    def __init__(self, reason: str, message: str = "") -> None:
+    ``deliberate=True``: a policy the user chose asks for the skip (``truncation: drop``), so
+    it skips even under ``on_error="raise"``. Otherwise the skip reports a problem with the
+    data (no label left, ...), which ``on_error="raise"`` turns into an error naming the
+    sample.
+    """
+
+    def __init__(self, reason: str, message: str = "", *, deliberate: bool = False) -> None:
         super().__init__(message or reason)
         self.reason = reason
+        self.deliberate = deliberate
 
 
 def _sample_key(sample: Any) -> str:
@@ -105,7 +112,13 @@ class PluginTaskEncoder(
 
     Error counts (:meth:`error_counts`) live in the process that encodes: with
     ``num_workers > 0`` each worker process holds its own counts.
+
+    Class attribute ``supported_sample_types``: the Energon sample types ``encode_sample``
+    reads (cooked crude samples aside). When set, a dataset of another type is refused before
+    any loader starts, with a message naming both; ``None`` (the default) skips the check.
     """
+
+    supported_sample_types: tuple[type, ...] | None = None
 
     def __init__(
         self,
@@ -174,6 +187,11 @@ class PluginTaskEncoder(
         """
         if isinstance(exc, FatalSampleError) or getattr(exc, "_counted_by", None) is self:
             raise exc  # fatal, or already counted by a wrapped super().encode_sample
+        if isinstance(exc, CountedSkip) and not exc.deliberate and self.on_error == "raise":
+            raise FatalSampleError(
+                f"{type(self).__name__} cannot use sample {_sample_key(sample)!r} "
+                f"({exc.reason}): {exc} (on_error='raise'; 'skip' skips and counts it)"
+            ) from exc
         if isinstance(exc, CountedSkip):
             reason, skip = exc.reason, exc
         elif isinstance(exc, SkipSample):
@@ -342,7 +360,9 @@ def build_packed_seq_params(segment_lengths: list[int]) -> Any:
     ``segment_lengths`` lists every sub-sequence of every row in order, each row's padding
     tail as its own segment, so the cumulative lengths cover the flattened ``B * L`` tokens.
     """
-    from megatron.core.packed_seq_params import PackedSeqParams
+    from energon_plugins._quiet import import_quietly
+
+    PackedSeqParams = import_quietly("megatron.core.packed_seq_params").PackedSeqParams
 
     lengths = torch.tensor(segment_lengths, dtype=torch.int32)
     cu = torch.zeros(len(segment_lengths) + 1, dtype=torch.int32)

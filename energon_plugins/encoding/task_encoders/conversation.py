@@ -46,6 +46,28 @@ def gpt_turns(conversations: Any, key: str) -> list[tuple[str, str]]:
     return turns
 
 
+def vqa_answer(sample: Any) -> str:
+    """The answer a ``VQASample`` trains on: its first answer.
+
+    ``answers`` is a list in Energon's sample type; a field map that maps a plain string there
+    gives one answer (not one answer per character).
+
+    Raises:
+        ValueError: the sample has no answer, or its answers are not strings; the key is named.
+    """
+    answers = sample.answers
+    if isinstance(answers, str):
+        answers = [answers]
+    if not answers:
+        raise ValueError(f"VQASample {sample.__key__!r} has no answers")
+    answer = answers[0]
+    if not isinstance(answer, str):
+        raise ValueError(
+            f"VQASample {sample.__key__!r}: answers[0] is {type(answer).__name__}, expected a string"
+        )
+    return answer
+
+
 def build_messages(
     template: ConversationTemplate, turns: Sequence[tuple[str, str]]
 ) -> list[Message]:
@@ -73,6 +95,31 @@ def _has_chat_template(tokenizer: Any, override: str | None) -> bool:
     return bool(override) or bool(getattr(tokenizer, "chat_template", None))
 
 
+def end_of_turn(tokenizer: Any, template: ConversationTemplate) -> str:
+    """What ends an assistant turn when there is no chat template: the template's
+    ``stop_string``, else the tokenizer's ``eos_token``. It is labelled, so the model learns to
+    stop.
+
+    Raises:
+        ConfigError: neither is set (the model would never learn where an answer ends).
+    """
+    if template.stop_string:
+        return template.stop_string
+    eos = getattr(tokenizer, "eos_token", None)
+    if isinstance(eos, str) and eos:
+        return eos
+    raise ConfigError(
+        "sample_config.conversation_template.stop_string: the tokenizer has no chat template "
+        "and no eos_token, so nothing would end an assistant answer in the labels; set "
+        "stop_string (e.g. '</s>'), or a chat_template"
+    )
+
+
+def uses_plain_rendering(tokenizer: Any, template: ConversationTemplate) -> bool:
+    """Whether conversations are rendered without a chat template (``role: content`` lines)."""
+    return not _has_chat_template(tokenizer, template.chat_template)
+
+
 def render_chat(
     tokenizer: Any,
     messages: Sequence[Message],
@@ -83,8 +130,8 @@ def render_chat(
     """Render ``messages`` to text with the chat template.
 
     ``template.chat_template`` overrides the tokenizer's; without either, each message is
-    rendered as ``"{role}: {content}\\n"`` (the assistant content followed by the template's
-    stop string, if any) and the generation prompt is ``"{assistant_role}: "``.
+    rendered as ``"{role}: {content}\\n"`` (the assistant content followed by
+    :func:`end_of_turn`) and the generation prompt is ``"{assistant_role}: "``.
     """
     override = template.chat_template
     if _has_chat_template(tokenizer, override):
@@ -95,11 +142,12 @@ def render_chat(
         if not isinstance(text, str):
             raise TypeError(f"apply_chat_template returned {type(text).__name__}, expected str")
         return text
+    stop = end_of_turn(tokenizer, template)
     parts = []
     for msg in messages:
         content = msg["content"]
-        if msg["role"] == template.assistant_role and template.stop_string:
-            content = content + template.stop_string
+        if msg["role"] == template.assistant_role:
+            content = content + stop
         parts.append(f"{msg['role']}: {content}\n")
     if add_generation_prompt:
         parts.append(f"{template.assistant_role}: ")
