@@ -300,7 +300,8 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         out = self.call_processor(text, images)
         ids = out["input_ids"][0].to(torch.long)
         offsets = np.asarray(out["offset_mapping"][0])
-        replacements = list((out.get("text_replacement_offsets") or [[]])[0])
+        reported = out.get("text_replacement_offsets")  # a (1, 0) tensor when empty (InternVL)
+        replacements = list(reported[0]) if reported is not None and len(reported) else []
         shifted = expanded_positions([p for span in spans for p in span], replacements)
         labelled = token_mask(offsets, list(zip(shifted[0::2], shifted[1::2])))
         image_spans = [token_mask(offsets, [r["new_span"]]) for r in replacements
