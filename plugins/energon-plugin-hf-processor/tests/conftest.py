@@ -85,3 +85,46 @@ def conversation_data(tmp_path_factory):
     write_crude_dataset(root, samples, fmt="chatml", samples_per_shard=2,
                         split_ratio=(("train", 1.0),))
     return root, originals
+
+
+def _datamodule(path, processor_dir, tokenizer, *, packed, seq_length=2048, **options):
+    import energon_plugins
+
+    kwargs = {}
+    if packed:
+        kwargs = {"packing": energon_plugins.create("packing_strategy", "first-fit-decreasing"),
+                  "packing_buffer_size": 6}
+    return energon_plugins.EnergonMultiModalDataModule(
+        str(path), tokenizer, None, seq_length=seq_length, micro_batch_size=2, num_workers=0,
+        shuffle_buffer_size=None,
+        task_encoder={"name": "hf-processor",
+                      "options": {"processor": str(processor_dir), "padding": "longest", **options}},
+        **kwargs,
+    )
+
+
+def _batches(dm, keys):
+    """Batches until every key was seen."""
+    seen = set()
+    loader = dm.train_dataloader()
+    for _ in range(4 * len(keys)):
+        batch = next(loader)
+        yield batch
+        seen.update(k for key in batch.__key__ for k in key.split(","))
+        if seen >= set(keys):
+            return
+    raise AssertionError(f"keys never seen: {sorted(set(keys) - seen)}")
+
+
+
+@pytest.fixture(scope="session")
+def make_datamodule():
+    """``make_datamodule(path, processor_dir, tokenizer, *, packed, seq_length=2048, **options)``:
+    the real datamodule with the ``hf-processor`` encoder (batches of 2, no shuffling)."""
+    return _datamodule
+
+
+@pytest.fixture(scope="session")
+def every_batch():
+    """``every_batch(datamodule, keys)``: training batches until every key was seen."""
+    return _batches

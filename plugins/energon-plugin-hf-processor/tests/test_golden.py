@@ -16,7 +16,6 @@ import re
 import pytest
 import torch
 
-import energon_plugins
 from energon_plugin_hf_processor.families import family_for
 from energon_plugin_hf_processor.tiny import TINY_FAMILIES
 
@@ -61,33 +60,6 @@ def label_runs(labels):
     return runs
 
 
-def datamodule(path, processor_dir, tokenizer, *, packed, seq_length=2048, **options):
-    kwargs = {}
-    if packed:
-        kwargs = {"packing": energon_plugins.create("packing_strategy", "first-fit-decreasing"),
-                  "packing_buffer_size": 6}
-    return energon_plugins.EnergonMultiModalDataModule(
-        str(path), tokenizer, None, seq_length=seq_length, micro_batch_size=2, num_workers=0,
-        shuffle_buffer_size=None,
-        task_encoder={"name": "hf-processor",
-                      "options": {"processor": str(processor_dir), "padding": "longest", **options}},
-        **kwargs,
-    )
-
-
-def batches(dm, keys):
-    """Batches until every key was seen."""
-    seen = set()
-    loader = dm.train_dataloader()
-    for _ in range(4 * len(keys)):
-        batch = next(loader)
-        yield batch
-        seen.update(k for key in batch.__key__ for k in key.split(","))
-        if seen >= set(keys):
-            return
-    raise AssertionError(f"keys never seen: {sorted(set(keys) - seen)}")
-
-
 def check_labels(tokenizer, reference, ids, labels, expected_answers, end_token):
     """The labelled runs decode to the answers (each with its end-of-turn token, if any)."""
     assert torch.equal(labels[labels != IGNORE], ids[labels != IGNORE])
@@ -117,7 +89,8 @@ END_OF_TURN = {
 
 @pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_batches_equal_the_processors_output(family, packed, processor_dirs, conversation_data):
+def test_batches_equal_the_processors_output(family, packed, processor_dirs, conversation_data,
+                                              make_datamodule, every_batch):
     from transformers import AutoProcessor
 
     path, originals = conversation_data
@@ -125,10 +98,10 @@ def test_batches_equal_the_processors_output(family, packed, processor_dirs, con
     spec = family_for(processor)
     assert spec.name == family
     markers = "{% generation %}" in processor.chat_template
-    dm = datamodule(path, processor_dirs[family], processor.tokenizer, packed=packed)
+    dm = make_datamodule(path, processor_dirs[family], processor.tokenizer, packed=packed)
     checked = set()
     packed_rows = 0
-    for batch in batches(dm, list(originals)):
+    for batch in every_batch(dm, list(originals)):
         width = batch.input_ids.shape[1]
         row_keys = [key.split(",") for key in batch.__key__]
         refs = {}
