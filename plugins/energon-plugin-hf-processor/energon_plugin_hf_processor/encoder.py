@@ -55,8 +55,11 @@ logger = logging.getLogger(__name__)
 _TEXT_KEYS = ("input_ids", "attention_mask", "offset_mapping", "text_replacement_offsets")
 
 
-def load_processor(options: HFProcessorOptions) -> Any:
+def load_processor(options: HFProcessorOptions, tokenizer: Any = None) -> Any:
     """``AutoProcessor.from_pretrained(options.processor)``, offline.
+
+    Without ``options.processor``, the directory ``tokenizer`` was loaded from (its
+    ``name_or_path``: ``tokenizer.path`` of a config file) is used.
 
     Raises:
         ConfigError: naming ``task_encoder.options.processor`` and why loading failed.
@@ -65,10 +68,16 @@ def load_processor(options: HFProcessorOptions) -> Any:
 
     from transformers import AutoProcessor
 
-    path = pathlib.Path(options.processor).expanduser()
+    source = options.processor or getattr(tokenizer, "name_or_path", None)
+    if not source:
+        raise ConfigError(
+            "task_encoder.options.processor: not set, and the tokenizer names no directory; "
+            "give the local directory of the model's processor"
+        )
+    path = pathlib.Path(source).expanduser()
     if not path.is_dir():
         raise ConfigError(
-            f"task_encoder.options.processor: {options.processor!r} is not a directory (give "
+            f"task_encoder.options.processor: {str(source)!r} is not a directory (give "
             "the local directory of the model's processor; nothing is downloaded)"
         )
     try:
@@ -122,7 +131,7 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         options: HFProcessorOptions,
         processor: Any = None,
     ) -> None:
-        processor = processor if processor is not None else load_processor(options)
+        processor = processor if processor is not None else load_processor(options, context.tokenizer)
         tokenizer = processor.tokenizer
         if context.tokenizer is not None and len(context.tokenizer) != len(tokenizer):
             logger.warning(
@@ -372,8 +381,4 @@ def build_hf_processor_task_encoder(
     options: HFProcessorOptions, context: BuildContext
 ) -> HFProcessorTaskEncoder:
     """Factory of the ``hf-processor`` task encoder (``factory(options, context)``)."""
-    if options is None:
-        raise ConfigError(
-            "task_encoder hf-processor needs options: {processor: /path/to/model/directory}"
-        )
-    return HFProcessorTaskEncoder(context, options)
+    return HFProcessorTaskEncoder(context, options if options is not None else HFProcessorOptions())

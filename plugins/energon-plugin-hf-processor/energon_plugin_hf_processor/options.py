@@ -10,11 +10,12 @@ class HFProcessorOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    processor: str = Field(
+    processor: str | None = Field(
+        default=None,
         min_length=1,
         description="A local directory that transformers' AutoProcessor.from_pretrained loads "
-        "(the model's own directory: tokenizer, image processor and chat template). Nothing is "
-        "downloaded.",
+        "(the model's own directory: tokenizer, image processor and chat template); nothing is "
+        "downloaded. None: the directory tokenizer.path names.",
     )
     trust_remote_code: bool = Field(
         default=False,

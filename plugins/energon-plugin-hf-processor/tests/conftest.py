@@ -49,7 +49,7 @@ CONVERSATIONS = {
 }
 
 
-def make_image(size, seed):
+def _make_image(size, seed):
     """A small RGB image with random pixels (PNG round-trips it exactly)."""
     from PIL import Image
 
@@ -79,7 +79,7 @@ def conversation_data(tmp_path_factory):
     originals = {}
     samples = []
     for n, (key, (sizes, conversation)) in enumerate(CONVERSATIONS.items()):
-        images = [make_image(size, 100 * n + i) for i, size in enumerate(sizes)]
+        images = [_make_image(size, 100 * n + i) for i, size in enumerate(sizes)]
         originals[key] = (images, conversation)
         samples.append((key, images, conversation))
     write_crude_dataset(root, samples, fmt="chatml", samples_per_shard=2,
@@ -128,3 +128,9 @@ def make_datamodule():
 def every_batch():
     """``every_batch(datamodule, keys)``: training batches until every key was seen."""
     return _batches
+
+
+@pytest.fixture(scope="session")
+def make_image():
+    """``make_image((w, h), seed)``: a small RGB image with random pixels."""
+    return _make_image
