@@ -170,13 +170,22 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
 
     def _call_kwargs(self) -> dict[str, Any]:
         kwargs = dict(self.options.processor_kwargs)
+        image_processor = self.processor.image_processor
+        budget = {"shortest_edge": self.options.min_pixels, "longest_edge": self.options.max_pixels}
+        size = getattr(image_processor, "size", None)
+        if self.family.pixel_budget and getattr(size, "longest_edge", None) is not None:
+            # Qwen-style processors keep the pixel budget as size {shortest,longest}_edge.
+            if any(v is not None for v in budget.values()):
+                kwargs["size"] = {k: v if v is not None else getattr(size, k)
+                                  for k, v in budget.items()}
+            return kwargs
         for name in ("min_pixels", "max_pixels"):
             value = getattr(self.options, name)
             if value is None:
                 continue
-            if not self.family.pixel_budget and not hasattr(self.processor.image_processor, name):
+            if not hasattr(image_processor, name):
                 raise ConfigError(
-                    f"task_encoder.options.{name}: the {type(self.processor.image_processor).__name__} "
+                    f"task_encoder.options.{name}: the {type(image_processor).__name__} "
                     f"of {type(self.processor).__name__} has no {name} (dynamic-resolution "
                     "processors such as Qwen2-VL's have); use processor_kwargs for its own size "
                     "settings"

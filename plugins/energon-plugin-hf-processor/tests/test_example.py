@@ -32,5 +32,5 @@ def test_example_validates_and_benches(example):
     assert "task_encoder 'hf-processor'" in result.output
     result = CliRunner().invoke(cli, ["bench", str(example), "--batches", "1", "--json"])
     assert result.exit_code == 0, result.output
-    figures = json.loads(result.output[result.output.index("{"):])
+    figures = json.loads(result.stdout)
     assert figures["samples"] > 4 and figures["loss_tokens"] > 0 and figures["seq_length"] == 1024
