@@ -380,6 +380,26 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
                     type(self.processor).__name__, key, family.name,
                 )
 
+    # ------------------------------------------------------------------ preview
+    def preview_images(self, batch: Any) -> list[list[torch.Tensor]]:
+        """Per row, the ``(C, H, W)`` images ``preview`` draws (for a one-row image layout,
+        each image's last sub-image: the whole image)."""
+        from energon_plugins.cli.batch_images import row_images
+
+        if self.family.pixel_values != "image_row" or batch.pixel_values is None:
+            return row_images(batch, self.image_processor)
+        per_image = getattr(self.processor, "image_seq_len", 1) or 1
+        subs = [max(1, int(n) // per_image) for n in batch.image_token_counts.tolist()]
+        flat, rows, image, offset = batch.pixel_values[0], [], 0, 0
+        for count in batch.num_images.tolist():
+            drawn = []
+            for _ in range(int(count)):
+                offset += subs[image]
+                drawn.append(flat[offset - 1])
+                image += 1
+            rows.append(drawn)
+        return rows
+
     # ------------------------------------------------------------------ combining
     def collate_visual(self, key: str, parts: list[torch.Tensor]) -> torch.Tensor:
         """Combine the samples' ``key`` tensors by the family's rule (concat, padded, one row)."""
