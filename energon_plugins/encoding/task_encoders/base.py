@@ -273,8 +273,8 @@ class PluginTaskEncoder(
             segments.extend(sub)
             if width > n:
                 segments.append(width - n)
-        pixel_values = _cat([s.pixel_values for s in samples])
-        image_grid_thw = _cat([s.image_grid_thw for s in samples])
+        pixel_values = self.combine_parts("pixel_values", [s.pixel_values for s in samples])
+        image_grid_thw = self.combine_parts("image_grid_thw", [s.image_grid_thw for s in samples])
         num_images = torch.tensor([int(s.num_images) for s in samples], dtype=torch.long)
         packed_seq_params = build_packed_seq_params(segments) if packed else None
         batch = MultiModalBatch.from_samples(
@@ -295,12 +295,21 @@ class PluginTaskEncoder(
         return self.finish_packed_batch(samples, batch)
 
     def collate_visual(self, key: str, parts: list[torch.Tensor]) -> torch.Tensor:
-        """Combine the ``visual[key]`` tensors of several samples (in order) into one.
+        """Combine the ``key`` tensors of several samples (in order) into one.
 
-        The default concatenates along dim 0; override (or consult a per-key table) for
-        inputs laid out otherwise, such as tiles padded to a common count.
+        ``key`` is a ``visual`` key, or ``pixel_values`` / ``image_grid_thw`` (which packing and
+        ``batch`` combine the same way). The default concatenates along dim 0; override (or
+        consult a per-key table) for inputs laid out otherwise, such as tiles padded to a
+        common count.
         """
         return torch.cat(parts, dim=0)
+
+    def combine_parts(self, key: str, parts: list[torch.Tensor | None]) -> torch.Tensor | None:
+        """The samples' ``key`` tensors combined by :meth:`collate_visual` (``None`` if none)."""
+        tensors = [p for p in parts if p is not None]
+        if not tensors:
+            return None
+        return self.collate_visual(key, tensors)
 
     def combine_visual(
         self, visuals: list[dict[str, torch.Tensor] | None]
@@ -345,13 +354,6 @@ def _token_counts(counts: list[list[int] | None]) -> torch.Tensor | None:
     if any(c is None for c in counts):
         return None
     return torch.tensor([n for c in counts for n in c], dtype=torch.long)  # type: ignore[union-attr]
-
-
-def _cat(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
-    tensors = [p for p in parts if p is not None]
-    if not tensors:
-        return None
-    return torch.cat(tensors, dim=0)
 
 
 def build_packed_seq_params(segment_lengths: list[int]) -> Any:

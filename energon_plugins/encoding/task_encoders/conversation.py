@@ -5,7 +5,7 @@ plugin encoders. Labels are aligned with ``input_ids`` (the model shifts them); 
 outside an assistant answer carries the ignore index.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from energon_plugins.errors import ConfigError
@@ -66,6 +66,88 @@ def vqa_answer(sample: Any) -> str:
             f"VQASample {sample.__key__!r}: answers[0] is {type(answer).__name__}, expected a string"
         )
     return answer
+
+
+def chat_turns(conversation: Any, key: str) -> list[tuple[str, Any]]:
+    """A conversation's turns as ``(role, content)`` pairs, roles in ``system``/``user``/``assistant``.
+
+    Accepts the shapes datasets store: ChatML / OpenAI ``{"role": ..., "content": ...}`` and
+    GPT-style (LLaVA, ShareGPT) ``{"from": ..., "value": ...}`` turns (roles mapped with
+    :data:`GPT_ROLES`, so ``human``/``gpt`` work in either shape). A content is a string or a
+    list of typed parts (``{"type": "text", "text": ...}``, ``{"type": "image"}``), returned
+    as it is.
+
+    Raises:
+        ValueError: the conversation is not a non-empty list, a turn has neither shape, its
+            role is unknown or its content is neither a string nor a list; the sample key
+            and the index of the turn are named.
+    """
+    if not isinstance(conversation, list) or not conversation:
+        raise ValueError(f"sample {key!r}: the conversation is not a non-empty list of turns")
+    turns = []
+    for i, turn in enumerate(conversation):
+        if not isinstance(turn, dict):
+            raise ValueError(f"sample {key!r}: conversation[{i}] is not a dict")
+        if "role" in turn:
+            field, speaker, content = "role", turn.get("role"), turn.get("content")
+        elif "from" in turn:
+            field, speaker, content = "from", turn.get("from"), turn.get("value")
+        else:
+            raise ValueError(
+                f"sample {key!r}: conversation[{i}] has neither 'role'/'content' nor "
+                f"'from'/'value' (keys: {sorted(turn)})"
+            )
+        if speaker not in GPT_ROLES:
+            raise ValueError(
+                f"sample {key!r}: conversation[{i}].{field} is {speaker!r}; expected one of "
+                f"{sorted(GPT_ROLES)}"
+            )
+        if not isinstance(content, (str, list)):
+            raise ValueError(
+                f"sample {key!r}: conversation[{i}] content is {type(content).__name__}, "
+                "expected a string or a list of parts"
+            )
+        turns.append((GPT_ROLES[speaker], content))
+    return turns
+
+
+def content_parts(content: Any, image_tag: str) -> list[dict[str, Any]]:
+    """A turn's content as typed parts: ``{"type": "text", "text": ...}`` and ``{"type": "image"}``.
+
+    A string is split at every ``image_tag`` (``<image>``); the whitespace that separates a
+    tag from the text next to it is dropped (``"<image>\\nQ"`` is an image, then ``"Q"``), so
+    the chat template alone decides how images and text are joined. A list of parts is
+    checked and copied (an image part keeps only its type: the images travel separately).
+
+    Raises:
+        ValueError: a part that is neither text (with a string ``text``) nor image.
+    """
+    if isinstance(content, str):
+        pieces = content.split(image_tag)
+        parts: list[dict[str, Any]] = []
+        last = len(pieces) - 1
+        for i, piece in enumerate(pieces):
+            if i > 0:
+                parts.append({"type": "image"})
+                piece = piece.lstrip()
+            if i < last:
+                piece = piece.rstrip()
+            if piece:
+                parts.append({"type": "text", "text": piece})
+        return parts
+    parts = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "image":
+            parts.append({"type": "image"})
+        elif kind == "text" and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        else:
+            raise ValueError(
+                f"content part {i} is {part!r}; expected {{'type': 'text', 'text': str}} or "
+                "{'type': 'image'}"
+            )
+    return parts
 
 
 def build_messages(
@@ -201,27 +283,40 @@ def tokenize_texts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
     return [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
 
 
-def _assistant_spans(
-    tokenizer: Any, messages: Sequence[Message], template: ConversationTemplate
+def assistant_char_spans(
+    render: Callable[[Sequence[Any], bool], str],
+    messages: Sequence[Any],
+    is_answer: Callable[[Any], bool],
+    answer_text: Callable[[Any], str],
+    *,
+    stop_string: str | None = None,
 ) -> tuple[str, list[tuple[int, int]]]:
-    """The full rendered text and the character spans of every assistant answer.
+    """The rendered conversation and the character span of every answer in it.
 
-    Uses the prefix property: rendering the conversation up to an assistant turn with
+    ``render(messages, add_generation_prompt)`` renders a conversation (any chat template,
+    any message shape); ``is_answer(message)`` tells the turns whose text carries labels and
+    ``answer_text(message)`` their text.
+
+    Uses the prefix property: rendering the conversation up to an answer with
     ``add_generation_prompt=True`` gives a prefix of the full text; the answer runs from
-    there to the end of the rendering that includes that turn. Where a template breaks the
-    property (it rewrites earlier turns), the answer text itself is located in the full text.
-    Whitespace the template writes after a turn is not part of the answer.
+    there to the end of the rendering that includes it, with whatever closes the turn (an
+    end-of-turn token) and without the whitespace written after it. Where a template breaks
+    the property (it rewrites earlier turns), each answer's text is located in order in the
+    full text, followed by ``stop_string`` when that comes next.
+
+    Raises:
+        ValueError: an answer cannot be located in the rendered text.
     """
-    full = render_chat(tokenizer, messages, template)
+    full = render(messages, False)
     spans: list[tuple[int, int]] = []
     prefix_ok = True
     last = len(messages) - 1
     for i, msg in enumerate(messages):
-        if msg["role"] != template.assistant_role:
+        if not is_answer(msg):
             continue
-        before = render_chat(tokenizer, messages[:i], template, add_generation_prompt=True)
+        before = render(messages[:i], True)
         # The rendering up to the last turn is the full text: no second render.
-        upto = full if i == last else render_chat(tokenizer, messages[: i + 1], template)
+        upto = full if i == last else render(messages[: i + 1], False)
         if not (upto.startswith(before) and full.startswith(upto)):
             prefix_ok = False
             break
@@ -232,9 +327,9 @@ def _assistant_spans(
     spans = []
     pos = 0
     for msg in messages:
-        if msg["role"] != template.assistant_role:
+        if not is_answer(msg):
             continue
-        content = msg["content"]
+        content = answer_text(msg).strip()
         start = full.find(content, pos) if content else -1
         if start < 0:
             raise ValueError(
@@ -242,12 +337,28 @@ def _assistant_spans(
                 "neither keeps the prefix property nor the answer text verbatim)"
             )
         end = start + len(content)
-        stop = template.stop_string
-        if stop and full.startswith(stop, end):
-            end += len(stop)
+        if stop_string and full.startswith(stop_string, end):
+            end += len(stop_string)
         spans.append((start, end))
         pos = end
     return full, spans
+
+
+def _assistant_spans(
+    tokenizer: Any, messages: Sequence[Message], template: ConversationTemplate
+) -> tuple[str, list[tuple[int, int]]]:
+    """The full rendered text and the character spans of every assistant answer.
+
+    :func:`assistant_char_spans` with the tokenizer's (or the template's) chat template;
+    whitespace the template writes after a turn is not part of the answer.
+    """
+    return assistant_char_spans(
+        lambda msgs, gen: render_chat(tokenizer, msgs, template, add_generation_prompt=gen),
+        messages,
+        lambda msg: msg["role"] == template.assistant_role,
+        lambda msg: msg["content"],
+        stop_string=template.stop_string,
+    )
 
 
 def _rstrip_span(text: str, start: int, end: int) -> tuple[int, int]:

@@ -371,8 +371,6 @@ class PackingMixin:
                 f"pack of {len(samples)} samples takes {sum(laid_out)} tokens, more than the "
                 f"capacity {capacity} (the packing strategy broke its contract)"
             )
-        pixels = [s.pixel_values for s in samples if s.pixel_values is not None]
-        grids = [s.image_grid_thw for s in samples if s.image_grid_thw is not None]
         keys = [str(s.__key__) for s in samples]
         sources = tuple(src for s in samples for src in (s.__sources__ or ()))
         counts = [s.image_token_counts for s in samples]
@@ -383,8 +381,12 @@ class PackingMixin:
             input_ids=torch.cat(ids),
             labels=torch.cat(labels),
             loss_mask=torch.cat(masks),
-            pixel_values=torch.cat(pixels, dim=0) if pixels else None,
-            image_grid_thw=torch.cat(grids, dim=0) if grids else None,
+            pixel_values=self.combine_parts(  # type: ignore[attr-defined]
+                "pixel_values", [s.pixel_values for s in samples]
+            ),
+            image_grid_thw=self.combine_parts(  # type: ignore[attr-defined]
+                "image_grid_thw", [s.image_grid_thw for s in samples]
+            ),
             num_images=sum(int(s.num_images) for s in samples),
             seq_lengths=laid_out,
             real_seq_lengths=real,
