@@ -18,7 +18,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
-CONTRACT_VERBS = ("list", "show", "validate", "schema", "preview", "bench", "demo", "new-plugin")
+CONTRACT_VERBS = ("list", "show", "validate", "schema", "preview", "bench", "demo", "new-plugin",
+                  "convert")
 """The CLI verbs that /work/shared/DESIGN.md promises (shown as "not yet available" if absent)."""
 
 
@@ -279,6 +280,7 @@ KIND_TITLES = {
     "task_encoder": "Task encoders",
     "image_processor": "Image processors",
     "packing_strategy": "Packing strategies",
+    "source_format": "Source formats",
 }
 
 
