@@ -9,6 +9,7 @@ re-encoded only when asked or when the format is one the encoders' decoder does 
 
 import io
 import json
+import re
 import warnings
 from typing import Literal
 
@@ -83,8 +84,9 @@ def check_image(data: bytes, index: int, reencode: Reencode) -> tuple[str, bytes
                     return extension, data
                 return _reencode(image, reencode or "png")
     except Exception as exc:  # noqa: BLE001 - any decoder failure is this record's problem
+        detail = re.sub(r"<[^<>]* at 0x[0-9a-fA-F]+>", "the bytes", str(exc))  # no addresses
         raise RecordError(
-            "undecodable_image", f"image {index} does not decode: {type(exc).__name__}: {exc}"
+            "undecodable_image", f"image {index} does not decode: {type(exc).__name__}: {detail}"
         ) from None
 
 

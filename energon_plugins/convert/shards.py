@@ -20,11 +20,17 @@ from energon_plugins.errors import ConvertError
 
 BLOCK = tarfile.BLOCKSIZE
 END_OF_ARCHIVE = 2 * BLOCK
+RECORD = tarfile.RECORDSIZE
 
 
 def tar_size(parts: list[tuple[str, bytes]]) -> int:
     """Bytes a sample's parts take in a ustar tar (a header block each, data padded to blocks)."""
     return sum(BLOCK + -(-len(data) // BLOCK) * BLOCK for _, data in parts)
+
+
+def closed_size(offset: int) -> int:
+    """The size of a tar closed at ``offset``: end-of-archive blocks, padded to a record."""
+    return -(-(offset + END_OF_ARCHIVE) // RECORD) * RECORD
 
 
 def shard_pattern(split: str) -> re.Pattern:
@@ -74,7 +80,7 @@ class ShardStream:
     def write(self, key: str, parts: list[tuple[str, bytes]]) -> None:
         """Append one sample (``key`` plus its ``(extension, bytes)`` parts)."""
         if self._tar is not None and self._records and (
-            self._tar.offset + tar_size(parts) + END_OF_ARCHIVE > self.max_bytes
+            closed_size(self._tar.offset + tar_size(parts)) > self.max_bytes
         ):
             self._close_open()
         if self._tar is None:
