@@ -41,10 +41,10 @@ def print_summary(result: Any) -> None:
     for split, count in result.written.items():
         table.add_row(split, str(count), str(len(result.shards.get(split, []))))
     out.print(table)
-    rate = (result.records - result.resumed_from) / result.seconds if result.seconds else 0.0
     resumed = f", resumed at record {result.resumed_from}" if result.resumed_from else ""
     out.print(f"{result.records} records read, {sum(result.written.values())} written, "
-              f"{result.rejected_total} rejected ({rate:.0f} records/s{resumed})")
+              f"{result.rejected_total} rejected ({result.records_per_second:.0f} records/s, "
+              f"{result.seconds:.1f} s in all{resumed})")
     for reason, count in result.rejected.items():
         out.print(f"  {reason}: {count}  [dim]{REASONS.get(reason, '')}[/]")
     if result.rejected_total:

@@ -55,6 +55,7 @@ class ConvertResult:
         rejected: reason -> records in the report.
         report: the report file (``rejected.jsonl``).
         seconds: wall time of this run.
+        records_per_second: records handled per second while streaming (before indexing).
         resumed_from: the first record this run handled (0 unless resumed).
         empty_splits: splits with a share but no record (left out of the dataset).
     """
@@ -66,6 +67,7 @@ class ConvertResult:
     rejected: dict[str, int]
     report: pathlib.Path
     seconds: float
+    records_per_second: float = 0.0
     resumed_from: int = 0
     empty_splits: tuple[str, ...] = ()
 
@@ -280,6 +282,7 @@ def convert_dataset(
 
     save_checkpoint()
     assign = SplitAssigner(settings.split_ratio)
+    streaming = time.perf_counter()
     records = ((index, location, payload) for index, (location, payload)
                in itertools.islice(enumerate(reader.scan(source)), first, None))
     results = ordered_map(
@@ -308,6 +311,7 @@ def convert_dataset(
         results.close()
         report.close()
     shards = {split: [shard["name"] for shard in stream.close()] for split, stream in streams.items()}
+    rate = (next_index - first) / max(time.perf_counter() - streaming, 1e-9)
     if not written.get("train"):
         raise ConvertError(
             f"no record reached the train split ({next_index} read, "
@@ -318,7 +322,8 @@ def convert_dataset(
     result = ConvertResult(
         output=output, records=next_index, written=written, shards=shards,
         rejected=dict(sorted(report.counts.items())), report=report.path,
-        seconds=round(time.perf_counter() - started, 3), resumed_from=first,
+        seconds=round(time.perf_counter() - started, 3), records_per_second=round(rate, 1),
+        resumed_from=first,
         empty_splits=tuple(split for split, names in shards.items() if not names),
     )
     state.update(status="done", result=result.to_json())

@@ -56,7 +56,7 @@ def register_packing_strategies(register: Register) -> None:
 
 @hookspec
 def register_source_formats(register: Register) -> None:
-    """Register source formats: readers that ``energon-plugins convert`` turns into datasets.
+    """Register source formats: readers of the data layouts the convert verb turns into datasets.
 
     A source format factory (``context`` is a default :class:`energon_plugins.BuildContext`)
     returns a reader with two methods:
