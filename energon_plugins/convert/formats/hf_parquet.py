@@ -62,6 +62,10 @@ class HFParquetReader:
             "id": _pick(o.id_column, ("id",), names, "id", path, False),
         }
 
+    def source_files(self, source: pathlib.Path) -> list[pathlib.Path]:
+        """The files :meth:`scan` reads (what a resumed run checks for changes)."""
+        return [path for path, _ in source_files(source, (".parquet",))]
+
     def scan(self, source: pathlib.Path) -> Iterator[tuple[str, Any]]:
         """``(location, (row fields, image folder))`` for every row, file by file."""
         import pyarrow as pa

@@ -36,6 +36,10 @@ class JsonConversationReader:
         self.options = options
         self.image_token = image_token
 
+    def source_files(self, source: pathlib.Path) -> list[pathlib.Path]:
+        """The files :meth:`scan` reads (what a resumed run checks for changes)."""
+        return [path for path, _ in source_files(source, JSON_SUFFIXES)]
+
     def scan(self, source: pathlib.Path) -> Iterator[tuple[str, Any]]:
         """``(location, (record payload, image folder))`` for every record, in file order."""
         for path, label in source_files(source, JSON_SUFFIXES):
