@@ -139,15 +139,10 @@ def every_train_row(dm, keys):
     raise AssertionError(f"never read: {sorted(keys - seen)}")
 
 
-def label_runs(labels):
-    runs, start = [], None
-    for i, value in enumerate(labels.tolist() + [IGNORE]):
-        if value != IGNORE and start is None:
-            start = i
-        elif value == IGNORE and start is not None:
-            runs.append((start, i))
-            start = None
-    return runs
+def answer_runs(labels):
+    """The positions of each contiguous run of labelled tokens."""
+    positions = (labels != IGNORE).nonzero().flatten()
+    return torch.tensor_split(positions, ((positions.diff() != 1).nonzero().flatten() + 1).tolist())
 
 
 def train_keys(result):
@@ -189,8 +184,8 @@ def test_train_batches_through_the_datamodule(converted, fmt, encoder):
         images = images_of(samples[key])
         answers = [t["value"] for t in meta["conversations"] if t["from"] == "gpt"]
         labels = batch.labels[row]
-        runs = label_runs(labels)
-        decoded = [tok.decode(labels[a:b], skip_special_tokens=True).strip() for a, b in runs]
+        decoded = [tok.decode(labels[run], skip_special_tokens=True).strip()
+                   for run in answer_runs(labels)]
         assert decoded == answers, key
         ids = batch.input_ids[row]
         assert int((ids == image_id).sum()) == tokens_per_image * len(images), key
@@ -343,7 +338,7 @@ def test_cli_convert_then_preview_and_validate(converted, tmp_path):
     out = tmp_path / "ds"
     result = runner.invoke(cli, ["convert", str(source.path), str(out), "--from", "llava-json",
                                  "-o", f"image_folder={source.options['image_folder']}",
-                                 "--split-ratio", SPLITS, "--workers", "0"])
+                                 "--split-ratio", SPLITS, "--workers", "0"], env={"COLUMNS": "400"})
     assert result.exit_code == 0, result.output
     assert "20 written, 7 rejected" in result.output and "rejected.jsonl" in result.output
     config = tmp_path / "train.yaml"

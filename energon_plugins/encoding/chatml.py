@@ -69,13 +69,11 @@ def to_chatml(conversations: Any, key: str) -> list[dict[str, str]]:
     return [{"role": role, "content": text} for role, text in gpt_turns(conversations, key)]
 
 
-@stateless
-def cook_chatml(sample: dict) -> ChatMLSample:
-    """Cook a crude ``chatml`` sample into a :class:`ChatMLSample`.
+def json_conversations(sample: dict) -> list:
+    """The ``conversations`` list of a crude sample's ``json`` part.
 
     Raises:
-        MissingFieldError: no ``json`` part or no ``conversations`` list in it.
-        ValueError: a turn that is not ``{from, value}`` with a known speaker.
+        MissingFieldError: no ``json`` part, or no ``conversations`` list in it.
     """
     key = sample.get("__key__", "<unknown key>")
     meta = sample.get("json")
@@ -86,6 +84,19 @@ def cook_chatml(sample: dict) -> ChatMLSample:
         raise MissingFieldError(
             f"sample {key!r}: the json part has no 'conversations' list (keys: {sorted(meta)})"
         )
+    return conversations
+
+
+@stateless
+def cook_chatml(sample: dict) -> ChatMLSample:
+    """Cook a crude ``chatml`` sample into a :class:`ChatMLSample`.
+
+    Raises:
+        MissingFieldError: no ``json`` part or no ``conversations`` list in it.
+        ValueError: a turn that is not ``{from, value}`` with a known speaker.
+    """
+    key = sample.get("__key__", "<unknown key>")
+    conversations = json_conversations(sample)
     images = [sample[name] for name in image_parts(sample)]
     return ChatMLSample(
         **basic_sample_keys(sample), conversation=to_chatml(conversations, key), images=images

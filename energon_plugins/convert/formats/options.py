@@ -15,16 +15,9 @@ class LlavaJsonOptions(BaseModel):
     )
 
 
-class ShareGPTOptions(BaseModel):
-    """Options of the ``sharegpt`` source format."""
+class ShareGPTOptions(LlavaJsonOptions):
+    """Options of the ``sharegpt`` source format (``image_folder`` as for ``llava-json``)."""
 
-    model_config = ConfigDict(extra="forbid")
-
-    image_folder: str | None = Field(
-        default=None,
-        description="The folder the records' image paths are relative to; default: the folder "
-        "of the JSON file.",
-    )
     turns_field: str | None = Field(
         default=None,
         description="The record field holding the turns; default: 'messages', else "
