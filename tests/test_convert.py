@@ -371,3 +371,52 @@ def test_split_assignment_is_even_and_positional():
             counts[assign(i)] += 1
         for name, ratio in ratios:
             assert abs(counts[name] - ratio * n) <= 2, (n, counts)
+
+
+def test_images_keep_their_bytes_unless_asked():
+    import io
+
+    from PIL import Image
+
+    from energon_plugins.convert.checks import EXTENSION_OF_FORMAT, check_image
+    from energon_plugins.convert.records import RecordError
+    from energon_plugins.encoding.chatml import IMAGE_EXTENSIONS
+
+    assert set(EXTENSION_OF_FORMAT.values()) <= set(IMAGE_EXTENSIONS)  # the cooker finds them all
+
+    def encoded(fmt):
+        buffer = io.BytesIO()
+        Image.new("RGB", (40, 24), (10, 200, 30)).save(buffer, format=fmt)
+        return buffer.getvalue()
+
+    jpeg, webp, tga = encoded("JPEG"), encoded("WEBP"), encoded("TGA")
+    assert check_image(jpeg, 0, None) == ("jpg", jpeg)
+    assert check_image(webp, 0, None) == ("webp", webp)
+    # a format the encoders' decoder is not given by extension: stored as PNG, same pixels
+    extension, data = check_image(tga, 0, None)
+    assert extension == "png" and Image.open(io.BytesIO(data)).tobytes() == Image.open(io.BytesIO(tga)).tobytes()
+    extension, data = check_image(webp, 0, "jpeg")
+    assert extension == "jpg" and Image.open(io.BytesIO(data)).format == "JPEG"
+    with pytest.raises(RecordError) as bad:
+        check_image(jpeg[: len(jpeg) // 2], 3, None)  # a truncated JPEG
+    assert bad.value.reason == "undecodable_image" and "image 3" in bad.value.message
+
+
+def test_parquet_question_answer_layout(tmp_path):
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from _convert_sources import image_bytes
+
+    folder = tmp_path / "vqa"
+    folder.mkdir()
+    rows = [{"q": f"What is {i}?", "a": f"It is {i}.", "image": {"bytes": image_bytes("jpg", (20, 20), i),
+                                                                   "path": None}} for i in range(6)]
+    pq.write_table(pa.Table.from_pylist(rows), folder / "part-0.parquet")
+    result = convert_dataset(folder, tmp_path / "out", "hf-parquet", workers=0, split_ratio="train=1",
+                             options={"question_column": "q", "answer_column": "a",
+                                      "images_column": "image"})
+    assert result.written == {"train": 6} and result.rejected == {}
+    first = json.loads(shard_samples(result.output)["0000000000"]["json"])
+    assert first["conversations"] == [{"from": "human", "value": "<image>\nWhat is 0?"},
+                                      {"from": "gpt", "value": "It is 0."}]

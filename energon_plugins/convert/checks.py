@@ -4,7 +4,7 @@
 :func:`check_image` (the bytes decode; JPEGs are decoded at 1/8 scale in the DCT domain, which
 still reads every coded block) and :func:`sample_parts` (the tar parts of one sample: the
 ``json`` conversation and the images ``0.jpg``, ``1.png``, ... as their original bytes,
-re-encoded only when asked or when the format is one the encoders' decoder does not read).
+re-encoded only when asked or when the format is not one of :data:`EXTENSION_OF_FORMAT`).
 """
 
 import io
@@ -22,7 +22,8 @@ EXTENSION_OF_FORMAT = {
     "JPEG": "jpg", "MPO": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp",
     "TIFF": "tiff",
 }
-"""PIL formats stored as they are, with the extension Energon's decoder reads them by; any
+"""PIL formats stored as they are, with the extension Energon's decoder reads them by (all in
+:data:`energon_plugins.encoding.chatml.IMAGE_EXTENSIONS`, the parts the cooker takes); any
 other format is re-encoded as PNG."""
 
 Reencode = Literal["png", "jpeg"] | None
