@@ -78,5 +78,5 @@ def register_source_formats(register: Register) -> None:
 
     The converter then checks every record the same way whatever its format (images
     decodable, one placeholder per image, roles alternating, no empty answer) and writes it.
-    The reader object and its payloads must pickle.
+    Payloads must pickle (and the reader too, where workers are spawned rather than forked).
     """
