@@ -112,6 +112,7 @@ def convert_command(source: str, output: str, source_format: str, options: tuple
     except KeyboardInterrupt:
         if bar is not None:
             bar.stop()
+            bar = None
         click.echo(f"Interrupted. Run the same command with --resume to continue from the last "
                    f"checkpoint in {output}.", err=True)
         raise SystemExit(EXIT_INTERRUPTED) from None
