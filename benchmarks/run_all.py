@@ -39,6 +39,7 @@ BENCHMARKS = {
     "profile": ("profile_pipeline.py", ["--batches", "30", "--rounds", "6"], ["--quick"], "file"),
     "memory": ("memory.py", [], ["--quick"], "file"),
     "hf_processor": ("hf_processor.py", ["--samples", "96", "--repeats", "3"], ["--quick"], "file"),
+    "convert": ("convert.py", ["--records", "20000"], ["--records", "200"], "file"),
 }
 FALLBACKS = {"loader": ("throughput.py", [], ["--quick"], "file")}
 # (the fallback also runs when loader.py fails, so a loader figure is always there)
@@ -173,6 +174,18 @@ def summary_rows(results: dict) -> list[list[str]]:
         rates = hf["samples_per_second"]
         add("hf_processor", f"samples/s, hf-processor / per-batch processor loop ({hf['family']}, 1 thread)",
             f"{rates['encoder']} / {rates['baseline']} ({hf['ratio_encoder_over_baseline']:.2f}x)")
+    cv = _get(results, "convert", "result")
+    if cv:
+        add("convert", f"records/s at {cv['records']} LLaVA records: convert / hand-written script",
+            f"{cv['convert_records_per_s']} / {cv['handwritten_records_per_s']} "
+            f"({cv['ratio_records_per_s']}x; CPU s {cv['convert_cpu_seconds']} / "
+            f"{cv['handwritten_cpu_seconds']})", "> 1", cv["ratio_records_per_s"] > 1)
+        add("convert", "peak RSS MiB: convert (largest worker) / hand-written script",
+            f"{cv['convert_peak_rss_mb']} ({cv['convert_worker_peak_rss_mb']}) / "
+            f"{cv['handwritten_peak_rss_mb']}")
+        add("convert", "peak RSS growth per 10k records, MiB: convert / hand-written",
+            f"{cv['convert_rss_growth_mb_per_10k_records']} / "
+            f"{cv['handwritten_rss_growth_mb_per_10k_records']}")
     for name, record in results.items():
         if record.get("error"):
             add(name, "ERROR", record["error"], "", False)

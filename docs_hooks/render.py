@@ -19,7 +19,8 @@ from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 
-CONTRACT_VERBS = ("list", "show", "validate", "schema", "preview", "bench", "demo", "new-plugin")
+CONTRACT_VERBS = ("list", "show", "validate", "schema", "preview", "bench", "demo", "new-plugin",
+                  "convert")
 """The CLI verbs that /work/shared/DESIGN.md promises (shown as "not yet available" if absent)."""
 
 
@@ -290,6 +291,7 @@ KIND_TITLES = {
     "task_encoder": "Task encoders",
     "image_processor": "Image processors",
     "packing_strategy": "Packing strategies",
+    "source_format": "Source formats",
 }
 
 
@@ -588,11 +590,16 @@ API_OBJECTS = (
         "energon_plugins.EnergonMultiModalDataModule", "energon_plugins.EnergonDataloader",
         "energon_plugins.FiniteDataloader", "energon_plugins.cyclic_iter",
     )),
+    ("Converting data (`energon-plugins convert`)", (
+        "energon_plugins.convert_dataset", "energon_plugins.ConvertResult",
+        "energon_plugins.SourceRecord", "energon_plugins.RecordError",
+        "energon_plugins.convert.ConvertSettings",
+    )),
     ("Errors", (
         "energon_plugins.EnergonPluginsError", "energon_plugins.PluginNotFoundError",
         "energon_plugins.PluginConflictError", "energon_plugins.PluginLoadError",
         "energon_plugins.PluginOptionsError", "energon_plugins.ConfigError",
-        "energon_plugins.DatasetError",
+        "energon_plugins.DatasetError", "energon_plugins.ConvertError",
     )),
     ("Testing kit for plugin authors (`energon_plugins.testing`)", (
         "energon_plugins.testing.pytest_plugin.energon_dataset",

@@ -14,6 +14,7 @@ from energon_plugins.host.api import available, create, resolve
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import (
     ConfigError,
+    ConvertError,
     DatasetError,
     EnergonPluginsError,
     PluginConflictError,
@@ -21,7 +22,14 @@ from energon_plugins.errors import (
     PluginNotFoundError,
     PluginOptionsError,
 )
-from energon_plugins.host.kinds import IMAGE_PROCESSOR, KINDS, PACKING_STRATEGY, TASK_ENCODER
+from energon_plugins.host.kinds import (
+    IMAGE_PROCESSOR,
+    KINDS,
+    PACKING_STRATEGY,
+    SOURCE_FORMAT,
+    TASK_ENCODER,
+)
+from energon_plugins.convert.records import RecordError, SourceRecord
 from energon_plugins.host.manager import (
     get_registry,
     isolated_registry,
@@ -44,6 +52,8 @@ _LAZY = {
     "PluginTaskEncoder": "energon_plugins.encoding.task_encoders.base",
     "EncodedSample": "energon_plugins.encoding.samples",
     "MultiModalBatch": "energon_plugins.encoding.samples",
+    "convert_dataset": "energon_plugins.convert.run",
+    "ConvertResult": "energon_plugins.convert.run",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,6 +62,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
     from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
     from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
+    from energon_plugins.convert.run import ConvertResult, convert_dataset
 
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)
@@ -62,10 +73,13 @@ __all__ = [
     "IMAGE_PROCESSOR",
     "KINDS",
     "PACKING_STRATEGY",
+    "SOURCE_FORMAT",
     "TASK_ENCODER",
     "BuildContext",
     "ConfigError",
     "ConversationTemplate",
+    "ConvertError",
+    "ConvertResult",
     "DatasetError",
     "EncodedSample",
     "EnergonDataloader",
@@ -82,9 +96,12 @@ __all__ = [
     "PluginOptionsError",
     "PluginSpec",
     "PluginTaskEncoder",
+    "RecordError",
     "Registry",
+    "SourceRecord",
     "__version__",
     "available",
+    "convert_dataset",
     "create",
     "cyclic_iter",
     "get_registry",

@@ -27,3 +27,8 @@ class ConfigError(EnergonPluginsError, ValueError):
 
 class DatasetError(EnergonPluginsError, ValueError):
     """A dataset path is missing, is not an Energon dataset, or lacks a split."""
+
+
+class ConvertError(EnergonPluginsError, ValueError):
+    """``convert`` cannot proceed: unreadable source, bad arguments, a ``--strict`` record
+    failure, or an output folder that cannot be resumed."""

@@ -44,3 +44,18 @@ def test_run_all_quick_writes_every_benchmark(tmp_path):
     md = (tmp_path / "latest.md").read_text()
     assert md.startswith("# Benchmark results") and "| overhead |" in md
     assert "ratio framework / hand-wired" in proc.stdout
+
+
+@pytest.mark.slow
+def test_convert_benchmark_compares_both_sides(tmp_path):
+    """benchmarks/convert.py runs both sides on generated LLaVA JSON and checks they agree."""
+    out = tmp_path / "convert.json"
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "convert.py"), "--records", "120", "--json", str(out)],
+        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    data = json.loads(out.read_text())
+    assert data["records"] == 120 and data["ratio_records_per_s"] > 0
+    assert set(data["runs"]) == {"hand-written@30", "convert@30", "hand-written@120", "convert@120"}
+    assert data["runs"]["convert@120"]["written"] == data["runs"]["hand-written@120"]["written"] == 119

@@ -221,6 +221,7 @@ def test_the_rule_catches_a_missing_name(site: Path) -> None:
         ("guides/task-encoder.md", ["../reference/hooks.md", "../reference/builtins.md"]),
         ("guides/image-processor.md", ["../reference/hooks.md", "../reference/builtins.md"]),
         ("guides/packing-strategy.md", ["../reference/hooks.md", "../reference/builtins.md"]),
+        ("guides/source-format.md", ["../reference/hooks.md", "../reference/builtins.md"]),
     ],
 )
 def test_pages_link_to_the_references(source: str, targets: list[str]) -> None:

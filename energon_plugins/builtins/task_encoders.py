@@ -6,11 +6,12 @@ from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 
 @hookimpl
 def register_task_encoders(register):
-    """Register ``multimodal``, the default encoder for VQA, captioning and interleaved samples."""
+    """Register ``multimodal``, the default encoder for VQA, captioning, interleaved and chatml samples."""
     register(
         "multimodal",
         "energon_plugins.encoding.task_encoders.multimodal:build_multimodal_task_encoder",
         options=MultimodalOptions,
-        description="VQA, captioning and interleaved samples through the tokenizer's chat template",
+        description="VQA, captioning, interleaved and conversation (crude chatml) samples through "
+        "the tokenizer's chat template",
         aliases=("default",),
     )

@@ -25,6 +25,7 @@ COMMANDS: dict[str, str] = {
     "bench": "energon_plugins.cli.bench_cmd:bench_command",
     "demo": "energon_plugins.cli.demo_cmd:demo_command",
     "new-plugin": "energon_plugins.cli.new_plugin_cmd:new_plugin_command",
+    "convert": "energon_plugins.cli.convert_cmd:convert_command",
 }
 """Verb name -> ``"module:attr"`` of its click command. A verb whose module is absent is hidden."""
 

@@ -76,7 +76,7 @@ def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> di
     return merge(data, expand_dotted(overrides))
 
 
-def parse_set_option(item: str) -> tuple[str, Any]:
+def parse_set_option(item: str, flag: str = "--set") -> tuple[str, Any]:
     """Parse a command-line ``KEY=VALUE`` (``VALUE`` read as YAML: ``4``, ``null``, ``{a: 1}``).
 
     Raises:
@@ -88,9 +88,9 @@ def parse_set_option(item: str) -> tuple[str, Any]:
 
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"--set expects KEY=VALUE (e.g. seq_length=4096), got {item!r}")
+        raise ConfigError(f"{flag} expects KEY=VALUE (e.g. seq_length=4096), got {item!r}")
     try:
         value = load_yaml(text, f"--set {key.strip()}") if text.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"--set {key}: value {text!r} is not valid YAML: {exc}") from exc
+        raise ConfigError(f"{flag} {key}: value {text!r} is not valid YAML: {exc}") from exc
     return key.strip(), value

@@ -52,3 +52,31 @@ def register_packing_strategies(register: Register) -> None:
     ``select(lengths, capacity) -> list[list[int]]``: groups of indices into the packing
     buffer, each group's total length at most ``capacity``, each index in at most one group.
     """
+
+
+@hookspec
+def register_source_formats(register: Register) -> None:
+    """Register source formats: readers of the data layouts the convert verb turns into datasets.
+
+    A source format factory (``context`` is a default :class:`energon_plugins.BuildContext`)
+    returns a reader with two methods:
+
+    - ``scan(source: pathlib.Path) -> Iterator[tuple[str, Any]]``: every record of ``source``
+      (the path the user passed: a file or a folder) as ``(location, payload)``, streaming
+      (memory flat in the number of records) and in the same order on every run.
+      ``location`` names the record for the report (``data.json:#12``, ``part-0.parquet:row 7``);
+      ``payload`` is whatever :meth:`load` needs, small and picklable (it is sent to a
+      worker process). A source that cannot be read at all raises
+      ``energon_plugins.ConvertError`` naming the file.
+    - ``load(payload) -> energon_plugins.SourceRecord``: the record's turns
+      (``[{"role": "system" | "user" | "assistant", "content": str}, ...]``, image
+      placeholders in the text) and its images as their original encoded bytes, in placeholder
+      order. Runs in a worker process. A record it cannot interpret raises
+      ``energon_plugins.RecordError(reason, message)`` (``malformed``, ``missing_image``, ...):
+      it goes to the report, never silently away. ``energon_plugins.convert.formats``
+      (``normalize_turns``, ``read_image_file``) has the helpers the built-ins use.
+
+    The converter then checks every record the same way whatever its format (images
+    decodable, one placeholder per image, roles alternating, no empty answer) and writes it.
+    Payloads must pickle (and the reader too, where workers are spawned rather than forked).
+    """

@@ -1,20 +1,22 @@
-"""The three kinds of component and the hook that registers each."""
+"""The kinds of component and the hook that registers each."""
 
 from collections.abc import Callable
 from typing import Any, Literal
 
-Kind = Literal["task_encoder", "image_processor", "packing_strategy"]
+Kind = Literal["task_encoder", "image_processor", "packing_strategy", "source_format"]
 
 TASK_ENCODER: Kind = "task_encoder"
 IMAGE_PROCESSOR: Kind = "image_processor"
 PACKING_STRATEGY: Kind = "packing_strategy"
+SOURCE_FORMAT: Kind = "source_format"
 
-KINDS: tuple[Kind, ...] = (TASK_ENCODER, IMAGE_PROCESSOR, PACKING_STRATEGY)
+KINDS: tuple[Kind, ...] = (TASK_ENCODER, IMAGE_PROCESSOR, PACKING_STRATEGY, SOURCE_FORMAT)
 
 HOOK_FOR_KIND: dict[str, str] = {
     TASK_ENCODER: "register_task_encoders",
     IMAGE_PROCESSOR: "register_image_processors",
     PACKING_STRATEGY: "register_packing_strategies",
+    SOURCE_FORMAT: "register_source_formats",
 }
 
 

@@ -1,7 +1,8 @@
-"""The built-in ``multimodal`` task encoder: VQA, captioning and interleaved samples.
+"""The built-in ``multimodal`` task encoder: VQA, captioning, interleaved and conversations.
 
 Each sample becomes chat messages (system prompt, user turn with the image tag, assistant
-answer), rendered with the tokenizer's chat template; only the answer tokens carry labels.
+answer; or the turns of a crude ``chatml`` conversation, what ``energon-plugins convert``
+writes), rendered with the tokenizer's chat template; only the answer tokens carry labels.
 Every image tag is expanded to as many image tokens as the image processor yields embeddings
 for that image. Samples are cut to ``seq_length`` (never inside an image) or dropped, per the
 ``truncation`` option.
@@ -16,6 +17,7 @@ from megatron.energon.errors import FatalSampleError
 
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
+from energon_plugins.encoding.chatml import CHATML_COOKER, ChatMLSample, conversation_turns
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.conversation import (
@@ -30,7 +32,7 @@ from energon_plugins.encoding.task_encoders.conversation import (
 )
 from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 
-SUPPORTED = (VQASample, CaptioningSample, InterleavedSample)
+SUPPORTED = (VQASample, CaptioningSample, InterleavedSample, ChatMLSample)
 
 
 class UnsupportedSampleError(FatalSampleError):
@@ -38,7 +40,7 @@ class UnsupportedSampleError(FatalSampleError):
 
 
 class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
-    """Encode ``VQASample``, ``CaptioningSample`` and ``InterleavedSample`` for a VLM.
+    """Encode ``VQASample``, ``CaptioningSample``, ``InterleavedSample`` and crude ``chatml``.
 
     Args:
         context: the build context; needs a tokenizer (knowing the image tag as one token)
@@ -47,6 +49,7 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
     """
 
     supported_sample_types = SUPPORTED
+    cookers = [CHATML_COOKER]
 
     def __init__(self, context: BuildContext, options: MultimodalOptions | None = None) -> None:
         options = options if options is not None else MultimodalOptions()
@@ -75,6 +78,8 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
             )
         if isinstance(sample, InterleavedSample):
             return self._encode_interleaved(sample)
+        if isinstance(sample, ChatMLSample):
+            return self._encode_conversation(sample)
         raise UnsupportedSampleError(
             f"the multimodal task encoder cannot encode {type(sample).__name__} samples "
             f"(key {getattr(sample, '__key__', None)!r}); it handles "
@@ -104,6 +109,12 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         )
         ids, labels = tokenize_conversation(self.tokenizer, messages, self.sample_config)
         return self.finish_sample(sample, ids, labels, images)
+
+    def _encode_conversation(self, sample: ChatMLSample) -> EncodedSample:
+        """Every turn of a cooked conversation; its image tags already mark the images."""
+        messages = build_messages(self.sample_config.conversation_template, conversation_turns(sample))
+        ids, labels = tokenize_conversation(self.tokenizer, messages, self.sample_config)
+        return self.finish_sample(sample, ids, labels, list(sample.images))
 
     def _encode_interleaved(self, sample: InterleavedSample) -> EncodedSample:
         images: list[torch.Tensor] = []

@@ -11,7 +11,9 @@ adds:
 - each image tag becomes ``(crop_size / patch_size)^2`` image tokens, read from the image
   processor's settings (576 for 336 px crops with 14 px patches) and checked against its output;
 - the crude ``llava`` format (one image, ``conversations`` JSON) is cooked by
-  :func:`~energon_plugin_llava.samples.cook_llava`; cooking errors follow ``on_error`` too;
+  :func:`~energon_plugin_llava.samples.cook_llava`, the crude ``chatml`` format (numbered
+  images, what ``energon-plugins convert`` writes) by the core's cooker; cooking errors follow
+  ``on_error`` too;
 - a sample whose image tags and images disagree in number fails with
   :class:`ImageTagMismatchError` (counted under that name with ``on_error: skip``).
 """
@@ -22,6 +24,7 @@ import torch
 from megatron.energon import CaptioningSample, Cooker, VQASample, stateless
 
 from energon_plugins.host.context import BuildContext
+from energon_plugins.encoding.chatml import CHATML_COOKER, ChatMLSample, conversation_turns
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.conversation import (
@@ -93,7 +96,7 @@ def llava_sample_config(
 
 
 class LlavaTaskEncoder(MultimodalTaskEncoder):
-    """Encode LLaVA-1.5 samples: ``VQASample``, ``CaptioningSample`` and crude ``llava``.
+    """Encode LLaVA-1.5 samples: ``VQASample``, ``CaptioningSample``, crude ``llava`` and ``chatml``.
 
     Args:
         context: the build context (tokenizer with the image tag as one token; an image
@@ -101,8 +104,8 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
         options: :class:`~energon_plugin_llava.options.LlavaOptions`.
     """
 
-    cookers = [Cooker(cook_llava, has_subflavors={"format": "llava"})]
-    supported_sample_types = (LlavaConversationSample, VQASample, CaptioningSample)
+    cookers = [Cooker(cook_llava, has_subflavors={"format": "llava"}), CHATML_COOKER]
+    supported_sample_types = (LlavaConversationSample, ChatMLSample, VQASample, CaptioningSample)
 
     def __init__(self, context: BuildContext, options: LlavaOptions | None = None) -> None:
         options = options if options is not None else LlavaOptions()
@@ -127,6 +130,8 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
         """Encode one sample (VQA, captioning or a cooked LLaVA conversation)."""
         if isinstance(sample, LlavaConversationSample):
             return self._encode_conversation(sample)
+        if isinstance(sample, ChatMLSample):
+            return self._encode_turns(sample, conversation_turns(sample), list(sample.images))
         if isinstance(sample, VQASample):
             return self._encode_turns(
                 sample,
@@ -140,7 +145,7 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
         raise UnsupportedSampleError(
             f"the llava task encoder cannot encode {type(sample).__name__} samples (key "
             f"{getattr(sample, '__key__', None)!r}); it handles VQASample, CaptioningSample and "
-            "crude 'llava' conversations (subflavors: {format: llava})"
+            "crude 'llava' and 'chatml' conversations (subflavors: {format: llava | chatml})"
         )
 
 

@@ -11,14 +11,11 @@ from typing import Any
 import torch
 from megatron.energon import Sample, basic_sample_keys, edataclass, stateless
 
+from energon_plugins.encoding.chatml import MissingFieldError, json_conversations
+
+__all__ = ["IMAGE_PARTS", "LlavaConversationSample", "MissingFieldError", "cook_llava"]
+
 IMAGE_PARTS = ("png", "jpg", "jpeg", "image")
-
-
-class MissingFieldError(KeyError):
-    """A crude sample lacks a part or a JSON field the cooker needs (the message names it)."""
-
-    def __str__(self) -> str:  # KeyError would print the message quoted
-        return str(self.args[0]) if self.args else ""
 
 
 @edataclass
@@ -43,14 +40,7 @@ def cook_llava(sample: dict) -> LlavaConversationSample:
             f"sample {key!r}: no image part ({', '.join(IMAGE_PARTS)}); parts: "
             f"{sorted(k for k in sample if not k.startswith('__'))}"
         )
-    meta = sample.get("json")
-    if not isinstance(meta, dict):
-        raise MissingFieldError(f"sample {key!r}: no json part (a dict with 'conversations')")
-    conversations = meta.get("conversations")
-    if not isinstance(conversations, list):
-        raise MissingFieldError(
-            f"sample {key!r}: the json part has no 'conversations' list (keys: {sorted(meta)})"
-        )
+    conversations = json_conversations(sample)
     return LlavaConversationSample(
         **basic_sample_keys(sample), image=image, conversations=conversations
     )

@@ -10,7 +10,7 @@ and packing from the base class). What Qwen2-VL adds:
 - ``pixel_values`` are the processor's ``(patches, dim)`` rows and ``image_grid_thw``
   (``(N, 3)``) travels with the sample into the batch (and is stacked when packing);
 - crude ``chatml`` samples (one or more images, GPT-style ``conversations``) are cooked by
-  :func:`~energon_plugin_qwen_vl.samples.cook_chatml`; cooking errors follow ``on_error`` too;
+  the core's :func:`~energon_plugins.encoding.chatml.cook_chatml`; cooking errors follow ``on_error`` too;
 - a sample whose image tags and images disagree in number fails with
   :class:`ImageTagMismatchError` (counted under that name with ``on_error: skip``).
 """
@@ -18,11 +18,12 @@ and packing from the base class). What Qwen2-VL adds:
 from typing import Any
 
 import torch
-from megatron.energon import CaptioningSample, Cooker, VQASample, stateless
+from megatron.energon import CaptioningSample, VQASample, stateless
 
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
+from energon_plugins.encoding.chatml import CHATML_COOKER, ChatMLSample, conversation_turns
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.conversation import (
     build_messages,
@@ -36,7 +37,6 @@ from energon_plugins.encoding.task_encoders.multimodal import (
 )
 
 from energon_plugin_qwen_vl.options import Qwen2VLOptions
-from energon_plugin_qwen_vl.samples import ChatMLSample, cook_chatml
 
 
 class ImageTagMismatchError(ValueError):
@@ -63,7 +63,7 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         options: :class:`~energon_plugin_qwen_vl.options.Qwen2VLOptions`.
     """
 
-    cookers = [Cooker(cook_chatml, has_subflavors={"format": "chatml"})]
+    cookers = [CHATML_COOKER]
     supported_sample_types = (ChatMLSample, VQASample, CaptioningSample)
 
     def __init__(self, context: BuildContext, options: Qwen2VLOptions | None = None) -> None:
@@ -109,10 +109,7 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
     def encode_sample(self, sample: Any) -> EncodedSample:
         """Encode one sample (a cooked ChatML conversation, VQA or captioning)."""
         if isinstance(sample, ChatMLSample):
-            turns = [(turn["role"], turn["content"]) for turn in sample.conversation]
-            if not any(kind == "assistant" for kind, _ in turns):
-                raise ValueError(f"sample {sample.__key__!r}: the conversation has no assistant turn")
-            return self._encode_turns(sample, turns, list(sample.images))
+            return self._encode_turns(sample, conversation_turns(sample), list(sample.images))
         if isinstance(sample, VQASample):
             turns = [("user", self._with_tag(sample.context)), ("assistant", vqa_answer(sample))]
             return self._encode_turns(sample, turns, [sample.image])

@@ -1,83 +1,16 @@
-"""``ChatMLSample`` (role/content turns plus images) and the cooker of the crude ``chatml`` format.
+"""``ChatMLSample`` and the cooker of the crude ``chatml`` format, from the core.
 
-A crude ``chatml`` sample (``CrudeWebdataset`` with ``subflavors: {format: chatml}``) holds
-image parts ``0.png``, ``1.png``, ... (``jpg``/``jpeg`` too, ordered by their number) and a
-``json`` part ``{"conversations": [{"from": "human", "value": "<image>\\n<image>\\n..."},
-{"from": "gpt", "value": ...}, ...]}`` (GPT-style, as LLaVA and ShareGPT store it). The cooker
-turns it into ChatML turns, ``{"role": "user" | "assistant" | "system", "content": str}``
-(the layout Megatron-Bridge calls ChatMLSample).
+They live in :mod:`energon_plugins.encoding.chatml` (the core's ``multimodal`` encoder and the
+``llava`` plugin read the same format, which ``energon-plugins convert`` writes); this module
+keeps the names this plugin has always exported.
 """
 
-import re
-from typing import Any
+from energon_plugins.encoding.chatml import (
+    ChatMLSample,
+    MissingFieldError,
+    cook_chatml,
+    image_parts,
+    to_chatml,
+)
 
-import torch
-from megatron.energon import Sample, basic_sample_keys, edataclass, stateless
-
-from energon_plugins.encoding.task_encoders.conversation import gpt_turns
-
-_IMAGE_PART = re.compile(r"^(\d+)\.(png|jpg|jpeg)$")
-
-
-class MissingFieldError(KeyError):
-    """A crude sample lacks a part or a JSON field the cooker needs (the message names it)."""
-
-    def __str__(self) -> str:  # KeyError would print the message quoted
-        return str(self.args[0]) if self.args else ""
-
-
-@edataclass
-class ChatMLSample(Sample):
-    """A multi-turn ChatML conversation and its images, in the order their tags appear.
-
-    Attributes:
-        conversation: ``[{"role": ..., "content": ...}, ...]``; image tags (``<image>``) in
-            the content mark where each image goes.
-        images: CHW image tensors as Energon decoded them.
-    """
-
-    conversation: list[dict[str, str]]
-    images: list[torch.Tensor]
-
-
-def image_parts(sample: dict) -> list[str]:
-    """The names of a crude sample's numbered image parts (``0.png``, ``1.jpg``, ...), in order."""
-    found = []
-    for name in sample:
-        match = _IMAGE_PART.match(name)
-        if match:
-            found.append((int(match.group(1)), name))
-    return [name for _, name in sorted(found)]
-
-
-def to_chatml(conversations: Any, key: str) -> list[dict[str, str]]:
-    """GPT-style ``from``/``value`` turns -> ChatML ``role``/``content`` turns.
-
-    Raises:
-        ValueError: a turn's ``from`` is unknown or its ``value`` is not a string (the index
-            of the turn and the sample key are named).
-    """
-    return [{"role": role, "content": text} for role, text in gpt_turns(conversations, key)]
-
-
-@stateless
-def cook_chatml(sample: dict) -> ChatMLSample:
-    """Cook a crude ``chatml`` sample into a :class:`ChatMLSample`.
-
-    Raises:
-        MissingFieldError: no ``json`` part or no ``conversations`` list in it.
-        ValueError: a turn that is not ``{from, value}`` with a known speaker.
-    """
-    key = sample.get("__key__", "<unknown key>")
-    meta = sample.get("json")
-    if not isinstance(meta, dict):
-        raise MissingFieldError(f"sample {key!r}: no json part (a dict with 'conversations')")
-    conversations = meta.get("conversations")
-    if not isinstance(conversations, list):
-        raise MissingFieldError(
-            f"sample {key!r}: the json part has no 'conversations' list (keys: {sorted(meta)})"
-        )
-    images = [sample[name] for name in image_parts(sample)]
-    return ChatMLSample(
-        **basic_sample_keys(sample), conversation=to_chatml(conversations, key), images=images
-    )
+__all__ = ["ChatMLSample", "MissingFieldError", "cook_chatml", "image_parts", "to_chatml"]

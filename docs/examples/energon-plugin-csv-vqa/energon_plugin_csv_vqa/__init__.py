@@ -1,0 +1,1 @@
+"""A CSV source format for energon-plugins convert."""

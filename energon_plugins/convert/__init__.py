@@ -1,0 +1,23 @@
+"""``energon-plugins convert``: the data people have -> a prepared Energon dataset.
+
+Small modules, each with one job: ``records`` (what a reader returns, :class:`SourceRecord`,
+:class:`RecordError`), ``formats`` (the built-in readers and their helpers), ``checks`` (the
+checks every record passes and the sample it becomes), ``splits``, ``shards`` (size-bounded,
+byte-reproducible, resumable tar shards), ``report`` (rejected records), ``state`` (resume),
+``parallel`` (ordered worker map), ``prepare`` (Energon's prepare API and ``dataset.yaml``),
+``settings`` and ``run`` (:func:`convert_dataset`). Importing this package imports nothing heavy.
+"""
+
+from energon_plugins._lazy import lazy_attributes
+from energon_plugins.convert.records import REASONS, RecordError, SourceRecord
+
+_LAZY = {
+    "convert_dataset": "energon_plugins.convert.run",
+    "ConvertResult": "energon_plugins.convert.run",
+    "ConvertSettings": "energon_plugins.convert.settings",
+}
+
+__getattr__, __dir__ = lazy_attributes("energon_plugins.convert", globals(), _LAZY)
+
+__all__ = ["REASONS", "ConvertResult", "ConvertSettings", "RecordError", "SourceRecord",
+           "convert_dataset"]

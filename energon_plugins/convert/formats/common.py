@@ -1,0 +1,138 @@
+"""Helpers source readers share: turns in any common chat layout, image bytes, file lists.
+
+Import-light (no PIL, no pyarrow); every function raises
+:class:`~energon_plugins.convert.records.RecordError` for a record it cannot read.
+"""
+
+import pathlib
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from energon_plugins.convert.records import RecordError
+from energon_plugins.encoding.task_encoders.conversation import GPT_ROLES
+
+DEFAULT_IMAGE_TOKEN = "<image>"
+
+
+def image_token_of(context: Any) -> str:
+    """The image placeholder of a build context's sample config (``<image>`` without one)."""
+    config = getattr(context, "sample_config", None)
+    return getattr(config, "image_token", None) or DEFAULT_IMAGE_TOKEN
+
+
+def _content_text(content: Any, image_token: str, where: str) -> str:
+    """A turn's content as text: a string, or typed parts (text, and images as placeholders)."""
+    if isinstance(content, str):
+        return content
+    if isinstance(content, Sequence) and not isinstance(content, (bytes, str)):
+        pieces = []
+        for j, part in enumerate(content):
+            kind = part.get("type") if isinstance(part, dict) else None
+            if kind == "text" and isinstance(part.get("text"), str):
+                pieces.append(part["text"])
+            elif kind == "image":
+                pieces.append(image_token)
+            else:
+                raise RecordError(
+                    "malformed", f"{where}.content[{j}] is not a text or image part: {part!r:.80}"
+                )
+        return "\n".join(pieces)
+    raise RecordError("malformed", f"{where}.content is {type(content).__name__}, not text")
+
+
+def normalize_turns(raw: Any, *, field: str, image_token: str = DEFAULT_IMAGE_TOKEN) -> list[dict[str, str]]:
+    """Turns in GPT style (``from``/``value``) or ChatML style (``role``/``content``, the
+    content a string or typed parts ``[{"type": "image"}, {"type": "text", "text": ...}]``)
+    -> ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``.
+
+    ``field`` names the record field in error messages. Typed parts are joined with a newline,
+    each image part becoming ``image_token``.
+
+    Raises:
+        RecordError: ``malformed`` (not a list of turns, a turn without text), ``roles``
+            (a speaker that is not human/user, gpt/assistant or system).
+    """
+    if not isinstance(raw, Sequence) or isinstance(raw, (str, bytes)) or not raw:
+        raise RecordError("malformed", f"{field} is not a non-empty list of turns")
+    turns = []
+    for i, turn in enumerate(raw):
+        where = f"{field}[{i}]"
+        if not isinstance(turn, dict):
+            raise RecordError("malformed", f"{where} is {type(turn).__name__}, not an object")
+        if "from" in turn:
+            speaker, content = turn.get("from"), turn.get("value")
+        elif "role" in turn:
+            speaker, content = turn.get("role"), turn.get("content")
+        else:
+            raise RecordError("malformed", f"{where} has neither 'from'/'value' nor 'role'/'content'")
+        role = GPT_ROLES.get(speaker) if isinstance(speaker, str) else None
+        if role is None:
+            raise RecordError(
+                "roles", f"{where}: unknown speaker {speaker!r}; expected one of {sorted(GPT_ROLES)}"
+            )
+        turns.append({"role": role, "content": _content_text(content, image_token, where)})
+    return turns
+
+
+def as_list(value: Any) -> list[Any]:
+    """``None`` -> ``[]``, a list (or tuple) as is, anything else as a one-item list."""
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    return [value]
+
+
+def read_image_file(folder: pathlib.Path, name: str, where: str) -> bytes:
+    """The bytes of image ``name`` (relative to ``folder``, or absolute).
+
+    Raises:
+        RecordError: ``missing_image`` naming the path when the file cannot be read.
+    """
+    path = folder / name
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise RecordError("missing_image", f"{where}: cannot read image {str(path)!r}: "
+                          f"{exc.strerror or exc}") from None
+    if not data:
+        raise RecordError("missing_image", f"{where}: image file {str(path)!r} is empty")
+    return data
+
+
+def image_bytes(value: Any, folder: pathlib.Path, where: str) -> bytes:
+    """An image given as bytes, as a path (str), or as a Hugging Face image struct
+    ``{"bytes": ..., "path": ...}`` (bytes win; a path is read relative to ``folder``).
+
+    Raises:
+        RecordError: ``missing_image`` (no bytes and no readable path), ``malformed`` (another type).
+    """
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        if not value:
+            raise RecordError("missing_image", f"{where}: empty image bytes")
+        return bytes(value)
+    if isinstance(value, str):
+        if not value:
+            raise RecordError("missing_image", f"{where}: empty image path")
+        return read_image_file(folder, value, where)
+    if isinstance(value, dict) and ("bytes" in value or "path" in value):
+        if value.get("bytes"):
+            return bytes(value["bytes"])
+        if value.get("path"):
+            return read_image_file(folder, value["path"], where)
+        raise RecordError("missing_image", f"{where}: image has neither bytes nor a path")
+    if value is None:
+        raise RecordError("missing_image", f"{where}: image is null")
+    raise RecordError("malformed", f"{where}: an image is {type(value).__name__}, expected a "
+                      "path, bytes or {bytes, path}")
+
+
+def source_files(source: pathlib.Path, suffixes: tuple[str, ...]) -> Iterator[tuple[pathlib.Path, str]]:
+    """``(path, label)`` of ``source`` itself (a file), or of every file under the folder
+    ``source`` whose name ends with one of ``suffixes``, in sorted order; ``label`` is the path
+    relative to the folder (the file name for a single file)."""
+    if source.is_file():
+        yield source, source.name
+        return
+    for path in sorted(p for p in source.rglob("*") if p.is_file() and p.name.endswith(suffixes)):
+        yield path, path.relative_to(source).as_posix()

@@ -1,0 +1,115 @@
+"""The ``hf-parquet`` source format: a local folder of parquet files with embedded images.
+
+The layout ``datasets`` writes (``save_to_disk`` / ``push_to_hub`` parquet shards): a column of
+turns (``messages`` or ``conversations``) or a question and an answer column, and a column of
+images stored as ``{bytes, path}`` structs (the ``Image`` feature), a list of them, or raw
+bytes. Which column is which is an option. Files are read in sorted order, a batch of rows at a
+time (memory flat in the number of rows).
+"""
+
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+from energon_plugins.convert.formats.common import (
+    as_list,
+    image_bytes,
+    image_token_of,
+    normalize_turns,
+    source_files,
+)
+from energon_plugins.convert.formats.options import HFParquetOptions
+from energon_plugins.convert.records import RecordError, SourceRecord
+from energon_plugins.errors import ConvertError
+
+_TURNS = ("messages", "conversations")
+_IMAGES = ("images", "image")
+
+
+def _pick(wanted: str | None, candidates: tuple[str, ...], names: list[str], what: str,
+          path: pathlib.Path, required: bool) -> str | None:
+    if wanted is not None:
+        if wanted not in names:
+            raise ConvertError(f"{path}: no column {wanted!r} ({what}); columns: {', '.join(names)}")
+        return wanted
+    found = next((c for c in candidates if c in names), None)
+    if found is None and required:
+        raise ConvertError(
+            f"{path}: no {what} column (looked for {', '.join(candidates)}); columns: "
+            f"{', '.join(names)}. Name it with -o {what}_column=NAME"
+        )
+    return found
+
+
+class HFParquetReader:
+    """Rows of parquet files -> conversations with their embedded images."""
+
+    def __init__(self, options: HFParquetOptions, image_token: str) -> None:
+        self.options = options
+        self.image_token = image_token
+
+    def columns(self, path: pathlib.Path, names: list[str]) -> dict[str, str | None]:
+        """Role -> column for one file (``turns``, ``question``, ``answer``, ``images``, ``id``)."""
+        o = self.options
+        if (o.question_column is None) != (o.answer_column is None):
+            raise ConvertError("hf-parquet: question_column and answer_column go together")
+        vqa = o.question_column is not None
+        return {
+            "turns": None if vqa else _pick(o.turns_column, _TURNS, names, "turns", path, True),
+            "question": _pick(o.question_column, (), names, "question", path, vqa) if vqa else None,
+            "answer": _pick(o.answer_column, (), names, "answer", path, vqa) if vqa else None,
+            "images": _pick(o.images_column, _IMAGES, names, "images", path, False),
+            "id": _pick(o.id_column, ("id",), names, "id", path, False),
+        }
+
+    def source_files(self, source: pathlib.Path) -> list[pathlib.Path]:
+        """The files :meth:`scan` reads (what a resumed run checks for changes)."""
+        return [path for path, _ in source_files(source, (".parquet",))]
+
+    def scan(self, source: pathlib.Path) -> Iterator[tuple[str, Any]]:
+        """``(location, (row fields, image folder))`` for every row, file by file."""
+        import pyarrow as pa
+        import pyarrow.parquet as pq
+
+        for path, label in source_files(source, (".parquet",)):
+            folder = str(pathlib.Path(self.options.image_folder or path.parent).expanduser().resolve())
+            try:
+                parquet = pq.ParquetFile(path)
+            except (pa.ArrowException, OSError) as exc:
+                raise ConvertError(f"{path}: not a readable parquet file: {exc}") from None
+            columns = self.columns(path, parquet.schema_arrow.names)
+            wanted = sorted({c for c in columns.values() if c is not None})
+            row = 0
+            for batch in parquet.iter_batches(batch_size=self.options.batch_rows, columns=wanted):
+                for values in batch.to_pylist():
+                    fields = {role: values[c] for role, c in columns.items() if c is not None}
+                    yield f"{label}:row {row}", (fields, folder)
+                    row += 1
+
+    def load(self, payload: Any) -> SourceRecord:
+        """The row's turns (or question and answer) and image bytes."""
+        fields, folder = payload
+        ident = None if fields.get("id") is None else str(fields["id"])
+        try:
+            images = [image_bytes(value, pathlib.Path(folder), f"image {i}")
+                      for i, value in enumerate(as_list(fields.get("images")))]
+            turns = self._turns(fields, len(images))
+        except RecordError as exc:
+            exc.id = ident
+            raise
+        return SourceRecord(turns=turns, images=images, id=ident)
+
+    def _turns(self, fields: dict[str, Any], num_images: int) -> list[dict[str, str]]:
+        if "turns" in fields:
+            return normalize_turns(fields["turns"], field="turns", image_token=self.image_token)
+        question, answer = fields["question"], fields["answer"]
+        if not isinstance(question, str) or not isinstance(answer, str):
+            raise RecordError("malformed", "the question and the answer must be text")
+        if num_images and self.image_token not in question:
+            question = "\n".join([self.image_token] * num_images + [question])
+        return [{"role": "user", "content": question}, {"role": "assistant", "content": answer}]
+
+
+def build_hf_parquet(options: HFParquetOptions | None, context: Any) -> HFParquetReader:
+    """Factory of the ``hf-parquet`` source format."""
+    return HFParquetReader(options or HFParquetOptions(), image_token_of(context))

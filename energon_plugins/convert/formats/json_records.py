@@ -1,0 +1,119 @@
+"""The ``llava-json`` and ``sharegpt`` source formats: conversations in JSON or JSON Lines.
+
+- ``llava-json``: LLaVA's instruction-tuning layout, records
+  ``{"id": ..., "image": "coco/x.jpg" (or "images": [...]), "conversations": [{"from":
+  "human", "value": "<image>\\n..."}, {"from": "gpt", "value": ...}, ...]}`` with image paths
+  relative to an image folder; a record without an image is a text-only conversation.
+- ``sharegpt``: ShareGPT-style records, the turns under ``messages`` or ``conversations``, as
+  ``from``/``value`` or ``role``/``content`` (content as text or typed parts), an optional
+  top-level ``system`` prompt, and optional ``images`` (or ``image``) paths.
+
+A source is one ``.json`` / ``.jsonl`` file or a folder of them (read in sorted order).
+"""
+
+import pathlib
+from collections.abc import Iterator
+from typing import Any
+
+from energon_plugins.convert.formats.common import (
+    as_list,
+    image_bytes,
+    image_token_of,
+    normalize_turns,
+    source_files,
+)
+from energon_plugins.convert.formats.json_stream import decode_payload, iter_json_records
+from energon_plugins.convert.formats.options import LlavaJsonOptions, ShareGPTOptions
+from energon_plugins.convert.records import RecordError, SourceRecord
+
+JSON_SUFFIXES = (".json", ".jsonl")
+
+
+class JsonConversationReader:
+    """Scan JSON / JSON Lines files; subclasses say which fields hold the turns and images."""
+
+    def __init__(self, options: Any, image_token: str) -> None:
+        self.options = options
+        self.image_token = image_token
+
+    def source_files(self, source: pathlib.Path) -> list[pathlib.Path]:
+        """The files :meth:`scan` reads (what a resumed run checks for changes)."""
+        return [path for path, _ in source_files(source, JSON_SUFFIXES)]
+
+    def scan(self, source: pathlib.Path) -> Iterator[tuple[str, Any]]:
+        """``(location, (record payload, image folder))`` for every record, in file order."""
+        for path, label in source_files(source, JSON_SUFFIXES):
+            folder = str(pathlib.Path(self.options.image_folder or path.parent).expanduser().resolve())
+            for location, payload in iter_json_records(path, label):
+                yield location, (payload, folder)
+
+    def load(self, payload: Any) -> SourceRecord:
+        """The record's turns and image bytes."""
+        raw, folder = payload
+        record = decode_payload(raw)
+        ident = None if record.get("id") is None else str(record["id"])
+        try:
+            turns = self.turns(record)
+            images = [image_bytes(value, pathlib.Path(folder), f"image {i}")
+                      for i, value in enumerate(self.image_values(record))]
+        except RecordError as exc:
+            exc.id = ident
+            raise
+        return SourceRecord(turns=turns, images=images, id=ident)
+
+    def turns(self, record: dict) -> list[dict[str, str]]:  # pragma: no cover - abstract
+        """The record's normalised turns."""
+        raise NotImplementedError
+
+    def image_values(self, record: dict) -> list[Any]:  # pragma: no cover - abstract
+        """The record's images (paths, usually)."""
+        raise NotImplementedError
+
+
+class LlavaJsonReader(JsonConversationReader):
+    """``llava-json``: ``conversations`` (from/value) and ``image`` or ``images``."""
+
+    def turns(self, record: dict) -> list[dict[str, str]]:
+        """``conversations``, GPT style."""
+        if "conversations" not in record:
+            raise RecordError("malformed", f"no 'conversations' field (fields: {sorted(record)})")
+        return normalize_turns(record["conversations"], field="conversations",
+                               image_token=self.image_token)
+
+    def image_values(self, record: dict) -> list[Any]:
+        """``image`` (one path) or ``images`` (a list)."""
+        return as_list(record.get("images", record.get("image")))
+
+
+class ShareGPTReader(JsonConversationReader):
+    """``sharegpt``: ``messages`` or ``conversations``, optional ``system`` and images."""
+
+    def turns(self, record: dict) -> list[dict[str, str]]:
+        """The turns, with the top-level ``system`` prompt first when there is one."""
+        field = self.options.turns_field or next(
+            (f for f in ("messages", "conversations") if f in record), None
+        )
+        if field is None or field not in record:
+            wanted = self.options.turns_field or "'messages' or 'conversations'"
+            raise RecordError("malformed", f"no {wanted} field (fields: {sorted(record)})")
+        turns = normalize_turns(record[field], field=field, image_token=self.image_token)
+        system = record.get("system")
+        if isinstance(system, str) and system and turns[0]["role"] != "system":
+            turns.insert(0, {"role": "system", "content": system})
+        return turns
+
+    def image_values(self, record: dict) -> list[Any]:
+        """``images`` or ``image`` (or the field the options name)."""
+        if self.options.images_field:
+            return as_list(record.get(self.options.images_field))
+        return as_list(record.get("images", record.get("image")))
+
+
+def build_llava_json(options: LlavaJsonOptions | None, context: Any) -> LlavaJsonReader:
+    """Factory of the ``llava-json`` source format."""
+    return LlavaJsonReader(options or LlavaJsonOptions(), image_token_of(context))
+
+
+def build_sharegpt(options: ShareGPTOptions | None, context: Any) -> ShareGPTReader:
+    """Factory of the ``sharegpt`` source format."""
+    return ShareGPTReader(options or ShareGPTOptions(), image_token_of(context))

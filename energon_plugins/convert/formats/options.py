@@ -1,0 +1,66 @@
+"""Options of the built-in source formats (import-light: pydantic only)."""
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class LlavaJsonOptions(BaseModel):
+    """Options of the ``llava-json`` source format."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    image_folder: str | None = Field(
+        default=None,
+        description="The folder the records' image paths are relative to (LLaVA's "
+        "--image_folder); default: the folder of the JSON file.",
+    )
+
+
+class ShareGPTOptions(LlavaJsonOptions):
+    """Options of the ``sharegpt`` source format (``image_folder`` as for ``llava-json``)."""
+
+    turns_field: str | None = Field(
+        default=None,
+        description="The record field holding the turns; default: 'messages', else "
+        "'conversations'.",
+    )
+    images_field: str | None = Field(
+        default=None,
+        description="The record field holding the image paths; default: 'images', else 'image' "
+        "(a record without either has no images).",
+    )
+
+
+class HFParquetOptions(BaseModel):
+    """Options of the ``hf-parquet`` source format (a column mapping)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    turns_column: str | None = Field(
+        default=None,
+        description="The column of turns (from/value or role/content, content as text or typed "
+        "parts); default: 'messages', else 'conversations'. Ignored when question_column is set.",
+    )
+    images_column: str | None = Field(
+        default=None,
+        description="The column of images: a list of {bytes, path} structs (the Hugging Face "
+        "Image feature), one such struct, or raw bytes; default: 'images', else 'image'.",
+    )
+    id_column: str | None = Field(
+        default=None, description="A column kept as each record's id; default: 'id' if present."
+    )
+    question_column: str | None = Field(
+        default=None,
+        description="VQA layout: the column holding the question (one user turn; an image "
+        "placeholder per image is put before it when it has none). Needs answer_column.",
+    )
+    answer_column: str | None = Field(
+        default=None, description="VQA layout: the column holding the answer (the assistant turn)."
+    )
+    image_folder: str | None = Field(
+        default=None,
+        description="The folder that image structs holding only a path are relative to; "
+        "default: the parquet folder.",
+    )
+    batch_rows: int = Field(
+        default=256, ge=1, description="Rows read from a parquet file at a time."
+    )

@@ -1,0 +1,55 @@
+"""What a source reader hands the converter: :class:`SourceRecord`, or :class:`RecordError`.
+
+Import-light (no PIL, no Energon): plugin modules import these names at registration time.
+"""
+
+import dataclasses
+
+REASONS: dict[str, str] = {
+    "malformed": "the record cannot be read (invalid JSON, a missing or mistyped field)",
+    "missing_image": "an image file or image bytes are missing",
+    "undecodable_image": "an image's bytes do not decode",
+    "placeholder_mismatch": "the number of image placeholders differs from the number of images",
+    "roles": "the turns do not alternate user/assistant (after an optional system turn), "
+             "start with the user or end with an answer",
+    "empty_answer": "an assistant turn is empty",
+    "reader_error": "the source format's reader raised an unexpected error on the record",
+}
+"""Reason codes of rejected records (the report's ``reason`` field) and what each means."""
+
+ROLES = ("system", "user", "assistant")
+
+
+class RecordError(ValueError):
+    """One record cannot be converted; it goes to the report with ``reason``.
+
+    Args:
+        reason: one of :data:`REASONS` (a reader may use its own code; it is counted as given).
+        message: what is wrong, naming the field or file.
+        id: the record's id in the source, when known (shown in the report).
+    """
+
+    def __init__(self, reason: str, message: str, id: str | None = None) -> None:  # noqa: A002
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+        self.id = id
+
+    def __reduce__(self):  # pickles across the worker boundary with every field
+        return (type(self), (self.reason, self.message, self.id))
+
+
+@dataclasses.dataclass(frozen=True)
+class SourceRecord:
+    """One conversation as a reader loaded it.
+
+    Attributes:
+        turns: ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``; image
+            placeholders (``<image>``) in the content mark where each image goes.
+        images: each image's original encoded bytes (JPEG, PNG, ...), in placeholder order.
+        id: the record's own id in the source, if it has one (kept in the sample's JSON).
+    """
+
+    turns: list[dict[str, str]]
+    images: list[bytes] = dataclasses.field(default_factory=list)
+    id: str | None = None
