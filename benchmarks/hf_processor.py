@@ -104,10 +104,10 @@ def main() -> None:
 
     import torch
 
+    from energon_plugins.encoding.chatml import ChatMLSample
     from energon_plugins.host.context import BuildContext
     from energon_plugin_hf_processor.encoder import HFProcessorTaskEncoder
     from energon_plugin_hf_processor.options import HFProcessorOptions
-    from energon_plugin_hf_processor.samples import ConversationSample
     from energon_plugin_hf_processor.tiny import save_tiny_processor
 
     torch.set_num_threads(1)
@@ -121,8 +121,9 @@ def main() -> None:
                                padding="longest"))
         processor = encoder.processor
         data = conversations(args.samples, seed=0)
-        samples = [ConversationSample(__key__=str(i), __restore_key__=(), conversation=turns,
-                                      images=imgs) for i, (turns, imgs) in enumerate(data)]
+        samples = [ChatMLSample(__key__=str(i), __restore_key__=(),
+                                conversation=[{"role": r, "content": c} for r, c in turns],
+                                images=imgs) for i, (turns, imgs) in enumerate(data)]
         timings = {"encoder": [], "baseline": []}
         for _ in range(args.repeats):
             start = time.perf_counter()

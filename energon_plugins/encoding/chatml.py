@@ -1,29 +1,45 @@
-"""The conversation sample the encoders read: ``ChatMLSample`` and its crude ``chatml`` cooker.
+"""The conversation sample the encoders read: ``ChatMLSample`` and the crude-data cookers.
 
 Energon has no conversation sample type, so conversations travel as crude data
 (``CrudeWebdataset`` with ``subflavors: {format: chatml}``, what ``energon-plugins convert``
-writes) and a task encoder cooks them with :data:`CHATML_COOKER`. A crude ``chatml`` sample
-holds numbered image parts ``0.jpg``, ``1.png``, ... (any image extension Energon's decoder
-knows, ordered by their number) and a ``json`` part ``{"conversations": [{"from": "human",
-"value": "<image>\\n..."}, {"from": "gpt", "value": ...}, ...]}`` (GPT-style, as LLaVA and
-ShareGPT store it). The cooker turns it into ChatML turns, ``{"role": "user" | "assistant" |
-"system", "content": str}`` (the layout Megatron-Bridge calls ChatMLSample); the image tags in
-the text mark where each image goes, in order.
+writes; ``llava`` and ``conversation`` are read the same way) and a task encoder cooks them
+with :func:`cook_chatml` (:data:`CHATML_COOKER`, or :func:`conversation_cookers` for several
+formats). A crude conversation sample holds:
+
+- its images as numbered parts ``0.jpg``, ``1.png``, ... (any image extension Energon's
+  decoder knows, ordered by their number), or as one ``png`` / ``jpg`` / ``jpeg`` / ``image``
+  part (the LLaVA-1.5 layout);
+- a ``json`` part with the turns under ``conversations``, ``messages`` or ``conversation``
+  (or the list of turns itself): GPT-style ``{"from", "value"}`` (LLaVA, ShareGPT) or ChatML
+  ``{"role", "content"}`` turns, a content being a string with ``<image>`` tags or a list of
+  typed parts (``{"type": "text", "text": ...}``, ``{"type": "image"}``).
+
+The cooker turns it into ChatML turns, ``{"role": "user" | "assistant" | "system",
+"content": ...}`` (the layout Megatron-Bridge calls ChatMLSample); the image tags (or image
+parts) mark where each image goes, in order.
 """
 
 import re
 from typing import Any
 
-import torch
 from megatron.energon import Cooker, Sample, basic_sample_keys, edataclass, stateless
 
-from energon_plugins.encoding.task_encoders.conversation import gpt_turns
+from energon_plugins.encoding.task_encoders.conversation import chat_turns
 
 CHATML_FORMAT = "chatml"
-"""The ``format`` subflavor of crude conversation datasets."""
+"""The ``format`` subflavor of crude conversation datasets (what ``convert`` writes)."""
+
+CONVERSATION_FORMATS = (CHATML_FORMAT, "llava", "conversation")
+"""Every ``format`` subflavor :func:`cook_chatml` reads."""
 
 IMAGE_EXTENSIONS = ("jpg", "jpeg", "png", "webp", "gif", "bmp", "tif", "tiff")
-"""Image part extensions a crude ``chatml`` sample may hold (Energon's decoder reads them all)."""
+"""Image part extensions a crude conversation sample may hold (Energon decodes them all)."""
+
+SINGLE_IMAGE_PARTS = ("png", "jpg", "jpeg", "image")
+"""Part names of the one image of a LLaVA-1.5 style sample."""
+
+TURN_KEYS = ("conversations", "messages", "conversation")
+"""Keys of the ``json`` part that may hold the turns."""
 
 _IMAGE_PART = re.compile(rf"^(\d+)\.({'|'.join(IMAGE_EXTENSIONS)})$")
 
@@ -37,73 +53,73 @@ class MissingFieldError(KeyError):
 
 @edataclass
 class ChatMLSample(Sample):
-    """A multi-turn ChatML conversation and its images, in the order their tags appear.
+    """A multi-turn ChatML conversation and its images, in the order they appear.
 
     Attributes:
-        conversation: ``[{"role": ..., "content": ...}, ...]``; image tags (``<image>``) in
-            the content mark where each image goes.
-        images: the images as Energon decoded them (CHW tensors by default).
+        conversation: ``[{"role": ..., "content": ...}, ...]``; a content is a string whose
+            image tags (``<image>``) mark where each image goes, or a list of typed parts.
+        images: the images as Energon decoded them.
     """
 
-    conversation: list[dict[str, str]]
-    images: list[torch.Tensor]
+    conversation: list[dict[str, Any]]
+    images: list[Any]
 
 
 def image_parts(sample: dict) -> list[str]:
-    """The names of a crude sample's numbered image parts (``0.png``, ``1.jpg``, ...), in order."""
+    """The names of a crude sample's image parts: the numbered ones (``0.png``, ``1.jpg``,
+    ...) in order, else its single image part (``png``, ``jpg``, ``jpeg``, ``image``)."""
     found = []
     for name in sample:
         match = _IMAGE_PART.match(name)
         if match:
             found.append((int(match.group(1)), name))
-    return [name for _, name in sorted(found)]
+    if found:
+        return [name for _, name in sorted(found)]
+    return [name for name in SINGLE_IMAGE_PARTS if name in sample][:1]
 
 
-def to_chatml(conversations: Any, key: str) -> list[dict[str, str]]:
-    """GPT-style ``from``/``value`` turns -> ChatML ``role``/``content`` turns.
-
-    Raises:
-        ValueError: a turn's ``from`` is unknown or its ``value`` is not a string (the index
-            of the turn and the sample key are named).
-    """
-    return [{"role": role, "content": text} for role, text in gpt_turns(conversations, key)]
-
-
-def json_conversations(sample: dict) -> list:
-    """The ``conversations`` list of a crude sample's ``json`` part.
+def json_turns(sample: dict) -> list:
+    """The list of turns in a crude sample's ``json`` part.
 
     Raises:
-        MissingFieldError: no ``json`` part, or no ``conversations`` list in it.
+        MissingFieldError: no ``json`` part, or none of :data:`TURN_KEYS` in it.
     """
     key = sample.get("__key__", "<unknown key>")
     meta = sample.get("json")
+    if isinstance(meta, list):
+        return meta
     if not isinstance(meta, dict):
-        raise MissingFieldError(f"sample {key!r}: no json part (a dict with 'conversations')")
-    conversations = meta.get("conversations")
-    if not isinstance(conversations, list):
         raise MissingFieldError(
-            f"sample {key!r}: the json part has no 'conversations' list (keys: {sorted(meta)})"
+            f"sample {key!r}: no json part (a dict with {' / '.join(TURN_KEYS)})"
         )
-    return conversations
+    turns = next((meta[k] for k in TURN_KEYS if isinstance(meta.get(k), list)), None)
+    if turns is None:
+        raise MissingFieldError(
+            f"sample {key!r}: the json part has no {' / '.join(TURN_KEYS)} list "
+            f"(keys: {sorted(meta)})"
+        )
+    return turns
 
 
 @stateless
 def cook_chatml(sample: dict) -> ChatMLSample:
-    """Cook a crude ``chatml`` sample into a :class:`ChatMLSample`.
+    """Cook a crude conversation sample into a :class:`ChatMLSample`.
 
     Raises:
-        MissingFieldError: no ``json`` part or no ``conversations`` list in it.
-        ValueError: a turn that is not ``{from, value}`` with a known speaker.
+        MissingFieldError: no ``json`` part or no list of turns in it.
+        ValueError: a turn that is neither ChatML nor GPT-style, or with an unknown role (its
+            index and the sample key are named).
     """
     key = sample.get("__key__", "<unknown key>")
-    conversations = json_conversations(sample)
-    images = [sample[name] for name in image_parts(sample)]
+    turns = chat_turns(json_turns(sample), key)
     return ChatMLSample(
-        **basic_sample_keys(sample), conversation=to_chatml(conversations, key), images=images
+        **basic_sample_keys(sample),
+        conversation=[{"role": role, "content": content} for role, content in turns],
+        images=[sample[name] for name in image_parts(sample)],
     )
 
 
-def conversation_turns(sample: ChatMLSample) -> list[tuple[str, str]]:
+def conversation_turns(sample: ChatMLSample) -> list[tuple[str, Any]]:
     """The sample's ``(role, content)`` turns.
 
     Raises:
@@ -113,6 +129,29 @@ def conversation_turns(sample: ChatMLSample) -> list[tuple[str, str]]:
     if not any(role == "assistant" for role, _ in turns):
         raise ValueError(f"sample {sample.__key__!r}: the conversation has no assistant turn")
     return turns
+
+
+def text_turns(sample: ChatMLSample) -> list[tuple[str, str]]:
+    """The sample's turns for an encoder that reads text with image tags only.
+
+    Raises:
+        ValueError: no assistant turn, or a content given as typed parts (the index is named).
+    """
+    turns = conversation_turns(sample)
+    for i, (_, content) in enumerate(turns):
+        if not isinstance(content, str):
+            raise ValueError(
+                f"sample {sample.__key__!r}: conversation[{i}] holds typed parts; this encoder "
+                "reads text turns with image tags (the hf-processor encoder reads parts)"
+            )
+    return turns  # type: ignore[return-value]
+
+
+def conversation_cookers(*formats: str) -> list[Cooker]:
+    """One :func:`cook_chatml` cooker per ``format`` subflavor (default: all of
+    :data:`CONVERSATION_FORMATS`), for a task encoder's ``cookers``."""
+    return [Cooker(cook_chatml, has_subflavors={"format": fmt})
+            for fmt in (formats or CONVERSATION_FORMATS)]
 
 
 CHATML_COOKER = Cooker(cook_chatml, has_subflavors={"format": CHATML_FORMAT})

@@ -17,7 +17,7 @@ from megatron.energon.errors import FatalSampleError
 
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
-from energon_plugins.encoding.chatml import CHATML_COOKER, ChatMLSample, conversation_turns
+from energon_plugins.encoding.chatml import ChatMLSample, conversation_cookers, text_turns
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.conversation import (
@@ -49,7 +49,7 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
     """
 
     supported_sample_types = SUPPORTED
-    cookers = [CHATML_COOKER]
+    cookers = conversation_cookers()
 
     def __init__(self, context: BuildContext, options: MultimodalOptions | None = None) -> None:
         options = options if options is not None else MultimodalOptions()
@@ -112,7 +112,7 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
 
     def _encode_conversation(self, sample: ChatMLSample) -> EncodedSample:
         """Every turn of a cooked conversation; its image tags already mark the images."""
-        messages = build_messages(self.sample_config.conversation_template, conversation_turns(sample))
+        messages = build_messages(self.sample_config.conversation_template, text_turns(sample))
         ids, labels = tokenize_conversation(self.tokenizer, messages, self.sample_config)
         return self.finish_sample(sample, ids, labels, list(sample.images))
 

@@ -24,13 +24,18 @@ import numpy as np
 import torch
 from megatron.energon import (
     CaptioningSample,
-    Cooker,
     InterleavedSample,
     SampleDecoder,
     VQASample,
     stateless,
 )
 
+from energon_plugins.encoding.chatml import (
+    CONVERSATION_FORMATS,
+    ChatMLSample,
+    conversation_cookers,
+    conversation_turns,
+)
 from energon_plugins.encoding.image_processors.hf import energon_image_to_pil
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
@@ -47,7 +52,6 @@ from energon_plugin_hf_processor.messages import (
     qa_messages,
 )
 from energon_plugin_hf_processor.options import HFProcessorOptions
-from energon_plugin_hf_processor.samples import FORMATS, ConversationSample, cook_conversation
 
 logger = logging.getLogger(__name__)
 
@@ -121,8 +125,8 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         family: its :class:`~energon_plugin_hf_processor.families.FamilySpec`.
     """
 
-    cookers = [Cooker(cook_conversation, has_subflavors={"format": fmt}) for fmt in FORMATS]
-    supported_sample_types = (ConversationSample, VQASample, CaptioningSample, InterleavedSample)
+    cookers = conversation_cookers()
+    supported_sample_types = (ChatMLSample, VQASample, CaptioningSample, InterleavedSample)
     #: Images reach the processor as the 8-bit images they were stored as.
     decoder = SampleDecoder(image_decode="pil")
 
@@ -252,11 +256,9 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
     def sample_messages(self, sample: Any) -> tuple[list[dict[str, Any]], list[Any]]:
         """The messages (content as typed parts) and images of a conversation-like sample."""
         system = self.options.system_prompt
-        if isinstance(sample, ConversationSample):
-            messages = conversation_messages(sample.conversation, self.image_tag, system)
-            if not any(m["role"] == "assistant" for m in messages):
-                raise ValueError(f"sample {sample.__key__!r}: the conversation has no assistant turn")
-            return messages, list(sample.images)
+        if isinstance(sample, ChatMLSample):
+            turns = conversation_turns(sample)
+            return conversation_messages(turns, self.image_tag, system), list(sample.images)
         if isinstance(sample, VQASample):
             answer = vqa_answer(sample)
             return qa_messages(sample.context, answer, self.image_tag, 1, system), [sample.image]
@@ -266,7 +268,8 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         raise UnsupportedSampleError(
             f"the hf-processor task encoder cannot encode {type(sample).__name__} samples (key "
             f"{getattr(sample, '__key__', None)!r}); it handles crude conversations (subflavors "
-            f"format {', '.join(FORMATS)}), VQASample, CaptioningSample and InterleavedSample"
+            f"format {', '.join(CONVERSATION_FORMATS)}), VQASample, CaptioningSample and "
+            "InterleavedSample"
         )
 
     def _encode_interleaved(self, sample: InterleavedSample) -> EncodedSample:

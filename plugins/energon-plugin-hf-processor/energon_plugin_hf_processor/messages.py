@@ -7,8 +7,8 @@ beside the messages, in the order of their parts.
 - ``VQASample``: ``user: [image, question]``, ``assistant: answer`` (the first answer); a
   question holding image tags places the image there instead.
 - ``CaptioningSample``: ``user: [image, caption_prompt]``, ``assistant: caption``.
-- :class:`~energon_plugin_hf_processor.samples.ConversationSample`: its turns, image tags
-  split into image parts.
+- :class:`~energon_plugins.encoding.chatml.ChatMLSample` (crude conversations): its turns,
+  image tags split into image parts.
 """
 
 from __future__ import annotations

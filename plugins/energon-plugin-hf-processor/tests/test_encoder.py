@@ -11,7 +11,7 @@ from energon_plugins import BuildContext, ConfigError
 from energon_plugin_hf_processor import families
 from energon_plugin_hf_processor.encoder import HFProcessorTaskEncoder
 from energon_plugin_hf_processor.options import HFProcessorOptions
-from energon_plugin_hf_processor.samples import ConversationSample
+from energon_plugins.encoding.chatml import ChatMLSample
 
 IGNORE = -100
 
@@ -33,8 +33,9 @@ def encoder(processor_dirs, name, seq_length=2048, **options):
 
 
 def conversation(images, *turns):
-    return ConversationSample(__key__="k", __restore_key__=(), conversation=list(turns),
-                              images=list(images))
+    return ChatMLSample(__key__="k", __restore_key__=(),
+                        conversation=[{"role": r, "content": c} for r, c in turns],
+                        images=list(images))
 
 
 def test_the_plugin_is_registered_through_its_entry_point():

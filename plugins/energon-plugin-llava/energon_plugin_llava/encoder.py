@@ -10,10 +10,9 @@ adds:
 - the image tag goes before the question when a prompt has none (``<image>\\nQ``);
 - each image tag becomes ``(crop_size / patch_size)^2`` image tokens, read from the image
   processor's settings (576 for 336 px crops with 14 px patches) and checked against its output;
-- the crude ``llava`` format (one image, ``conversations`` JSON) is cooked by
-  :func:`~energon_plugin_llava.samples.cook_llava`, the crude ``chatml`` format (numbered
-  images, what ``energon-plugins convert`` writes) by the core's cooker; cooking errors follow
-  ``on_error`` too;
+- crude conversations (the ``llava`` format: one image and ``conversations`` JSON; ``chatml``:
+  numbered images, what ``energon-plugins convert`` writes) are cooked by the core's
+  :func:`~energon_plugins.encoding.chatml.cook_chatml`; cooking errors follow ``on_error`` too;
 - a sample whose image tags and images disagree in number fails with
   :class:`ImageTagMismatchError` (counted under that name with ``on_error: skip``).
 """
@@ -21,15 +20,14 @@ adds:
 from typing import Any
 
 import torch
-from megatron.energon import CaptioningSample, Cooker, VQASample, stateless
+from megatron.energon import CaptioningSample, VQASample, stateless
 
 from energon_plugins.host.context import BuildContext
-from energon_plugins.encoding.chatml import CHATML_COOKER, ChatMLSample, conversation_turns
+from energon_plugins.encoding.chatml import ChatMLSample, conversation_cookers, text_turns
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.conversation import (
     build_messages,
-    gpt_turns,
     tokenize_conversation,
     vqa_answer,
 )
@@ -40,7 +38,6 @@ from energon_plugins.encoding.task_encoders.multimodal import (
 )
 
 from energon_plugin_llava.options import LlavaOptions
-from energon_plugin_llava.samples import LlavaConversationSample, cook_llava
 from energon_plugin_llava.template import LLAVA_15_CHAT_TEMPLATE
 
 
@@ -104,8 +101,8 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
         options: :class:`~energon_plugin_llava.options.LlavaOptions`.
     """
 
-    cookers = [Cooker(cook_llava, has_subflavors={"format": "llava"}), CHATML_COOKER]
-    supported_sample_types = (LlavaConversationSample, ChatMLSample, VQASample, CaptioningSample)
+    cookers = conversation_cookers()
+    supported_sample_types = (ChatMLSample, VQASample, CaptioningSample)
 
     def __init__(self, context: BuildContext, options: LlavaOptions | None = None) -> None:
         options = options if options is not None else LlavaOptions()
@@ -128,10 +125,8 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
     @stateless
     def encode_sample(self, sample: Any) -> EncodedSample:
         """Encode one sample (VQA, captioning or a cooked LLaVA conversation)."""
-        if isinstance(sample, LlavaConversationSample):
-            return self._encode_conversation(sample)
         if isinstance(sample, ChatMLSample):
-            return self._encode_turns(sample, conversation_turns(sample), list(sample.images))
+            return self._encode_turns(sample, text_turns(sample), list(sample.images))
         if isinstance(sample, VQASample):
             return self._encode_turns(
                 sample,
@@ -148,12 +143,6 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
             "crude 'llava' and 'chatml' conversations (subflavors: {format: llava | chatml})"
         )
 
-
-    def _encode_conversation(self, sample: LlavaConversationSample) -> EncodedSample:
-        turns = gpt_turns(sample.conversations, sample.__key__)
-        if not any(kind == "assistant" for kind, _ in turns):
-            raise ValueError(f"sample {sample.__key__!r}: the conversation has no gpt turn")
-        return self._encode_turns(sample, turns, [sample.image])
 
     def _encode_turns(
         self, sample: Any, turns: list[tuple[str, str]], images: list[torch.Tensor]

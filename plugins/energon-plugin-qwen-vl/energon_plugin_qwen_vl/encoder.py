@@ -23,7 +23,7 @@ from megatron.energon import CaptioningSample, VQASample, stateless
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
-from energon_plugins.encoding.chatml import CHATML_COOKER, ChatMLSample, conversation_turns
+from energon_plugins.encoding.chatml import ChatMLSample, conversation_cookers, text_turns
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.conversation import (
     build_messages,
@@ -63,7 +63,7 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         options: :class:`~energon_plugin_qwen_vl.options.Qwen2VLOptions`.
     """
 
-    cookers = [CHATML_COOKER]
+    cookers = conversation_cookers()
     supported_sample_types = (ChatMLSample, VQASample, CaptioningSample)
 
     def __init__(self, context: BuildContext, options: Qwen2VLOptions | None = None) -> None:
@@ -109,7 +109,7 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
     def encode_sample(self, sample: Any) -> EncodedSample:
         """Encode one sample (a cooked ChatML conversation, VQA or captioning)."""
         if isinstance(sample, ChatMLSample):
-            return self._encode_turns(sample, conversation_turns(sample), list(sample.images))
+            return self._encode_turns(sample, text_turns(sample), list(sample.images))
         if isinstance(sample, VQASample):
             turns = [("user", self._with_tag(sample.context)), ("assistant", vqa_answer(sample))]
             return self._encode_turns(sample, turns, [sample.image])

@@ -316,7 +316,7 @@ def test_missing_conversations_fail_in_the_cooker_under_the_policy(data, tok):
 
 
 def test_truncation_keeps_whole_images_and_no_open_vision_start(tok, ids):
-    from energon_plugin_qwen_vl.samples import ChatMLSample
+    from energon_plugins.encoding.chatml import ChatMLSample
 
     to_tensor = lambda img: torch.from_numpy(__import__("numpy").array(img)).permute(2, 0, 1) / 255.0  # noqa: E731
     images = [to_tensor(Image.new("RGB", (60, 40), (200, 0, 0))),
