@@ -76,7 +76,7 @@ def test_pin_memory_setting_is_applied_and_quiet(vqa_dataset, tokenizer, clip_pr
         batches = take(train, 3)
         val = dm.val_dataloader()
         assert val.dataloader.pin_memory is expected
-        list(val)
+        list(val.one_pass())
     assert all(b.input_ids.is_pinned() is expected for b in batches)
 
 
@@ -250,7 +250,7 @@ def test_val_split_smaller_than_workers_is_complete_and_reproducible(
 ):
     dm = make_dm(tiny_val_dataset, tokenizer, clip_processor, num_val_workers=4,
                  micro_batch_size=2)
-    passes = [[list(b.__key__) for b in dm.val_dataloader()] for _ in range(2)]
+    passes = [[list(b.__key__) for b in dm.val_dataloader().one_pass()] for _ in range(2)]
     keys = [k for batch in passes[0] for k in batch]
     assert sorted(keys) == sorted(tiny_val_dataset.split_keys["val"])
     assert passes[0] == passes[1]

@@ -88,3 +88,9 @@ def check_dataset(path: str | Path, splits: Iterable[str] = ("train",)) -> str:
                 f"{', '.join(sorted(have)) or 'none'})"
             )
     return kind
+
+
+def is_remote(path: "str | Path") -> bool:
+    """Whether ``path`` is a URL Energon opens itself (``msc://profile/...``, ``s3://...``):
+    it cannot be checked locally, so Energon reports problems when the loader is built."""
+    return "://" in str(path)
