@@ -12,6 +12,7 @@ The fingerprint holds only short, plain values: plugin names, option dumps, numb
 digests of the extra Energon arguments (never the ``repr()`` of a config value).
 """
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -158,8 +159,9 @@ def value_digest(value: Any) -> Any:
 
     Numbers, booleans, ``None`` and short strings stand for themselves; containers become a
     SHA-256 digest of their contents (shared sub-structures are hashed once, so a YAML alias
-    bomb costs no more than its text); anything else (a callable ``part_filter``...) its type
-    and qualified name. Never a ``repr()`` of the value.
+    bomb costs no more than its text), dataclasses (Energon's ``DatasetSubset``) by their
+    fields; anything else (a callable ``part_filter``...) by its type and qualified name.
+    Never a ``repr()`` of the value.
     """
     if value is None or isinstance(value, (bool, int, float)):
         return value
@@ -185,6 +187,10 @@ def _digest(value: Any, memo: dict[int, bytes]) -> bytes:
             h.update(item)
     elif value is None or isinstance(value, (bool, int, float, str, bytes)):
         h.update(json.dumps(value).encode() if not isinstance(value, bytes) else value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        h.update(f"{type(value).__module__}.{type(value).__qualname__}".encode())
+        for field in dataclasses.fields(value):
+            h.update(field.name.encode() + _digest(getattr(value, field.name), memo))
     else:
         cls = type(value)
         name = getattr(value, "__qualname__", cls.__qualname__)
