@@ -136,10 +136,13 @@ class LoaderSettings(BaseModel):
     n_checkpoints: Integer | None = Field(
         default=None,
         ge=1,
-        description="Energon's savable loader: internal checkpoints kept per worker; default: "
-        "computed by Energon. Only with workers.",
+        description="Energon's savable loader: internal checkpoints kept, at least "
+        "2 x max(num_workers, 1) + 1; default: exactly that.",
     )
 
+
+PREFETCH_FACTOR = 2
+"""Batches each loader worker prefetches (Energon's ``get_savable_loader`` default)."""
 
 SETTING_NAMES: tuple[str, ...] = tuple(LoaderSettings.model_fields)
 """The names of the shared settings (constructor keywords and config keys alike)."""
@@ -186,6 +189,18 @@ def cross_field_issues(
             issues.append(
                 ConfigIssue("global_batch_size", f"{global_} must be a multiple of {what}")
             )
+    kept = _positive(values.get("n_checkpoints"))
+    workers = _positive(values.get("num_workers", 1)) or 0
+    if kept is not None and kept < PREFETCH_FACTOR * max(workers, 1) + 1:
+        least = PREFETCH_FACTOR * max(workers, 1) + 1
+        issues.append(
+            ConfigIssue(
+                "n_checkpoints",
+                f"{kept} is too few for num_workers={workers}: Energon keeps at least "
+                f"{PREFETCH_FACTOR} x max(num_workers, 1) + 1 = {least} internal checkpoints to "
+                "cover the batches its workers prefetch",
+            )
+        )
     buffer = values.get("packing_buffer_size")
     if packing and buffer is None:
         issues.append(
