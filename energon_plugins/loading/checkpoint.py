@@ -284,10 +284,9 @@ def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> 
 def _dp_rank_and_size(datamodule: Any) -> tuple[int, int]:
     loader = getattr(datamodule, "train_dataloader_object", None)
     worker_config = getattr(getattr(loader, "dataloader", None), "worker_config", None)
-    if worker_config is not None:
-        return int(worker_config.rank), int(worker_config.world_size)
-    layout = datamodule.parallel_layout()
-    return layout.dp_rank, layout.dp_size
+    if worker_config is None:
+        worker_config = datamodule._build_worker_config(datamodule.num_workers, split="train")
+    return int(worker_config.rank), int(worker_config.world_size)
 
 
 def save_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> Path:
