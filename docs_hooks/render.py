@@ -575,7 +575,7 @@ API_OBJECTS = (
     )),
     ("Datamodule and loader", (
         "energon_plugins.EnergonMultiModalDataModule", "energon_plugins.EnergonDataloader",
-        "energon_plugins.FiniteDataloader", "energon_plugins.cyclic_iter",
+        "energon_plugins.ValidationLoader", "energon_plugins.cyclic_iter",
     )),
     ("Errors", (
         "energon_plugins.EnergonPluginsError", "energon_plugins.PluginNotFoundError",

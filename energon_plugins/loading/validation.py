@@ -26,12 +26,15 @@ stopped).
 """
 
 import copy
+import logging
 from collections.abc import Callable, Iterator, Mapping, MutableMapping
 from typing import Any
 
 from megatron.energon.wrappers.base import BaseWrapperDataset
 
 from energon_plugins.errors import ConfigError, DatasetError
+
+logger = logging.getLogger(__name__)
 
 PADDING_KEY = "__padding__"
 """The sample key filler batches carry in ``__key__`` (one per row)."""
@@ -237,6 +240,16 @@ class ValidationLoader:
                     self._filler = zero_loss_batch(batch, self.ignore_index)
                 produced += 1
                 yield batch
+            else:
+                if self.batches_per_evaluation is None:
+                    # A whole pass: read to its end, so the last skip counts arrive.
+                    for _ in real:
+                        logger.warning(
+                            "validation: this rank's pass has more than the agreed %d batches "
+                            "(a non-deterministic task encoder?); the rest is not evaluated",
+                            total,
+                        )
+                        break
         finally:
             real.close()
         while produced < total:
