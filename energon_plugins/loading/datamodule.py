@@ -31,6 +31,7 @@ from energon_plugins.loading.energon_arguments import (
     split_energon_arguments,
 )
 from energon_plugins.loading.settings import (
+    SETTING_NAMES,
     ConfigIssue,
     cross_field_issues,
     raise_issues,
@@ -149,23 +150,8 @@ class EnergonMultiModalDataModule:
         n_checkpoints: int | None = None,
         **kwargs: Any,
     ) -> None:
-        settings = {
-            "seq_length": seq_length,
-            "micro_batch_size": micro_batch_size,
-            "global_batch_size": global_batch_size,
-            "num_workers": num_workers,
-            "num_val_workers": num_val_workers,
-            "pin_memory": pin_memory,
-            "shuffle_buffer_size": shuffle_buffer_size,
-            "max_samples_per_sequence": max_samples_per_sequence,
-            "decoder_seq_length": decoder_seq_length,
-            "packing_buffer_size": packing_buffer_size,
-            "sequence_parallel": sequence_parallel,
-            "val_batches_per_evaluation": val_batches_per_evaluation,
-            "checkpoint_every_sec": checkpoint_every_sec,
-            "checkpoint_every_min_n_samples": checkpoint_every_min_n_samples,
-            "n_checkpoints": n_checkpoints,
-        }
+        arguments = locals()
+        settings = {name: arguments[name] for name in SETTING_NAMES}
         issues = settings_issues(settings)
         if validation_mode not in VALIDATION_MODES:
             issues.append(ConfigIssue(
@@ -220,7 +206,7 @@ class EnergonMultiModalDataModule:
         self.n_checkpoints = n_checkpoints
         self.kwargs = kwargs
         self.init_global_step = 0
-        self.packing = None
+        self.packing = None  # build_context() reads it while the strategy is built
         self.packing = self._resolve_packing(packing)
 
         self._task_encoder_arg = task_encoder
