@@ -588,7 +588,7 @@ API_OBJECTS = (
     )),
     ("Datamodule and loader", (
         "energon_plugins.EnergonMultiModalDataModule", "energon_plugins.EnergonDataloader",
-        "energon_plugins.FiniteDataloader", "energon_plugins.cyclic_iter",
+        "energon_plugins.ValidationLoader", "energon_plugins.cyclic_iter",
     )),
     ("Converting data (`energon-plugins convert`)", (
         "energon_plugins.convert_dataset", "energon_plugins.ConvertResult",

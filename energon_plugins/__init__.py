@@ -48,7 +48,8 @@ _LAZY = {
     "EnergonMultiModalDataModule": "energon_plugins.loading.datamodule",
     "EnergonDataloader": "energon_plugins.loading.dataloader",
     "cyclic_iter": "energon_plugins.loading.dataloader",
-    "FiniteDataloader": "energon_plugins.loading.dataloader",
+    "ValidationLoader": "energon_plugins.loading.validation",
+    "build_datamodule": "energon_plugins.config",
     "PluginTaskEncoder": "energon_plugins.encoding.task_encoders.base",
     "EncodedSample": "energon_plugins.encoding.samples",
     "MultiModalBatch": "energon_plugins.encoding.samples",
@@ -57,7 +58,9 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from energon_plugins.loading.dataloader import EnergonDataloader, FiniteDataloader, cyclic_iter
+    from energon_plugins.config import build_datamodule
+    from energon_plugins.loading.dataloader import EnergonDataloader, cyclic_iter
+    from energon_plugins.loading.validation import ValidationLoader
     from energon_plugins.loading.datamodule import EnergonMultiModalDataModule
     from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
     from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
@@ -85,7 +88,6 @@ __all__ = [
     "EnergonDataloader",
     "EnergonMultiModalDataModule",
     "EnergonPluginsError",
-    "FiniteDataloader",
     "LoadFailure",
     "MultiModalBatch",
     "MultiModalSampleConfig",
@@ -99,8 +101,10 @@ __all__ = [
     "RecordError",
     "Registry",
     "SourceRecord",
+    "ValidationLoader",
     "__version__",
     "available",
+    "build_datamodule",
     "convert_dataset",
     "create",
     "cyclic_iter",

@@ -54,7 +54,7 @@ def test_minimal_config_gets_the_constructor_defaults(workspace):
     config = load_config(write(workspace, GOOD))
     assert config.path == str((workspace / "ds").resolve())
     assert config.tokenizer.path == str((workspace / "tok").resolve())
-    assert (config.seq_length, config.micro_batch_size, config.global_batch_size) == (2048, 1, 1)
+    assert (config.seq_length, config.micro_batch_size, config.global_batch_size) == (2048, 1, None)
     assert (config.num_workers, config.num_val_workers, config.pin_memory) == (1, None, True)
     assert config.shuffle_buffer_size == 100 and config.packing_buffer_size is None
     assert config.task_encoder.name == "multimodal" and config.image_processor.name == "hf"
@@ -160,6 +160,29 @@ BROKEN = [
     ("path: ds\ntokenizer: {path: tok\n", "invalid-yaml", ["not valid YAML", "line"]),
     ("", "empty-file", ["empty"]),
     ("# only a comment\n", "comment-only", ["empty"]),
+    # the rules the constructor shares (energon_plugins.loading.settings / energon_arguments)
+    ("path: ds\ntokenizer: {path: tok}\nenergon: {checkpoint_every_sec: 5}\n",
+     "energon-loader-option", ["energon.checkpoint_every_sec", "top-level key 'checkpoint_every_sec'"]),
+    ("path: ds\ntokenizer: {path: tok}\nenergon: {my_dataset_flag: 1}\n", "energon-unknown",
+     ["energon.my_dataset_flag", "unknown key", "get_train_dataset"]),
+    ("path: ds\ntokenizer: {path: tok}\nenergon: {handler: x}\n", "energon-refused",
+     ["energon.handler", "on_error"]),
+    ("path: ds\ntokenizer: {path: tok}\nenergon: {limit: 3}\n", "energon-limit",
+     ["energon.limit", "val_batches_per_evaluation"]),
+    ("path: ds\ntokenizer: {path: tok}\nseq_length: true\n", "bool-seq", ["seq_length", "True"]),
+    ("path: ds\ntokenizer: {path: tok}\nnum_workers: 2.0\n", "float-workers", ["num_workers"]),
+    ("path: ds\ntokenizer: {path: tok}\npin_memory: 1\n", "int-bool", ["pin_memory"]),
+    ("path: ds\ntokenizer: {path: tok}\npacking_buffer_size: 8\n", "buffer-no-packing",
+     ["packing:", "no packing strategy"]),
+    ("path: ds\ntokenizer: {path: tok}\nval_batches_per_evaluation: 0\n", "zero-eval",
+     ["val_batches_per_evaluation"]),
+    ("path: ds\ntokenizer: {path: tok}\ncheckpoint_every_sec: 0\n", "zero-ckpt-sec",
+     ["checkpoint_every_sec", "greater than 0"]),
+    ("path: ds\ntokenizer: {path: tok}\nn_checkpoints: true\n", "bool-n-ckpt", ["n_checkpoints"]),
+    ("path: ds\ntokenizer: {path: tok}\ncheckpoint_every_min_n_samples: '4'\n", "str-min-n",
+     ["checkpoint_every_min_n_samples", "integer"]),
+    ("path: ds\ntokenizer: {path: tok}\nsequence_parallel: 'yes'\n", "str-sp",
+     ["sequence_parallel", "true or false"]),
 ]
 
 
@@ -188,11 +211,24 @@ def test_missing_config_file_is_a_config_error(workspace):
         load_config(workspace / "nope.yaml")
 
 
-def test_unknown_energon_arguments_pass_through_unless_close_to_a_known_one(workspace):
-    config = validate_config({"path": "ds", "tokenizer": {"path": "tok"},
-                              "energon": {"my_dataset_flag": 1, "repeat": False}},
+def test_energon_arguments_are_those_energon_accepts(workspace):
+    base = {"path": "ds", "tokenizer": {"path": "tok"}}
+    config = validate_config({**base, "energon": {"repeat": False, "subflavors": {"a": 1}}},
                              base_dir=workspace)
-    assert config.energon == {"my_dataset_flag": 1, "repeat": False}
+    assert config.energon == {"repeat": False, "subflavors": {"a": 1}}
+    with pytest.raises(ConfigValidationError) as info:
+        validate_config({**base, "energon": {"my_dataset_flag": 1, "shuffle_over_epochs": 2}},
+                        base_dir=workspace)
+    assert [i.path for i in info.value.issues] == [
+        "energon.my_dataset_flag", "energon.shuffle_over_epochs"]
+    assert "shuffle_over_epochs_multiplier" in str(info.value)
+
+
+def test_global_batch_size_defaults_from_the_micro_batch(workspace):
+    """Unset, it is micro batch x DP at run time, so micro_batch_size > 1 validates alone."""
+    config = validate_config({"path": "ds", "tokenizer": {"path": "tok"}, "micro_batch_size": 4},
+                             base_dir=workspace)
+    assert config.global_batch_size is None
 
 
 def test_remote_urls_are_left_to_energon(workspace):

@@ -35,7 +35,7 @@ def same_batches(a, b):
 
 def val_keys(dm):
     keys = []
-    for batch in dm.val_dataloader():
+    for batch in dm.val_dataloader().one_pass():
         keys.extend(batch.__key__)
     return keys
 
@@ -60,7 +60,7 @@ def test_train_and_val_batches(vqa_dataset, tokenizer, clip_processor, workers):
             assert int((batch.input_ids[row] == image_id).sum()) == 256
         seen.update(batch.__key__)
     assert len(seen) > 2
-    for batch in dm.val_dataloader():
+    for batch in dm.val_dataloader().one_pass():
         assert set(batch.__key__) <= set(vqa_dataset.split_keys["val"])
         assert batch.input_ids.shape[1] == SEQ
         assert torch.equal(batch.loss_mask.bool(), batch.labels != IGNORE)
@@ -74,16 +74,18 @@ def test_val_is_finite_complete_and_reproducible(vqa_dataset, tokenizer, clip_pr
     assert sorted(first) == sorted(vqa_dataset.split_keys["val"])
     assert len(first) == len(set(first)), "every val sample exactly once"
     assert first == second, "same order on every pass"
-    # next()-driven evaluation (Megatron's eval_iters): len() batches, then the same pass again
+    # next()-driven evaluation (Megatron's eval_iters): len() batches, then the same pass again,
+    # with no StopIteration in between (Megatron's loops do not handle one)
     loader = dm.val_dataloader()
-    batches = [batch.__key__ for batch in loader]
+    assert dm.val_dataloader() is loader, "built once"
+    batches = [batch.__key__ for batch in loader.one_pass()]
     n = len(loader)
     assert n == len(batches) and n >= -(-len(first) // 5)
-    pulled = [next(loader).__key__ for _ in range(n)]
-    assert pulled == batches
-    with pytest.raises(StopIteration):
-        next(loader)
-    assert next(loader).__key__ == batches[0]
+    it = iter(loader)
+    for _ in range(3):  # three evaluations see the same batches in the same order
+        pulled = [next(it).__key__ for _ in range(n)]
+        assert pulled == batches
+    assert next(it).__key__ == batches[0]
 
 
 def test_infinite_validation_mode_cycles(vqa_dataset, tokenizer, clip_processor):
@@ -230,11 +232,11 @@ def test_unknown_encoder_and_bad_options_fail_in_the_constructor(vqa_dataset, to
 @pytest.mark.parametrize(
     "field, value, words",
     [
-        ("num_workers", -1, "num_workers must be >= 0"),
-        ("micro_batch_size", 0, "micro_batch_size must be >= 1"),
-        ("seq_length", "long", "seq_length must be an integer"),
-        ("validation_mode", "sometimes", "validation_mode"),
-        ("multimodal_sample_config", 3, "multimodal_sample_config"),
+        ("num_workers", -1, "num_workers: Input should be greater than or equal to 0"),
+        ("micro_batch_size", 0, "micro_batch_size: Input should be greater than or equal to 1"),
+        ("seq_length", "long", "seq_length: must be an integer, got 'long'"),
+        ("validation_mode", "sometimes", "validation_mode: must be 'finite' or 'infinite'"),
+        ("multimodal_sample_config", 3, "multimodal_sample_config: must be a"),
     ],
 )
 def test_bad_arguments_are_named(vqa_dataset, tokenizer, clip_processor, field, value, words):

@@ -1,7 +1,8 @@
-"""Four real processes (gloo), megatron-core process groups DP=2 x CP=2, real Energon loaders.
+"""Four real processes (gloo), megatron-core process groups DP=2 x CP=2 and DP=4, real Energon
+loaders.
 
-Ranks are laid out as megatron-core does (order tp-cp-ep-dp-pp): ranks {0, 1} are the CP pair
-of DP replica 0, ranks {2, 3} that of replica 1.
+Ranks are laid out as megatron-core does (order tp-cp-ep-dp-pp): with CP=2, ranks {0, 1} are the
+CP pair of DP replica 0, ranks {2, 3} that of replica 1; with DP=4 every rank is a replica.
 """
 
 import json
@@ -51,7 +52,10 @@ def distributed_run(tmp_path_factory):
 
 
 def keys_of(batches):
-    return [key for batch in batches for key in batch["keys"]]
+    return [key for batch in batches for key in batch["keys"] if key != PADDING_KEY]
+
+
+PADDING_KEY = "__padding__"
 
 
 @pytest.mark.slow
@@ -101,6 +105,7 @@ def test_val_split_smaller_than_ranks_times_workers(distributed_run):
     )
     assert results[1]["small_val"] == results[0]["small_val"]
     assert sorted(k0 + k1) == sorted(small.split_keys["val"])
+    assert len(results[0]["small_val"]) == len(results[2]["small_val"]), "padded to one length"
 
 
 @pytest.mark.slow
@@ -141,3 +146,66 @@ def test_a_rank_beyond_the_saved_world_is_told_why(distributed_run, tokenizer, c
     with pytest.raises(StateMismatchError, match=r"no loader state for DP rank 2.*dp_world_size: "
                                                  r"saved 2, now 4"):
         load_datamodule_state(dm, ckpt)
+
+
+# ---------------------------------------------------------------------------- evaluation
+EVAL_CASES = ["dp2cp2-big", "dp2cp2-small", "dp4-big", "dp4-small"]
+
+
+def replicas(results, case):
+    """One result per DP replica (CP rank 0 under CP=2; every rank under DP=4)."""
+    if case.startswith("dp4"):
+        return [r["eval"][case] for r in results]
+    return [r["eval"][case] for r in results if r["cp_rank"] == 0]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", EVAL_CASES)
+def test_every_rank_evaluates_the_same_number_of_batches(distributed_run, case):
+    _, _, _, results = distributed_run
+    lengths = {r["eval"][case]["n"] for r in results}
+    assert len(lengths) == 1 and lengths.pop() >= 1
+    for r in results:
+        assert all(len(run["keys"]) <= r["eval"][case]["n"] for run in r["eval"][case]["runs"])
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", EVAL_CASES)
+def test_every_validation_sample_is_evaluated_exactly_once_per_pass(distributed_run, case):
+    big, small, _, results = distributed_run
+    split = sorted((big if case.endswith("big") else small).split_keys["val"])
+    for evaluation in range(3):
+        keys = [k for rep in replicas(results, case)
+                for batch in rep["runs"][evaluation]["keys"] for k in batch]
+        assert sorted(keys) == split, f"evaluation {evaluation}"
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", EVAL_CASES)
+def test_loss_reduction_completes_and_evaluations_repeat(distributed_run, case):
+    _, _, _, results = distributed_run
+    reps = replicas(results, case)
+    for evaluation in range(3):
+        total = sum(rep["runs"][evaluation]["loss"] for rep in reps)
+        assert total > 0
+        for r in results:  # every rank got the same all-reduced sums
+            run = r["eval"][case]["runs"][evaluation]
+            assert run["reduced_sum"] == pytest.approx(total)
+            assert run["reduced"] == pytest.approx(total)
+    for r in results:
+        runs = r["eval"][case]["runs"]
+        assert runs[0] == runs[1] == runs[2], "three evaluations, identical batches and losses"
+    if case.startswith("dp2cp2"):
+        assert results[0]["eval"][case] == results[1]["eval"][case], "CP peers read the same"
+        assert results[2]["eval"][case] == results[3]["eval"][case]
+
+
+@pytest.mark.slow
+def test_uneven_ranks_were_padded(distributed_run):
+    """The set-ups really are uneven: some DP ranks have fewer real batches than others (one,
+    in DP=4 on the small split, none at all), so the equal lengths above come from padding."""
+    _, _, _, results = distributed_run
+    for case in ("dp4-big", "dp4-small"):
+        real = [len(r["eval"][case]["runs"][0]["keys"]) for r in results]
+        assert len(set(real)) > 1, (case, real)
+    assert min(len(r["eval"]["dp4-small"]["runs"][0]["keys"]) for r in results) == 0

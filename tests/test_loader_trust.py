@@ -76,7 +76,7 @@ def test_pin_memory_setting_is_applied_and_quiet(vqa_dataset, tokenizer, clip_pr
         batches = take(train, 3)
         val = dm.val_dataloader()
         assert val.dataloader.pin_memory is expected
-        list(val)
+        list(val.one_pass())
     assert all(b.input_ids.is_pinned() is expected for b in batches)
 
 
@@ -250,7 +250,7 @@ def test_val_split_smaller_than_workers_is_complete_and_reproducible(
 ):
     dm = make_dm(tiny_val_dataset, tokenizer, clip_processor, num_val_workers=4,
                  micro_batch_size=2)
-    passes = [[list(b.__key__) for b in dm.val_dataloader()] for _ in range(2)]
+    passes = [[list(b.__key__) for b in dm.val_dataloader().one_pass()] for _ in range(2)]
     keys = [k for batch in passes[0] for k in batch]
     assert sorted(keys) == sorted(tiny_val_dataset.split_keys["val"])
     assert passes[0] == passes[1]
@@ -268,3 +268,94 @@ def test_infinite_validation_on_a_tiny_split_explains_itself(tiny_val_dataset, t
         for _ in range(8):  # the worker without samples fails on its turn
             next(loader)
     assert "4 worker(s) per rank" in str(info.value)
+
+
+# ---------------------------------------------------------------------------- other setups
+def carry_dm(info, tokenizer, processor, carry_over, **kwargs):
+    packing = {"name": "first-fit-decreasing", "options": {"carry_over": carry_over}}
+    args = dict(seq_length=SEQ, micro_batch_size=2, num_workers=0, shuffle_buffer_size=10,
+                task_encoder={"name": "multimodal", "options": {"image_tokens": 6}},
+                packing_buffer_size=6, packing=packing)
+    args.update(kwargs)
+    return energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
+
+
+def test_toggling_carry_over_is_named_on_every_restore_path(vqa_dataset, tokenizer,
+                                                           clip_processor, tmp_path):
+    dm = carry_dm(vqa_dataset, tokenizer, clip_processor, carry_over=True)
+    take(dm.train_dataloader(), 2)
+    dm.save_checkpoint(tmp_path)
+    saved = dm.state_dict()
+    bare_dict = dm.train_dataloader().save_state()
+
+    for restore in (
+        lambda other: other.load_checkpoint(tmp_path),  # the fingerprinted file
+        lambda other: other.load_state_dict(saved),  # state_dict()
+        lambda other: other.train_dataloader().restore_state(bare_dict),  # Bridge's flow
+    ):
+        other = carry_dm(vqa_dataset, tokenizer, clip_processor, carry_over=False)
+        with pytest.raises(StateMismatchError) as info:
+            restore(other)
+        message = str(info.value)
+        assert "packing_options: saved" in message and "'carry_over': True" in message
+        assert "\n" not in message
+    same = carry_dm(vqa_dataset, tokenizer, clip_processor, carry_over=True)
+    same.load_state_dict(saved)
+    assert take(same.train_dataloader(), 1)
+
+
+def test_a_bare_state_of_another_setup_is_explained(vqa_dataset, tokenizer, clip_processor):
+    """Energon's bare state carries no fingerprint: what Energon would assert is named."""
+    bare = make_dm(vqa_dataset, tokenizer, clip_processor).train_dataloader().save_state()["energon"]
+    with pytest.raises(StateMismatchError, match=r"num_workers: saved 0, now 1"):
+        make_dm(vqa_dataset, tokenizer, clip_processor, num_workers=1).train_dataloader() \
+            .restore_state(bare)
+    with pytest.raises(StateMismatchError, match=r"micro_batch_size: saved 2, now 3"):
+        make_dm(vqa_dataset, tokenizer, clip_processor, micro_batch_size=3).train_dataloader() \
+            .restore_state(bare)
+    with pytest.raises(StateMismatchError, match=r"not a loader state: .* got a dict with keys"):
+        make_dm(vqa_dataset, tokenizer, clip_processor).train_dataloader().restore_state(
+            {"weights": 1})
+    # the encoder's structure differs (carry-over packing stage): Energon's assertion is wrapped
+    with pytest.raises(StateMismatchError, match=r"restoring the loader state failed.*setup"):
+        other = carry_dm(vqa_dataset, tokenizer, clip_processor, carry_over=True).train_dataloader()
+        other.restore_state(bare)
+        next(other)
+
+
+def test_checkpoint_files_hold_no_repr_of_the_config(vqa_dataset, tokenizer, clip_processor,
+                                                     tmp_path):
+    from energon_plugins.loading.checkpoint import read_state_file
+
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, subflavors={"note": "x" * 500})
+    take(dm.train_dataloader(), 1)
+    path = dm.save_checkpoint(tmp_path)
+    _, fingerprint = read_state_file(path)
+    assert fingerprint["energon_kwargs"]["subflavors"].startswith("sha256:")
+    assert "x" * 100 not in str(fingerprint)
+
+
+# ---------------------------------------------------------------------------- freeing
+@pytest.mark.slow
+def test_discarded_loaders_stop_their_workers(vqa_dataset, tokenizer, clip_processor):
+    import gc
+    import multiprocessing
+
+    before = len(multiprocessing.active_children())
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, num_workers=2, num_val_workers=2)
+    take(dm.train_dataloader(), 2)
+    val = dm.val_dataloader()
+    list(val.one_pass())
+    it = iter(val)
+    next(it)
+    assert len(multiprocessing.active_children()) >= before + 4
+    dm.close()  # explicit: workers stop now
+    assert len(multiprocessing.active_children()) == before
+    assert dm.train_dataloader_object is None and dm.val_dataloader_object is None
+
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, num_workers=0, num_val_workers=2)
+    list(dm.val_dataloader().one_pass())
+    assert len(multiprocessing.active_children()) == before + 2
+    del dm, val, it
+    gc.collect()  # dropped: the workers go with the loader
+    assert len(multiprocessing.active_children()) == before

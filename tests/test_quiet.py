@@ -28,7 +28,7 @@ SCRIPT = textwrap.dedent(
     loader = dm.train_dataloader()
     for _ in range(3):
         next(loader)
-    for _ in dm.val_dataloader():
+    for _ in dm.val_dataloader().one_pass():
         pass
     print("done")
     """

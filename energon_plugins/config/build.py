@@ -14,10 +14,11 @@ from pathlib import Path
 from typing import Any
 
 from energon_plugins.config.model import DataModuleConfig
-from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
+from energon_plugins.host.context import BuildContext
+from energon_plugins.loading.settings import SETTING_NAMES
 
-RUNTIME_ARGUMENTS = ("pg_collection", "validation_mode")
+RUNTIME_ARGUMENTS = ("pg_collection", "validation_mode", "device")
 """Keyword arguments of :func:`build_datamodule` that are not config keys but runtime objects,
 passed to the datamodule's constructor as they are."""
 
@@ -39,8 +40,14 @@ def load_tokenizer(path: str) -> Any:
         ) from exc
 
 
-def base_context(config: DataModuleConfig, **changes: Any) -> BuildContext:
-    """A :class:`BuildContext` from the config's final values (plus ``changes``)."""
+def base_context(
+    config: DataModuleConfig, pg_collection: Any = None, **changes: Any
+) -> BuildContext:
+    """A :class:`BuildContext` from the config's final values and ``pg_collection``'s context-
+    and tensor-parallel sizes (plus ``changes``)."""
+    from energon_plugins.loading.distributed import parallel_layout
+
+    layout = parallel_layout(pg_collection)
     values: dict[str, Any] = {
         "sample_config": config.sample_config,
         "seq_length": config.seq_length,
@@ -48,12 +55,17 @@ def base_context(config: DataModuleConfig, **changes: Any) -> BuildContext:
         "micro_batch_size": config.micro_batch_size,
         "packing_buffer_size": config.packing_buffer_size,
         "split": "train",
+        "cp_size": layout.cp_size,
+        "tp_size": layout.tp_size,
+        "sequence_parallel": config.sequence_parallel,
     }
     values.update(changes)
     return BuildContext(**values)
 
 
-def build_components(config: DataModuleConfig, tokenizer: Any = None) -> dict[str, Any]:
+def build_components(
+    config: DataModuleConfig, tokenizer: Any = None, pg_collection: Any = None
+) -> dict[str, Any]:
     """Load the tokenizer and build the image processor and packing strategy of ``config``.
 
     Returns ``{"tokenizer", "image_processor", "packing"}`` (``packing`` is ``None`` without a
@@ -63,7 +75,7 @@ def build_components(config: DataModuleConfig, tokenizer: Any = None) -> dict[st
 
     if tokenizer is None:
         tokenizer = load_tokenizer(config.tokenizer.path)
-    context = base_context(config, tokenizer=tokenizer)
+    context = base_context(config, pg_collection, tokenizer=tokenizer)
     image_processor = create(
         "image_processor", config.image_processor.name, config.image_processor.options, context
     )
@@ -76,22 +88,13 @@ def build_components(config: DataModuleConfig, tokenizer: Any = None) -> dict[st
 
 def datamodule_arguments(config: DataModuleConfig) -> dict[str, Any]:
     """The constructor arguments that come straight from ``config`` (no component built)."""
-    args: dict[str, Any] = {
+    args: dict[str, Any] = {name: getattr(config, name) for name in SETTING_NAMES}
+    args.update({
         "path": config.path,
-        "seq_length": config.seq_length,
-        "micro_batch_size": config.micro_batch_size,
-        "global_batch_size": config.global_batch_size,
-        "num_workers": config.num_workers,
-        "num_val_workers": config.num_val_workers,
-        "pin_memory": config.pin_memory,
-        "shuffle_buffer_size": config.shuffle_buffer_size,
-        "max_samples_per_sequence": config.max_samples_per_sequence,
         "multimodal_sample_config": config.sample_config,
-        "decoder_seq_length": config.decoder_seq_length,
-        "packing_buffer_size": config.packing_buffer_size,
         "task_encoder": {"name": config.task_encoder.name, "options": config.task_encoder.options},
         "validation_task_encoder": None,
-    }
+    })
     if config.validation_task_encoder is not None:
         val = config.resolved_validation_selection()
         args["validation_task_encoder"] = {"name": val.name, "options": val.options}
@@ -108,8 +111,8 @@ def build_datamodule(config_or_path: "str | Path | Mapping[str, Any] | DataModul
         **overrides: config keys to change before anything is built. A mapping merges into
             the section (``task_encoder={"options": {"image_tokens": 4}}`` keeps the name); a
             dotted key addresses one value (``**{"task_encoder.options.image_tokens": 4}``);
-            any other value, ``None`` included, replaces. ``pg_collection`` and
-            ``validation_mode`` are passed to the constructor as they are.
+            any other value, ``None`` included, replaces. ``pg_collection``,
+            ``validation_mode`` and ``device`` are passed to the constructor as they are.
 
     Raises:
         ConfigValidationError: the config with the overrides applied is invalid (every error,
@@ -120,7 +123,7 @@ def build_datamodule(config_or_path: "str | Path | Mapping[str, Any] | DataModul
 
     runtime = {key: overrides.pop(key) for key in RUNTIME_ARGUMENTS if key in overrides}
     config = load_config(config_or_path, overrides)  # validated before anything is built
-    components = build_components(config)
+    components = build_components(config, pg_collection=runtime.get("pg_collection"))
     from energon_plugins.loading.datamodule import EnergonMultiModalDataModule
 
     return EnergonMultiModalDataModule(

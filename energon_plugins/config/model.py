@@ -1,9 +1,11 @@
 """The datamodule configuration as pydantic models (structure, types and ranges only).
 
-The keys mirror :class:`energon_plugins.EnergonMultiModalDataModule`'s constructor; every
-model forbids unknown keys. Checks that need the file system or the plugin registry (the
-dataset path, each selected plugin's own options) live in :mod:`energon_plugins.config.validate`,
-which runs them all and reports every problem at once.
+The keys mirror :class:`energon_plugins.EnergonMultiModalDataModule`'s constructor: the scalar
+settings are the constructor's own model (:class:`energon_plugins.loading.settings.LoaderSettings`,
+inherited, so a key and a keyword validate alike); every model forbids unknown keys. Checks that
+need the file system or the plugin registry (the dataset path, each selected plugin's own
+options) and the rules between keys live in :mod:`energon_plugins.config.validate`, which runs
+them all and reports every problem at once.
 
 Import-light: pydantic and the sample config only (no torch, transformers or Energon).
 """
@@ -13,6 +15,11 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
+from energon_plugins.loading.energon_arguments import (
+    ENERGON_DATASET_ARGUMENTS,
+    ENERGON_RESERVED,
+)
+from energon_plugins.loading.settings import LoaderSettings
 
 PluginName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
@@ -93,41 +100,20 @@ class ValidationTaskEncoderSelection(BaseModel):
     )
 
 
-class DataModuleConfig(BaseModel):
+class DataModuleConfig(LoaderSettings):
     """Everything :class:`EnergonMultiModalDataModule` needs, selected by name.
 
     Defaults are the constructor's. ``sample_config`` is the constructor's
     ``multimodal_sample_config``; ``energon`` holds extra keyword arguments for Energon's
-    ``get_train_dataset``.
+    ``get_train_dataset`` (and, where they describe the dataset, ``get_val_dataset``).
     """
 
     model_config = _STRICT
 
     path: str = Field(
-        description="An Energon dataset: a directory with .nv-meta/dataset.yaml, or a "
-        "metadataset YAML file. Relative paths are resolved against the config file's directory."
-    )
-    seq_length: int = Field(default=2048, ge=1, description="Maximum tokens per sequence.")
-    micro_batch_size: int = Field(default=1, ge=1, description="Sequences per micro batch.")
-    global_batch_size: int = Field(
-        default=1, ge=1, description="Sequences per global batch (a multiple of micro_batch_size)."
-    )
-    num_workers: int = Field(default=1, ge=0, description="Training loader worker processes.")
-    num_val_workers: int | None = Field(
-        default=None, ge=0, description="Validation loader workers; default: num_workers."
-    )
-    pin_memory: bool = Field(default=True, description="Pin batches in page-locked memory.")
-    shuffle_buffer_size: int = Field(
-        default=100, ge=0, description="Samples in the shuffle buffer (before encoding)."
-    )
-    max_samples_per_sequence: int | None = Field(
-        default=None, ge=1, description="Samples read per shard sequence; default: whole shard."
-    )
-    decoder_seq_length: int | None = Field(
-        default=None, ge=1, description="Decoder sequence length of encoder-decoder models."
-    )
-    packing_buffer_size: int | None = Field(
-        default=None, ge=1, description="Encoded samples the packing strategy chooses from."
+        description="An Energon dataset: a directory with .nv-meta/dataset.yaml, a "
+        "metadataset YAML file, a .jsonl file, or a remote msc:// path. Relative paths are "
+        "resolved against the config file's directory."
     )
     sample_config: MultiModalSampleConfig = Field(
         default_factory=MultiModalSampleConfig,
@@ -176,24 +162,20 @@ SELECTIONS: dict[str, str] = {
 }
 """Config key of each ``{name, options}`` selection -> the plugin kind it selects."""
 
-ENERGON_RESERVED: dict[str, str] = {
-    "path": "path",
-    "split_part": "(chosen by the datamodule per loader)",
-    "worker_config": "num_workers",
-    "batch_size": "micro_batch_size",
-    "packing_buffer_size": "packing_buffer_size",
-    "shuffle_buffer_size": "shuffle_buffer_size",
-    "max_samples_per_sequence": "max_samples_per_sequence",
-    "task_encoder": "task_encoder",
-}
-"""``get_train_dataset`` arguments the datamodule sets itself -> the config key that sets it."""
+ENERGON_KNOWN: tuple[str, ...] = tuple(ENERGON_DATASET_ARGUMENTS)
+"""The extra dataset arguments the ``energon:`` section accepts (see
+:data:`energon_plugins.loading.energon_arguments.ENERGON_DATASET_ARGUMENTS`)."""
 
-ENERGON_KNOWN: tuple[str, ...] = (
-    "batch_drop_last", "virtual_epoch_length", "shuffle_over_epochs_multiplier", "repeat",
-    "dataset_config", "split_config", "subflavors", "subset", "parallel_shard_iters",
-    "cache_pool", "auto_decode", "image_decode", "ignore_decoder_errors", "av_decode",
-    "video_decode_audio", "handler",
-)
-"""Keyword arguments Energon 7.4's ``get_train_dataset`` and its dataset loaders take. Other
-keys still pass through (datasets may take their own), but one close to a known name is
-reported as a likely typo."""
+__all__ = [
+    "DEFAULT_IMAGE_PROCESSOR",
+    "DEFAULT_TASK_ENCODER",
+    "ENERGON_KNOWN",
+    "ENERGON_RESERVED",
+    "SELECTIONS",
+    "DataModuleConfig",
+    "ImageProcessorSelection",
+    "PackingSelection",
+    "TaskEncoderSelection",
+    "TokenizerConfig",
+    "ValidationTaskEncoderSelection",
+]

@@ -9,19 +9,18 @@
   (``task_encoder.options.max_tiles: ...``);
 - the dataset path (exists, and is an Energon dataset or metadataset) and the tokenizer path,
   relative paths resolved against the config file's directory;
-- cross-field rules (packing needs ``packing_buffer_size``, ``global_batch_size`` a multiple of
-  ``micro_batch_size``, ``energon`` must not repeat what the datamodule sets itself).
+- the rules between keys and the ``energon:`` arguments, shared with the datamodule's
+  constructor (:func:`energon_plugins.loading.settings.cross_field_issues`,
+  :func:`energon_plugins.loading.energon_arguments.energon_argument_issues`): packing and
+  ``packing_buffer_size`` go together, ``global_batch_size`` is a multiple of
+  ``micro_batch_size``, ``energon:`` holds only what Energon's dataset factories accept.
 
 Import-light: nothing here imports torch, transformers or Energon (plugin factories stay
 ``"module:attr"`` strings).
 """
 
-import dataclasses
-import difflib
 import os
 import re
-import types
-import typing
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,28 +31,21 @@ from energon_plugins._suggest import did_you_mean
 from energon_plugins.config.model import (
     DEFAULT_IMAGE_PROCESSOR,
     DEFAULT_TASK_ENCODER,
-    ENERGON_KNOWN,
-    ENERGON_RESERVED,
     SELECTIONS,
     DataModuleConfig,
 )
 from energon_plugins.errors import ConfigError, PluginConflictError, PluginNotFoundError
 from energon_plugins.host.registry import PluginSpec, Registry
+from energon_plugins.loading.energon_arguments import energon_argument_issues
+from energon_plugins.loading.settings import (
+    ConfigIssue,
+    cross_field_issues,
+    issue_from_pydantic,
+)
 
 _MISSING = object()
 _SELECTION_KEYS = frozenset(SELECTIONS)
 _HUB_ID = re.compile(r"^[A-Za-z0-9][\w.-]*(/[\w.-]+)?$")
-
-
-@dataclasses.dataclass(frozen=True)
-class ConfigIssue:
-    """One problem in a config: where (a dotted path such as ``task_encoder.options.x``) and what."""
-
-    path: str
-    message: str
-
-    def __str__(self) -> str:
-        return f"{self.path}: {self.message}"
 
 
 class ConfigValidationError(ConfigError):
@@ -148,54 +140,10 @@ def _structure_issues(data: Mapping[str, Any]) -> list[ConfigIssue]:
     return []
 
 
-def _issue_from_pydantic(error: Any, root: type[pydantic.BaseModel], prefix: str = "") -> ConfigIssue:
-    loc = [str(part) for part in error["loc"]]
-    path = ".".join(p for p in (prefix, ".".join(loc)) if p) or "<root>"
-    kind = error["type"]
-    if kind == "extra_forbidden":
-        known = _known_keys(root, loc[:-1])
-        message = f"unknown key{did_you_mean(loc[-1], known)}"
-        if known:
-            message += f"; known keys here: {', '.join(sorted(known))}"
-        return ConfigIssue(path, message)
-    if kind == "missing":
-        return ConfigIssue(path, "required key is missing")
-    message = error["msg"]
-    if kind in ("model_type", "model_attributes_type", "dict_type"):
-        message = "expected a mapping" + (
-            " like {name: ..., options: {...}}" if loc and loc[-1] in _SELECTION_KEYS else ""
-        )
-    if "input" in error and not isinstance(error["input"], Mapping):
-        message += f" (got {_short(error['input'])})"
-    return ConfigIssue(path, message)
-
-
-def _known_keys(root: type[pydantic.BaseModel], loc: list[str]) -> list[str]:
-    """The field names of the model found by walking ``loc`` from ``root`` (empty if unknown)."""
-    model: Any = root
-    for part in loc:
-        if not (isinstance(model, type) and issubclass(model, pydantic.BaseModel)):
-            return []
-        field = model.model_fields.get(part)
-        if field is None:
-            return []
-        model = _model_in(field.annotation)
-    if isinstance(model, type) and issubclass(model, pydantic.BaseModel):
-        return list(model.model_fields)
-    return []
-
-
-def _model_in(annotation: Any) -> Any:
-    """The pydantic model inside ``annotation`` (``Model``, ``Model | None``, ``Annotated``)."""
-    if isinstance(annotation, type) and issubclass(annotation, pydantic.BaseModel):
-        return annotation
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType, typing.Annotated):
-        for arg in typing.get_args(annotation):
-            found = _model_in(arg)
-            if found is not None:
-                return found
-    return None
+def _issue_from_pydantic(
+    error: Any, root: type[pydantic.BaseModel], prefix: str = ""
+) -> ConfigIssue:
+    return issue_from_pydantic(error, root, prefix, mapping_keys=_SELECTION_KEYS)
 
 
 def _short(value: Any, limit: int = 60) -> str:
@@ -374,49 +322,17 @@ def _tokenizer_path_issues(
 # -- cross-field -------------------------------------------------------------------------------
 
 
-def _int_or_none(value: Any) -> int | None:
-    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 1 else None
-
-
 def _cross_field_issues(data: Mapping[str, Any]) -> list[ConfigIssue]:
-    issues: list[ConfigIssue] = []
     packing = data.get("packing")
-    if isinstance(packing, Mapping) and data.get("packing_buffer_size") is None:
-        name = packing.get("name", "?")
-        issues.append(
-            ConfigIssue(
-                "packing_buffer_size",
-                f"packing selects {name!r} but packing_buffer_size is not set: set "
-                "packing_buffer_size (how many encoded samples the strategy chooses from, "
-                "e.g. 32) or remove packing",
-            )
-        )
-    micro = _int_or_none(data.get("micro_batch_size", 1))
-    global_ = _int_or_none(data.get("global_batch_size", 1))
-    if micro is not None and global_ is not None and global_ % micro:
-        issues.append(
-            ConfigIssue(
-                "global_batch_size",
-                f"global_batch_size ({global_}) must be a multiple of micro_batch_size ({micro})",
-            )
-        )
+    selected = None  # a wrong type: the structure check reports it
+    if packing is None:
+        selected = False
+    elif isinstance(packing, Mapping):
+        selected = True
+    issues = cross_field_issues(data, packing=selected)
     energon = data.get("energon")
     if isinstance(energon, Mapping):
-        for key in energon:
-            if key in ENERGON_RESERVED:
-                owner = ENERGON_RESERVED[key]
-                hint = f"use the top-level key {owner!r}" if not owner.startswith("(") else owner
-                issues.append(
-                    ConfigIssue(f"energon.{key}", f"is set by the datamodule itself; {hint}")
-                )
-            elif key not in ENERGON_KNOWN:
-                close = difflib.get_close_matches(str(key), ENERGON_KNOWN, n=1, cutoff=0.85)
-                if close:
-                    issues.append(ConfigIssue(
-                        f"energon.{key}",
-                        f"not an argument of Energon's get_train_dataset (did you mean "
-                        f"{close[0]!r}?)",
-                    ))
+        issues += energon_argument_issues(energon, prefix="energon.", owner="key")
     return issues
 
 
@@ -434,5 +350,6 @@ def _unique(issues: list[ConfigIssue]) -> list[ConfigIssue]:
 
 
 def _ordered(issues: list[ConfigIssue]) -> list[ConfigIssue]:
-    order = {name: index for index, name in enumerate(DataModuleConfig.model_fields)}
+    names = ["path", *(n for n in DataModuleConfig.model_fields if n != "path")]
+    order = {name: index for index, name in enumerate(names)}
     return sorted(issues, key=lambda i: order.get(i.path.split(".", 1)[0], len(order)))

@@ -22,6 +22,12 @@ class BuildContext:
     """The selected packing strategy object (``select(lengths, capacity)``), or ``None``."""
     packing_buffer_size: int | None = None
     split: Literal["train", "val"] = "train"
+    cp_size: int = 1
+    """Context-parallel size (``pg_collection.cp``): packed sequences are padded for it."""
+    tp_size: int = 1
+    """Tensor-parallel size (``pg_collection.tp``)."""
+    sequence_parallel: bool = False
+    """Whether the model uses sequence parallelism (then ``tp_size`` matters for padding)."""
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Free-form values a host application passes to its own plugins."""
 

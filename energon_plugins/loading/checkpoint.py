@@ -1,11 +1,20 @@
 """Saving and loading loader states per data-parallel rank, with a check that they fit.
 
-A state file ``train_dataloader_dprank{NNN}.pt`` holds the Energon loader state and a
-*fingerprint* of what produced it (world size, dataset, task encoder, batch settings...).
-Restoring into a different setup would silently replay or skip data, so loading compares the
-fingerprints and names every key that differs.
+A state file ``train_dataloader_dprank{NNN}.pt`` is what Megatron-Bridge writes too: a
+``torch.save`` of ``{"dataloader_state_dict": state}``, here with a ``format`` number and a
+*fingerprint* of what produced the state (world size, dataset, task encoder, batch and packing
+settings...). Bridge's ``maybe_load_dataloader_state`` reads these files as they are; ours read
+Bridge's. Files are read with a restricted unpickler (:mod:`energon_plugins.loading.safe_load`),
+never with ``weights_only=False``. Restoring into a different setup would silently replay or
+skip data, so loading compares the fingerprints and names every key that differs.
+
+The fingerprint holds only short, plain values: plugin names, option dumps, numbers, and
+digests of the extra Energon arguments (never the ``repr()`` of a config value).
 """
 
+import dataclasses
+import hashlib
+import json
 import os
 import tempfile
 from collections.abc import Mapping
@@ -13,9 +22,29 @@ from pathlib import Path
 from typing import Any
 
 from energon_plugins.errors import EnergonPluginsError
+from energon_plugins.loading.safe_load import StateFileError, load_state_file
 
-STATE_FORMAT = 1
+STATE_FORMAT = 2
+"""Version of the file layout (1: ``{"format", "fingerprint", "state"}``, still read)."""
 STATE_FILE = "train_dataloader_dprank{rank:03d}.pt"
+BRIDGE_STATE_KEY = "dataloader_state_dict"
+"""The key Megatron-Bridge's checkpointing stores the loader state under."""
+
+__all__ = [
+    "STATE_FILE",
+    "STATE_FORMAT",
+    "StateFileError",
+    "StateMismatchError",
+    "dataset_identity",
+    "fingerprint_differences",
+    "load_datamodule_state",
+    "load_loader_state",
+    "loader_fingerprint",
+    "save_datamodule_state",
+    "save_loader_state",
+    "state_path",
+    "value_digest",
+]
 
 
 class StateMismatchError(EnergonPluginsError, ValueError):
@@ -41,6 +70,14 @@ def fingerprint_differences(saved: Mapping[str, Any], current: Mapping[str, Any]
     return lines
 
 
+def mismatch_message(where: str, differences: list[str]) -> str:
+    """The message of a :class:`StateMismatchError` for ``differences``."""
+    return (
+        f"{where} was saved by a different setup; restoring it would replay or skip data. "
+        "Differences: " + "; ".join(differences)
+    )
+
+
 def save_loader_state(
     folder: str | os.PathLike, state: Any, *, dp_rank: int, fingerprint: Mapping[str, Any]
 ) -> Path:
@@ -49,7 +86,11 @@ def save_loader_state(
 
     path = state_path(folder, dp_rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {"format": STATE_FORMAT, "fingerprint": dict(fingerprint), "state": state}
+    payload = {
+        BRIDGE_STATE_KEY: state,
+        "format": STATE_FORMAT,
+        "fingerprint": dict(fingerprint),
+    }
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -61,6 +102,29 @@ def save_loader_state(
     return path
 
 
+def read_state_file(path: Path) -> tuple[Any, dict[str, Any] | None]:
+    """``(state, fingerprint)`` from a state file of ours (either format) or Megatron-Bridge's
+    (``fingerprint`` is ``None`` then).
+
+    Raises:
+        StateFileError: the file is unreadable, truncated, corrupt, foreign, or holds no
+            loader state; the message names it.
+    """
+    payload = load_state_file(path)
+    if isinstance(payload, dict) and BRIDGE_STATE_KEY in payload:
+        fingerprint = payload.get("fingerprint")
+        return payload[BRIDGE_STATE_KEY], dict(fingerprint) if isinstance(fingerprint, dict) else None
+    if isinstance(payload, dict) and payload.get("format") == 1 and "state" in payload:
+        return payload["state"], dict(payload.get("fingerprint") or {})
+    what = f"a dict with keys {sorted(map(str, payload))[:8]}" if isinstance(payload, dict) else (
+        type(payload).__name__
+    )
+    raise StateFileError(
+        f"{str(path)!r} holds no loader state (expected a dict with {BRIDGE_STATE_KEY!r}, as "
+        f"save_checkpoint and Megatron-Bridge write; got {what})"
+    )
+
+
 def load_loader_state(
     folder: str | os.PathLike,
     *,
@@ -69,15 +133,11 @@ def load_loader_state(
 ) -> Any:
     """Read the state of ``dp_rank`` from ``folder``; check it against ``fingerprint``.
 
-    The file holds Energon's state objects, so it is loaded with ``weights_only=False``
-    (torch's default refuses it): load only checkpoints you wrote.
-
     Raises:
         FileNotFoundError: no state file for this rank (the message lists the ones present).
+        StateFileError: the file is truncated, corrupt or not a loader state.
         StateMismatchError: the state was saved by a different setup; names what differs.
     """
-    import torch
-
     path = state_path(folder, dp_rank)
     if not path.is_file():
         present = sorted(p.name for p in Path(folder).glob("train_dataloader_dprank*.pt"))
@@ -85,28 +145,70 @@ def load_loader_state(
             f"no loader state for DP rank {dp_rank}: {path} does not exist"
             f" (present: {', '.join(present) or 'none'})"
         )
-    payload = torch.load(path, map_location="cpu", weights_only=False)
-    if not isinstance(payload, dict) or payload.get("format") != STATE_FORMAT:
-        raise StateMismatchError(f"{path}: not a loader state written by energon-plugins")
-    if fingerprint is not None:
-        differences = fingerprint_differences(payload["fingerprint"], fingerprint)
+    state, saved = read_state_file(path)
+    if fingerprint is not None and saved is not None:
+        differences = fingerprint_differences(saved, fingerprint)
         if differences:
-            raise StateMismatchError(
-                f"{path} was saved by a different setup; restoring it would replay or skip "
-                "data. Differences: " + "; ".join(differences)
-            )
-    return payload["state"]
+            raise StateMismatchError(mismatch_message(str(path), differences))
+    return state
 
 
-# --------------------------------------------------------------------------- datamodule level
+# --------------------------------------------------------------------------- fingerprints
+def value_digest(value: Any) -> Any:
+    """A short stand-in for ``value`` in a fingerprint.
+
+    Numbers, booleans, ``None`` and short strings stand for themselves; containers become a
+    SHA-256 digest of their contents (shared sub-structures are hashed once, so a YAML alias
+    bomb costs no more than its text), dataclasses (Energon's ``DatasetSubset``) by their
+    fields; anything else (a callable ``part_filter``...) by its type and qualified name.
+    Never a ``repr()`` of the value.
+    """
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    if isinstance(value, str) and len(value) <= 120:
+        return value
+    return "sha256:" + _digest(value, {}).hex()[:16]
+
+
+def _digest(value: Any, memo: dict[int, bytes]) -> bytes:
+    key = id(value)
+    if key in memo:
+        return memo[key]
+    h = hashlib.sha256(type(value).__name__.encode())
+    if isinstance(value, Mapping):
+        parts = sorted((_digest(k, memo), _digest(v, memo)) for k, v in value.items())
+        for k, v in parts:
+            h.update(k + v)
+    elif isinstance(value, (list, tuple)):
+        for item in value:
+            h.update(_digest(item, memo))
+    elif isinstance(value, (set, frozenset)):
+        for item in sorted(_digest(v, memo) for v in value):
+            h.update(item)
+    elif value is None or isinstance(value, (bool, int, float, str, bytes)):
+        h.update(json.dumps(value).encode() if not isinstance(value, bytes) else value)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        h.update(f"{type(value).__module__}.{type(value).__qualname__}".encode())
+        for field in dataclasses.fields(value):
+            h.update(field.name.encode() + _digest(getattr(value, field.name), memo))
+    else:
+        cls = type(value)
+        name = getattr(value, "__qualname__", cls.__qualname__)
+        h.update(f"{getattr(value, '__module__', cls.__module__)}.{name}".encode())
+    memo[key] = h.digest()
+    return memo[key]
+
+
 def dataset_identity(path: str | os.PathLike) -> str:
     """What identifies a dataset across mounts: ``.nv-meta/index.uuid``, else a content hash.
 
     A prepared folder is named by the uuid Energon's prepare wrote (moving the folder keeps
-    it); a metadataset YAML by the SHA-256 of its text; anything else by its resolved path.
+    it); a metadataset YAML by the SHA-256 of its text; a remote URL by itself; anything else
+    by its resolved path.
     """
-    import hashlib
-
+    text = str(path)
+    if "://" in text:
+        return "url:" + text
     p = Path(path).expanduser()
     uuid_file = p / ".nv-meta" / "index.uuid"
     if uuid_file.is_file():
@@ -116,20 +218,28 @@ def dataset_identity(path: str | os.PathLike) -> str:
     return "path:" + str(p.resolve())
 
 
+def _options_dump(options: Any) -> Any:
+    if hasattr(options, "model_dump"):
+        return options.model_dump(mode="json")
+    if isinstance(options, Mapping):
+        return {str(k): value_digest(v) for k, v in options.items()}
+    return value_digest(options)
+
+
 def _describe_component(arg: Any, built: Any) -> tuple[str, Any]:
     """``(name, options)`` of a task encoder or packing selection, for the fingerprint."""
     if isinstance(arg, str):
         return arg, None
     if isinstance(arg, Mapping):
-        options = arg.get("options")
-        if hasattr(options, "model_dump"):
-            options = options.model_dump(mode="json")
-        return str(arg.get("name")), options
+        return str(arg.get("name")), _options_dump(arg.get("options"))
     obj = built if built is not None else arg
     if obj is None:
         return "None", None
     cls = type(obj)
-    return f"{cls.__module__}.{cls.__qualname__}", None
+    options = getattr(obj, "options", None)
+    return f"{cls.__module__}.{cls.__qualname__}", (
+        _options_dump(options) if options is not None else None
+    )
 
 
 def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> dict[str, Any]:
@@ -137,8 +247,9 @@ def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> 
 
     World size and rank of the data-parallel group, the dataset (see
     :func:`dataset_identity`), the task encoder (plugin name and options, or class) and its
-    error policy, sequence length, micro batch size, worker count, shuffle and packing
-    settings, and the extra ``get_train_dataset`` arguments.
+    error policy, sequence length, micro batch size, worker count, shuffle and packing settings
+    (the strategy and its options, ``carry_over`` included), and digests of the extra
+    ``get_train_dataset`` arguments.
     """
     encoder_arg = getattr(datamodule, "_task_encoder_arg", None)
     encoder = datamodule.task_encoder
@@ -146,6 +257,7 @@ def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> 
     if encoder_arg is None:
         name = "multimodal"
     packing = getattr(datamodule, "packing", None)
+    packing_name, packing_options = _describe_component(packing, None)
     return {
         "dp_world_size": int(dp_world_size),
         "dp_rank": int(dp_rank),
@@ -160,15 +272,15 @@ def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> 
         "shuffle_buffer_size": datamodule.shuffle_buffer_size,
         "max_samples_per_sequence": datamodule.max_samples_per_sequence,
         "packing_buffer_size": datamodule.packing_buffer_size,
-        "packing": None
-        if packing is None
-        else f"{type(packing).__module__}.{type(packing).__qualname__}",
+        "packing": None if packing is None else packing_name,
+        "packing_options": packing_options,
         "energon_kwargs": {
-            k: repr(v) for k, v in sorted(getattr(datamodule, "kwargs", {}).items())
+            str(k): value_digest(v) for k, v in sorted(getattr(datamodule, "kwargs", {}).items())
         },
     }
 
 
+# --------------------------------------------------------------------------- datamodule level
 def _dp_rank_and_size(datamodule: Any) -> tuple[int, int]:
     loader = getattr(datamodule, "train_dataloader_object", None)
     worker_config = getattr(getattr(loader, "dataloader", None), "worker_config", None)
@@ -194,7 +306,8 @@ def load_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> None:
 
     Raises:
         StateMismatchError: the state was saved with a different world size, dataset, task
-            encoder or batch setting; the message names each difference.
+            encoder, batch or packing setting; the message names each difference.
+        StateFileError: the file is truncated, corrupt or not a loader state.
     """
     rank, world = _dp_rank_and_size(datamodule)
     fingerprint = loader_fingerprint(datamodule, dp_rank=rank, dp_world_size=world)
@@ -210,16 +323,14 @@ def _explain_missing_rank(
     folder: str | os.PathLike, rank: int, fingerprint: Mapping[str, Any]
 ) -> None:
     """No file for ``rank``: if another rank's file exists, say how its setup differs."""
-    import torch
-
     present = sorted(Path(folder).glob("train_dataloader_dprank*.pt"))
     if not present:
         return
-    payload = torch.load(present[0], map_location="cpu", weights_only=False)
-    saved = dict(payload.get("fingerprint", {})) if isinstance(payload, dict) else {}
+    _, saved = read_state_file(present[0])
+    saved = dict(saved or {})
     saved.pop("dp_rank", None)
     current = {k: v for k, v in fingerprint.items() if k != "dp_rank"}
-    differences = fingerprint_differences(saved, current)
+    differences = fingerprint_differences(saved, current) if saved else []
     if differences:
         raise StateMismatchError(
             f"no loader state for DP rank {rank} in {folder} (present: "

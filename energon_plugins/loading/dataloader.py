@@ -4,6 +4,12 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from energon_plugins.errors import EnergonPluginsError
+from energon_plugins.loading.checkpoint import (
+    BRIDGE_STATE_KEY,
+    StateMismatchError,
+    fingerprint_differences,
+    mismatch_message,
+)
 
 
 class LoaderStateError(EnergonPluginsError, RuntimeError):
@@ -42,16 +48,24 @@ class EnergonDataloader:
 
     Batches produced by the datamodule's loaders carry their workers' skip counts
     (:mod:`energon_plugins.loading.errors_policy`); :meth:`skip_counts` sums them.
+
+    ``fingerprint``: what produced the stream (see
+    :func:`~energon_plugins.loading.checkpoint.loader_fingerprint`); saved with the state and
+    compared on restore, so a state from another setup is refused with the differences named.
     """
 
-    def __init__(self, dataloader: Any, *, device: Any = None) -> None:
+    def __init__(
+        self, dataloader: Any, *, device: Any = None, fingerprint: dict[str, Any] | None = None
+    ) -> None:
         """Wrap ``dataloader`` (an Energon ``SavableDataLoader`` or ``BasicDataLoader``)."""
         self._dataloader = dataloader
         self._iterator: Iterator[Any] | None = None
         self.device = device
+        self.fingerprint = dict(fingerprint) if fingerprint is not None else None
         self._counts = _skip_counts()
         self._prefetching = False
         self._snapshot: Any = None
+        self._restored = False
 
     @property
     def dataloader(self) -> Any:
@@ -92,7 +106,14 @@ class EnergonDataloader:
             except AssertionError as exc:
                 if EMPTY_REPEAT in str(exc):
                     raise _empty_worker_error(self._dataloader) from exc
+                if self._restored:
+                    raise _restore_failed(exc) from exc
                 raise
+            except (IndexError, KeyError) as exc:
+                if self._restored:
+                    raise _restore_failed(exc) from exc
+                raise
+            self._restored = False
             batch = self._counts.unwrap(item)
             if batch is not None:  # None: a counts-only item at the end of a pass
                 return batch
@@ -126,28 +147,42 @@ class EnergonDataloader:
         finally:
             loader._worker_sample_counters, loader._next_worker_id = now
 
-    def save_state(self) -> Any:
-        """Return this rank's loader state: Energon's ``save_state_rank()`` and the skip counts.
+    def save_state(self) -> dict[str, Any]:
+        """Return this rank's loader state.
 
-        A dict (``{"energon": ..., "skip_counts": ...}``); pickle it, or save it with
-        ``torch.save`` and load it with ``torch.load(..., weights_only=False)``.
+        A plain dict, ``{"energon": <Energon's save_state_rank()>, "skip_counts": {worker:
+        {reason: count}}, "fingerprint": {...}}`` (``fingerprint`` when the datamodule built
+        the loader). It holds only Python containers and scalars, NumPy arrays, torch tensors
+        and Energon's state classes, so Megatron-Bridge's checkpointing (``torch.save``, then
+        its restricted ``energon_torch_load``) round-trips it, as does
+        :func:`~energon_plugins.loading.safe_load.load_state_file`.
         """
         save = getattr(self._dataloader, "save_state_rank", None)
         if save is None:
             raise LoaderStateError(
                 f"{type(self._dataloader).__name__} is not savable (use get_savable_loader)"
             )
-        return {
+        state: dict[str, Any] = {
             STATE_KEY: self._energon_state(save),
             "skip_counts": self._counts.state(),
         }
+        if self.fingerprint is not None:
+            state["fingerprint"] = dict(self.fingerprint)
+        return state
 
     def restore_state(self, state: Any) -> None:
-        """Restore a state from :meth:`save_state` (or a bare Energon ``save_state_rank()``).
+        """Restore a state from :meth:`save_state`, or a bare Energon ``save_state_rank()``
+        (``None``: the initial state).
 
         Must be called before the first ``next()``; the following batches are then exactly
         those that followed the saved point, given the same dataset, task encoder, arguments
         and worker configuration.
+
+        Raises:
+            LoaderStateError: iteration has started, or the loader is not savable.
+            StateMismatchError: the state comes from another setup (its fingerprint, worker
+                count or micro batch size differ) or is not a loader state; the message says
+                what differs.
         """
         if self._iterator is not None:
             raise LoaderStateError(
@@ -159,10 +194,74 @@ class EnergonDataloader:
             raise LoaderStateError(
                 f"{type(self._dataloader).__name__} is not savable (use get_savable_loader)"
             )
+        counts = None
+        if isinstance(state, dict) and BRIDGE_STATE_KEY in state and STATE_KEY not in state:
+            state = state[BRIDGE_STATE_KEY]  # a whole Megatron-Bridge file payload
         if isinstance(state, dict) and STATE_KEY in state:
-            self._counts.load(state.get("skip_counts"))
+            saved = state.get("fingerprint")
+            if isinstance(saved, dict) and self.fingerprint is not None:
+                differences = fingerprint_differences(saved, self.fingerprint)
+                if differences:
+                    raise StateMismatchError(mismatch_message("the loader state", differences))
+            counts = state.get("skip_counts")
             state = state[STATE_KEY]
-        restore(state)
+        self._check_energon_state(state)
+        try:
+            restore(state)
+        except (AssertionError, IndexError, KeyError) as exc:
+            raise _restore_failed(exc) from exc
+        self._counts.load(counts)
+        self._restored = state is not None
+
+    def _check_energon_state(self, state: Any) -> None:
+        """Refuse a state Energon would reject with a bare assertion, saying why."""
+        if state is None:
+            return
+        from megatron.energon.savable_loader import SavableDataLoaderState
+
+        if not isinstance(state, SavableDataLoaderState):
+            what = (
+                f"a dict with keys {sorted(map(str, state))[:8]}"
+                if isinstance(state, dict) else f"a {type(state).__name__}"
+            )
+            raise StateMismatchError(
+                f"not a loader state: expected what save_state() returns or Energon's "
+                f"save_state_rank(), got {what}"
+            )
+        from megatron.energon.savable_loader import SavableDatasetCheckpoint
+
+        workers = getattr(self._dataloader, "num_workers", 0) or 0
+        slots = state.worker_states
+        with_workers = bool(slots) and isinstance(slots[0], SavableDatasetCheckpoint)
+        saved_workers = len(slots) if with_workers else 0
+        if saved_workers != workers or (not with_workers and len(slots) != 1):
+            raise StateMismatchError(mismatch_message(
+                "the loader state", [f"num_workers: saved {saved_workers}, now {workers}"]
+            ))
+        if workers == 0 and state.micro_batch_size is not None:
+            batch = getattr(self._dataloader, "_get_batch_size", lambda: None)()
+            if batch is not None and batch != state.micro_batch_size:
+                raise StateMismatchError(mismatch_message(
+                    "the loader state",
+                    [f"micro_batch_size: saved {state.micro_batch_size}, now {batch}"],
+                ))
+
+    def close(self) -> None:
+        """Stop the loader's worker processes now (they also stop when it is collected)."""
+        from energon_plugins.loading.validation import _shutdown_workers
+
+        self._iterator = None
+        _shutdown_workers(self._dataloader)
+
+
+def _restore_failed(exc: BaseException) -> StateMismatchError:
+    text = " ".join(str(exc).split())[-300:] or type(exc).__name__
+    return StateMismatchError(
+        "restoring the loader state failed: it was most likely saved by a different setup "
+        "(task encoder, packing options such as carry_over, dataset or worker count); save "
+        "and restore with save_checkpoint / load_checkpoint to have the differences named. "
+        f"Energon said: {type(exc).__name__}: {text}"
+    )
 
 
 #: Energon's message when a worker of a repeating (training-style) loader has no samples.
@@ -195,48 +294,3 @@ def _skip_counts() -> Any:
     from energon_plugins.loading.errors_policy import SkipCounts
 
     return SkipCounts()
-
-
-class FiniteDataloader:
-    """A finite, reproducible loader: each pass yields the same batches in the same order.
-
-    ``for batch in loader`` runs one full pass. ``next(loader)`` walks a pass too, for training
-    loops that pull ``eval_iters`` batches per evaluation: at the end of the pass it raises
-    ``StopIteration`` once and the following ``next`` starts a fresh, identical pass. With
-    ``eval_iters == len(loader)`` every evaluation therefore sees exactly the same data.
-    """
-
-    def __init__(self, dataloader: Any) -> None:
-        """Wrap a finite Energon loader (``get_loader(get_val_dataset(...))``)."""
-        self._dataloader = dataloader
-        self._iterator: Iterator[Any] | None = None
-        self._counts = _skip_counts()
-
-    def skip_counts(self) -> dict[str, int]:
-        """Samples skipped (by reason) in the current or last pass, all workers."""
-        return self._counts.total()
-
-    @property
-    def dataloader(self) -> Any:
-        """The wrapped Energon loader."""
-        return self._dataloader
-
-    def __len__(self) -> int:
-        """Batches in one pass (on this rank)."""
-        return len(self._dataloader)
-
-    def _pass(self) -> Iterator[Any]:
-        self._counts.load(None)
-        return self._counts.filter(self._dataloader)
-
-    def __iter__(self) -> Iterator[Any]:
-        return self._pass()
-
-    def __next__(self) -> Any:
-        if self._iterator is None:
-            self._iterator = self._pass()
-        try:
-            return next(self._iterator)
-        except StopIteration:
-            self._iterator = None
-            raise

@@ -106,3 +106,9 @@ def energon_dataset_errors(path: str | Path) -> Iterator[None]:
             f"{path}: Energon cannot load this dataset: {text} (check the metadataset / "
             ".nv-meta/dataset.yaml against Energon's documented format)"
         ) from exc
+
+
+def is_remote(path: "str | Path") -> bool:
+    """Whether ``path`` is a URL Energon opens itself (``msc://profile/...``, ``s3://...``):
+    it cannot be checked locally, so Energon reports problems when the loader is built."""
+    return "://" in str(path)

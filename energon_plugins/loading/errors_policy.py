@@ -280,6 +280,19 @@ class SkipCountingDataset(BaseWrapperDataset):
         """Start counting from zero."""
         self._counts = {}
 
+    def restore_state(self, state: Any) -> None:
+        """Restore this wrapper's counts and the inner pipeline.
+
+        A state saved by a plain Energon pipeline (no counting wrapper: Energon's own
+        ``get_savable_loader(get_train_dataset(...))``, as Megatron-Bridge's datamodule builds
+        it) restores the inner pipeline, and counting starts from zero.
+        """
+        if state is not None and state.get("__class__") != type(self).__name__:
+            self.reset_state_own()
+            self.dataset.restore_state(state)
+            return
+        super().restore_state(state)
+
     def _encoder_counts(self) -> dict[str, int]:
         counts = getattr(self.encoder, "error_counts", None)
         return dict(counts()) if callable(counts) else {}

@@ -58,7 +58,12 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         if self.tokenizer is None:
             raise ConfigError("multimodal task encoder: the build context has no tokenizer")
         if self.image_processor is None:
-            raise ConfigError("multimodal task encoder: the build context has no image_processor")
+            raise ConfigError(
+                "image_processor: the multimodal task encoder needs an image processor, but none "
+                "was given; pass image_processor=... to EnergonMultiModalDataModule (a "
+                "transformers image processor works), or select a task encoder that brings its "
+                "own (such as hf-processor)"
+            )
         self.image_text_id, self.image_token_id = resolve_image_token_ids(
             self.tokenizer, self.sample_config
         )

@@ -1,0 +1,303 @@
+"""The datamodule's settings and the rules between them: one validation for the constructor and
+the config file.
+
+:class:`LoaderSettings` holds every scalar setting of
+:class:`~energon_plugins.EnergonMultiModalDataModule` (types, ranges, defaults and
+descriptions); the config model (:class:`energon_plugins.config.DataModuleConfig`) inherits it,
+so a key validates the same way as a keyword argument. :func:`cross_field_issues` holds the
+rules between settings (``global_batch_size`` a multiple of micro batch x DP, packing needs a
+buffer and a buffer needs packing). Both paths report :class:`ConfigIssue` objects: the config
+lists them all (:class:`~energon_plugins.config.ConfigValidationError`), the constructor raises
+one :class:`~energon_plugins.ConfigError` paragraph naming every field (:func:`raise_issues`).
+
+Integers are strict: ``True``, ``2.0`` or ``"8"`` are refused, not read as 1, 2 or 8 (NumPy
+integers are accepted). Import-light: pydantic only.
+"""
+
+import dataclasses
+import operator
+import types
+import typing
+from collections.abc import Iterable, Mapping
+from typing import Annotated, Any
+
+import pydantic
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+
+from energon_plugins._suggest import did_you_mean
+from energon_plugins.errors import ConfigError
+
+
+@dataclasses.dataclass(frozen=True)
+class ConfigIssue:
+    """One problem in a config or call: where (a dotted path such as ``task_encoder.options.x``
+    or a keyword name) and what."""
+
+    path: str
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.message}"
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _integer(value: Any) -> Any:
+    """An ``int`` (or NumPy integer) as ``int``; ``bool``, ``float`` and ``str`` are refused."""
+    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
+        raise ValueError(f"must be an integer, got {_short(value)}")
+    return operator.index(value)
+
+
+def _number(value: Any) -> Any:
+    """An ``int`` or ``float`` (or NumPy number) as ``float``; ``bool`` and ``str`` are refused."""
+    if isinstance(value, (bool, str, bytes)) or not hasattr(type(value), "__float__"):
+        raise ValueError(f"must be a number, got {_short(value)}")
+    return float(value)
+
+
+def _boolean(value: Any) -> Any:
+    if not isinstance(value, bool):
+        raise ValueError(f"must be true or false, got {_short(value)}")
+    return value
+
+
+Integer = Annotated[int, BeforeValidator(_integer)]
+"""An integer field that refuses booleans, floats and strings."""
+Number = Annotated[float, BeforeValidator(_number)]
+"""A number field that refuses booleans and strings."""
+Boolean = Annotated[bool, BeforeValidator(_boolean)]
+"""A boolean field that refuses ``1``, ``"yes"`` and other truthy values."""
+
+
+class LoaderSettings(BaseModel):
+    """Every scalar setting of the datamodule, shared by the constructor and the config file.
+
+    Defaults are the constructor's. ``global_batch_size`` left unset means micro batch x the
+    data-parallel size (known only at run time).
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    seq_length: Integer = Field(default=2048, ge=1, description="Maximum tokens per sequence.")
+    micro_batch_size: Integer = Field(default=1, ge=1, description="Sequences per micro batch.")
+    global_batch_size: Integer | None = Field(
+        default=None,
+        ge=1,
+        description="Sequences per global batch, a multiple of micro_batch_size x the "
+        "data-parallel size; default: micro_batch_size x the data-parallel size.",
+    )
+    num_workers: Integer = Field(default=1, ge=0, description="Training loader worker processes.")
+    num_val_workers: Integer | None = Field(
+        default=None, ge=0, description="Validation loader workers; default: num_workers."
+    )
+    pin_memory: Boolean = Field(
+        default=True, description="Pin batches in page-locked memory (where CUDA is available)."
+    )
+    shuffle_buffer_size: Integer | None = Field(
+        default=100, ge=0, description="Samples in the training shuffle buffer (before encoding)."
+    )
+    max_samples_per_sequence: Integer | None = Field(
+        default=None, ge=1, description="Samples read per shard sequence; default: whole shard."
+    )
+    decoder_seq_length: Integer | None = Field(
+        default=None, ge=1, description="Decoder sequence length of encoder-decoder models."
+    )
+    packing_buffer_size: Integer | None = Field(
+        default=None, ge=1, description="Encoded samples the packing strategy chooses from."
+    )
+    sequence_parallel: Boolean = Field(
+        default=False,
+        description="The model runs tensor-parallel with sequence parallelism: packed "
+        "sequences are padded for context x tensor parallel sharding (Megatron's rule).",
+    )
+    val_batches_per_evaluation: Integer | None = Field(
+        default=None,
+        ge=1,
+        description="Batches per evaluation (Megatron's eval_iters): every evaluation starts "
+        "the validation split from the beginning and takes this many batches, padded with "
+        "zero-loss batches past the end. Default: one whole pass.",
+    )
+    checkpoint_every_sec: Number = Field(
+        default=60,
+        gt=0,
+        description="Energon's savable loader: seconds between a worker's internal checkpoints "
+        "(a restore replays the samples since the last one). Only with workers.",
+    )
+    checkpoint_every_min_n_samples: Integer | None = Field(
+        default=None,
+        ge=1,
+        description="Energon's savable loader: at least this many samples between internal "
+        "checkpoints; default: 2 x num_workers. Only with workers.",
+    )
+    n_checkpoints: Integer | None = Field(
+        default=None,
+        ge=1,
+        description="Energon's savable loader: internal checkpoints kept, at least "
+        "2 x max(num_workers, 1) + 1; default: exactly that.",
+    )
+
+
+PREFETCH_FACTOR = 2
+"""Batches each loader worker prefetches (Energon's ``get_savable_loader`` default)."""
+
+SETTING_NAMES: tuple[str, ...] = tuple(LoaderSettings.model_fields)
+"""The names of the shared settings (constructor keywords and config keys alike)."""
+
+
+def settings_issues(values: Mapping[str, Any], prefix: str = "") -> list[ConfigIssue]:
+    """Validate ``values`` (a subset of the settings) and return one issue per bad field."""
+    try:
+        LoaderSettings.model_validate(dict(values))
+    except pydantic.ValidationError as exc:
+        return [issue_from_pydantic(error, LoaderSettings, prefix) for error in exc.errors()]
+    return []
+
+
+def cross_field_issues(
+    values: Mapping[str, Any],
+    *,
+    dp_size: int | None = None,
+    packing: bool | None = None,
+    named_encoder: bool = True,
+) -> list[ConfigIssue]:
+    """The rules between settings, on raw values (a value of the wrong type is skipped: the
+    field check reports it).
+
+    Args:
+        values: setting name -> value (missing ones take their defaults).
+        dp_size: the data-parallel size, when known (the constructor); the config checks
+            ``global_batch_size`` against ``micro_batch_size`` alone.
+        packing: whether a packing strategy is selected (``None``: not known).
+        named_encoder: whether the task encoder is a registered plugin (it packs only with a
+            strategy); an encoder object may pack on its own.
+    """
+    issues: list[ConfigIssue] = []
+    micro = _positive(values.get("micro_batch_size", 1))
+    global_ = _positive(values.get("global_batch_size"))
+    if micro is not None and global_ is not None:
+        unit = micro * (dp_size or 1)
+        if global_ % unit:
+            what = (
+                f"micro_batch_size x data-parallel size ({micro} x {dp_size} = {unit})"
+                if dp_size and dp_size > 1
+                else f"micro_batch_size ({micro})"
+            )
+            issues.append(
+                ConfigIssue("global_batch_size", f"{global_} must be a multiple of {what}")
+            )
+    kept = _positive(values.get("n_checkpoints"))
+    workers = _positive(values.get("num_workers", 1)) or 0
+    if kept is not None and kept < PREFETCH_FACTOR * max(workers, 1) + 1:
+        least = PREFETCH_FACTOR * max(workers, 1) + 1
+        issues.append(
+            ConfigIssue(
+                "n_checkpoints",
+                f"{kept} is too few for num_workers={workers}: Energon keeps at least "
+                f"{PREFETCH_FACTOR} x max(num_workers, 1) + 1 = {least} internal checkpoints to "
+                "cover the batches its workers prefetch",
+            )
+        )
+    buffer = values.get("packing_buffer_size")
+    if packing and buffer is None:
+        issues.append(
+            ConfigIssue(
+                "packing_buffer_size",
+                "a packing strategy is selected but packing_buffer_size is not set, so nothing "
+                "would be packed: set packing_buffer_size (how many encoded samples the strategy "
+                "chooses from, e.g. 32) or remove packing",
+            )
+        )
+    if packing is False and named_encoder and _positive(buffer) is not None:
+        issues.append(
+            ConfigIssue(
+                "packing",
+                f"packing_buffer_size is {buffer} but no packing strategy is selected: select "
+                "one (packing: {name: first-fit-decreasing}) or remove packing_buffer_size",
+            )
+        )
+    return issues
+
+
+def _positive(value: Any) -> int | None:
+    try:
+        number = _integer(value)
+    except ValueError:
+        return None
+    return number if number >= 1 else None
+
+
+def raise_issues(issues: Iterable[ConfigIssue], who: str = "EnergonMultiModalDataModule") -> None:
+    """Raise one :class:`ConfigError` naming every issue in one paragraph (nothing if none)."""
+    issues = list(issues)
+    if issues:
+        raise ConfigError(f"{who}: " + "; ".join(str(issue) for issue in issues))
+
+
+# -- pydantic errors as issues -------------------------------------------------------------------
+
+
+def issue_from_pydantic(
+    error: Any,
+    root: type[BaseModel],
+    prefix: str = "",
+    mapping_keys: Iterable[str] = (),
+) -> ConfigIssue:
+    """One pydantic error as a :class:`ConfigIssue` (dotted path, "did you mean" for unknown
+    keys, the offending value for wrong types).
+
+    ``mapping_keys``: keys whose value must be a ``{name, options}`` mapping (their type
+    errors say so).
+    """
+    loc = [str(part) for part in error["loc"]]
+    path = ".".join(p for p in (prefix, ".".join(loc)) if p) or "<root>"
+    kind = error["type"]
+    if kind == "extra_forbidden":
+        known = known_keys(root, loc[:-1])
+        message = f"unknown key{did_you_mean(loc[-1], known)}"
+        if known:
+            message += f"; known keys here: {', '.join(sorted(known))}"
+        return ConfigIssue(path, message)
+    if kind == "missing":
+        return ConfigIssue(path, "required key is missing")
+    message = error["msg"]
+    if kind == "value_error":  # our own validators: "Value error, must be ..."
+        message = message.removeprefix("Value error, ")
+    if kind in ("model_type", "model_attributes_type", "dict_type"):
+        message = "expected a mapping" + (
+            " like {name: ..., options: {...}}" if loc and loc[-1] in set(mapping_keys) else ""
+        )
+    if "input" in error and not isinstance(error["input"], Mapping) and "got " not in message:
+        message += f" (got {_short(error['input'])})"
+    return ConfigIssue(path, message)
+
+
+def known_keys(root: type[BaseModel], loc: list[str]) -> list[str]:
+    """The field names of the model found by walking ``loc`` from ``root`` (empty if unknown)."""
+    model: Any = root
+    for part in loc:
+        if not (isinstance(model, type) and issubclass(model, BaseModel)):
+            return []
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        model = _model_in(field.annotation)
+    if isinstance(model, type) and issubclass(model, BaseModel):
+        return list(model.model_fields)
+    return []
+
+
+def _model_in(annotation: Any) -> Any:
+    """The pydantic model inside ``annotation`` (``Model``, ``Model | None``, ``Annotated``)."""
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType, typing.Annotated):
+        for arg in typing.get_args(annotation):
+            found = _model_in(arg)
+            if found is not None:
+                return found
+    return None
