@@ -21,7 +21,13 @@ from energon_plugins.errors import (
     PluginNotFoundError,
     PluginOptionsError,
 )
-from energon_plugins.host.kinds import IMAGE_PROCESSOR, KINDS, PACKING_STRATEGY, TASK_ENCODER
+from energon_plugins.host.kinds import (
+    BATCH_FORMAT,
+    IMAGE_PROCESSOR,
+    KINDS,
+    PACKING_STRATEGY,
+    TASK_ENCODER,
+)
 from energon_plugins.host.manager import (
     get_registry,
     isolated_registry,
@@ -58,6 +64,7 @@ __getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)
 
 
 __all__ = [
+    "BATCH_FORMAT",
     "ENTRY_POINT_GROUP",
     "IMAGE_PROCESSOR",
     "KINDS",

@@ -27,3 +27,7 @@ class ConfigError(EnergonPluginsError, ValueError):
 
 class DatasetError(EnergonPluginsError, ValueError):
     """A dataset path is missing, is not an Energon dataset, or lacks a split."""
+
+
+class BatchFormatError(EnergonPluginsError, ValueError):
+    """A batch format cannot express a batch (names the format, and the task encoder)."""

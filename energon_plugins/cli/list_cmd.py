@@ -3,9 +3,9 @@
 import click
 
 from energon_plugins.cli._output import console, one_line, print_json
+from energon_plugins.host.kinds import KINDS
 
-KIND_CHOICES = ["task_encoder", "image_processor", "packing_strategy",
-                "task-encoder", "image-processor", "packing-strategy"]
+KIND_CHOICES = [*KINDS, *(kind.replace("_", "-") for kind in KINDS)]
 
 
 @click.command("list")

@@ -18,6 +18,8 @@ PluginName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=
 
 DEFAULT_TASK_ENCODER = "multimodal"
 DEFAULT_IMAGE_PROCESSOR = "hf"
+DEFAULT_BATCH_FORMAT = "energon-plugins:megatron-bridge"
+"""The default batch format, qualified: the built-in even when a plugin claims the plain name."""
 
 _STRICT = ConfigDict(extra="forbid")
 
@@ -72,6 +74,25 @@ class PackingSelection(BaseModel):
     )
     options: dict[str, Any] = Field(
         default_factory=dict, description="The strategy's own options."
+    )
+
+
+class BatchFormatSelection(BaseModel):
+    """``batch_format: {name, options}``: what the training loop reads from the loader.
+
+    ``megatron-bridge`` (the default), ``megatron-lm``, ``hf`` or a plugin's format; ``null``
+    leaves the task encoder's batch as it is.
+    """
+
+    model_config = _STRICT
+
+    name: PluginName = Field(
+        default=DEFAULT_BATCH_FORMAT,
+        description="A registered batch format: plain name, alias or 'distribution:name'; "
+        "default: the built-in megatron-bridge.",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="The format's own options."
     )
 
 
@@ -147,6 +168,11 @@ class DataModuleConfig(BaseModel):
     packing: PackingSelection | None = Field(
         default=None, description="The packing strategy; null: no packing."
     )
+    batch_format: BatchFormatSelection | None = Field(
+        default_factory=BatchFormatSelection,
+        description="What the training loop reads: megatron-bridge (default), megatron-lm, hf or "
+        "a plugin's format; null: the task encoder's batch as it is.",
+    )
     energon: dict[str, Any] = Field(
         default_factory=dict,
         description="Extra keyword arguments for Energon's get_train_dataset "
@@ -173,6 +199,7 @@ SELECTIONS: dict[str, str] = {
     "validation_task_encoder": "task_encoder",
     "image_processor": "image_processor",
     "packing": "packing_strategy",
+    "batch_format": "batch_format",
 }
 """Config key of each ``{name, options}`` selection -> the plugin kind it selects."""
 

@@ -1,19 +1,21 @@
-"""The three kinds of component and the hook that registers each."""
+"""The kinds of component and the hook that registers each."""
 
 from typing import Literal
 
-Kind = Literal["task_encoder", "image_processor", "packing_strategy"]
+Kind = Literal["task_encoder", "image_processor", "packing_strategy", "batch_format"]
 
 TASK_ENCODER: Kind = "task_encoder"
 IMAGE_PROCESSOR: Kind = "image_processor"
 PACKING_STRATEGY: Kind = "packing_strategy"
+BATCH_FORMAT: Kind = "batch_format"
 
-KINDS: tuple[Kind, ...] = (TASK_ENCODER, IMAGE_PROCESSOR, PACKING_STRATEGY)
+KINDS: tuple[Kind, ...] = (TASK_ENCODER, IMAGE_PROCESSOR, PACKING_STRATEGY, BATCH_FORMAT)
 
 HOOK_FOR_KIND: dict[str, str] = {
     TASK_ENCODER: "register_task_encoders",
     IMAGE_PROCESSOR: "register_image_processors",
     PACKING_STRATEGY: "register_packing_strategies",
+    BATCH_FORMAT: "register_batch_formats",
 }
 
 

@@ -11,6 +11,7 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from energon_plugins.config.model import DEFAULT_BATCH_FORMAT
 from energon_plugins.host.context import BuildContext
 from energon_plugins.loading.dataloader import EnergonDataloader, FiniteDataloader
 from energon_plugins.loading.dataset_check import check_dataset
@@ -80,6 +81,11 @@ class EnergonMultiModalDataModule:
         packing: a packing strategy object (``select(lengths, capacity)``) for the encoder.
         device: copy every training batch to this device one batch ahead, on a side CUDA
             stream (``None``: leave batches on the host; without CUDA a quiet no-op).
+        batch_format: what the training loop reads: a registered batch format's name,
+            ``{name, options}``, a callable ``fmt(batch)``, or ``None`` for the task encoder's
+            batch as it is. Default: the built-in ``megatron-bridge`` (Megatron-Bridge's
+            ``vlm_step``); ``megatron-lm`` and ``hf`` are built in too. It runs in the loader
+            workers, after the task encoder's ``encode_batch``.
         **kwargs: passed to Energon's ``get_train_dataset``.
     """
 
@@ -106,6 +112,7 @@ class EnergonMultiModalDataModule:
         validation_mode: Literal["finite", "infinite"] = "finite",
         packing: Any = None,
         device: Any = None,
+        batch_format: Any = DEFAULT_BATCH_FORMAT,
         **kwargs: Any,
     ) -> None:
         _check_int("seq_length", seq_length, 1)
@@ -173,6 +180,10 @@ class EnergonMultiModalDataModule:
             selection = _encoder_selection(label, arg)
             if selection is not None:
                 self._validate_selection(*selection)
+        from energon_plugins.loading.formatting import check_batch_format_arg
+
+        check_batch_format_arg(batch_format)
+        self.batch_format = batch_format
         self._task_encoder: Any = None
         self._val_task_encoder: Any = None
         self.train_dataloader_object: EnergonDataloader | None = None
@@ -211,6 +222,8 @@ class EnergonMultiModalDataModule:
 
     def build_context(self, split: Literal["train", "val"] = "train") -> BuildContext:
         """The :class:`BuildContext` handed to task-encoder factories, from current values."""
+        from energon_plugins.loading.distributed import group_size
+
         return BuildContext(
             tokenizer=self.tokenizer,
             image_processor=self.image_processor,
@@ -221,6 +234,8 @@ class EnergonMultiModalDataModule:
             packing=self.packing,
             packing_buffer_size=self.packing_buffer_size,
             split=split,
+            cp_size=group_size(self.pg_collection, "cp"),
+            tp_size=group_size(self.pg_collection, "tp"),
         )
 
     def _build_encoder(self, arg: Any, split: Literal["train", "val"]) -> Any:
@@ -392,7 +407,17 @@ class EnergonMultiModalDataModule:
         worker_config = self._build_worker_config(num_workers, split=split, error_handler=tracker)
         dataset = self.datasets_provider(worker_config, split=split)
         guard_truncated_shards(dataset, tracker)
+        dataset = self._formatted(dataset, split, encoder)
         return SkipCountingDataset(dataset, tracker, encoder)
+
+    def _formatted(self, dataset: Any, split: Literal["train", "val"], encoder: Any) -> Any:
+        """``dataset`` with :attr:`batch_format` applied to every batch (in the workers)."""
+        from energon_plugins.loading.formatting import BatchFormatDataset, build_batch_format
+
+        fmt, label = build_batch_format(self.batch_format, self.build_context(split))
+        if fmt is None:
+            return dataset
+        return BatchFormatDataset(dataset, fmt, label=label, encoder=encoder)
 
     def _pinned(self, loader: Any) -> Any:
         from energon_plugins.loading.transfer import configure_pinning

@@ -230,6 +230,22 @@ class CountedBatch(Sample):
     worker: int
     skip_counts: dict
 
+    def pin_memory(self) -> "CountedBatch":
+        """A copy whose batch is pinned by torch's own pin-memory pass.
+
+        Torch's pass (unlike Energon's generic one) keeps mapping subclasses and calls a nested
+        object's own ``pin_memory()``, so a batch format's output is pinned as it is.
+        """
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        return CountedBatch(
+            __key__=self.__key__,
+            __restore_key__=self.__restore_key__,
+            batch=pin_memory(self.batch),
+            worker=self.worker,
+            skip_counts=self.skip_counts,
+        )
+
 
 class SkipCountingDataset(BaseWrapperDataset):
     """Outermost wrapper: yields each batch as a :class:`CountedBatch` with this worker's counts.
