@@ -64,7 +64,8 @@ def quiet_loading(torch_threads: int | None = 1):
 
 
 def batch_size_of(batch: Any) -> int:
-    """Samples in a batch (its ``input_ids`` rows, a list's length, else its key list)."""
+    """Samples in a batch (its ``input_ids`` rows, a list's length, else its key list); the
+    default megatron-bridge batch reads as attributes too."""
     if isinstance(batch, list):
         return len(batch)
     ids = getattr(batch, "input_ids", None)
