@@ -6,9 +6,10 @@
 
 Packed batches follow transformers' packed-sequence path (what ``DataCollatorWithFlattening``
 produces): no ``attention_mask``, ``position_ids`` restarting at 0 in every sub-sequence (from
-which the flash-attention, SDPA and eager paths build per-sequence causal masks), and the label
-of each sub-sequence's first token set to ``-100`` so the shift never predicts across a
-boundary. Models that compute their own multi-axis positions (Qwen2-VL's M-RoPE) do not take
+which the flash-attention, SDPA and eager paths build per-sequence causal masks), the label of
+each sub-sequence's first token set to ``-100`` so the shift never predicts across a boundary,
+and ``use_cache=False``: transformers looks for packed sequences only without a KV cache, which
+a model whose config enables the cache would otherwise create. Models that compute their own multi-axis positions (Qwen2-VL's M-RoPE) do not take
 1-D ``position_ids``: use them unpacked.
 """
 
@@ -26,7 +27,7 @@ class HFFormat(BatchFormat):
 
     Keys: ``input_ids`` int64 ``(B, L)``; ``labels`` int64 ``(B, L)`` aligned, ``-100`` where
     the loss is off; unpacked ``attention_mask`` int64 ``(B, L)`` (1 on real tokens), packed
-    ``position_ids`` int64 ``(B, L)`` instead; ``pixel_values`` and ``image_grid_thw`` when the
+    ``position_ids`` int64 ``(B, L)`` and ``use_cache=False`` instead; ``pixel_values`` and ``image_grid_thw`` when the
     batch has them; every ``visual`` entry (``image_sizes``, ``pixel_attention_mask``, ...) and
     every ``token_fields`` entry (``token_type_ids``, ...) by its own keyword.
     """
@@ -49,6 +50,8 @@ class HFFormat(BatchFormat):
             out["image_grid_thw"] = batch.image_grid_thw
         out.update(batch.visual or {})
         out.update(batch.token_fields or {})
+        if batch.packed_seq_params is not None:
+            out["use_cache"] = False
         return out
 
 
