@@ -24,7 +24,9 @@ import torch.nn.functional as F
 IGNORE = -100
 
 # ----------------------------------------------------------------------------- Megatron-Bridge
-BRIDGE_PACKED_DEVICE = ("cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded")
+BRIDGE_PACKED_DEVICE = (
+    "cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded",
+)
 BRIDGE_PACKED_HOST = ("max_seqlen_q", "max_seqlen_kv")
 BRIDGE_PACKED_PARAMS = (*BRIDGE_PACKED_DEVICE, *BRIDGE_PACKED_HOST, "total_tokens")
 
@@ -234,14 +236,13 @@ def reference_next_token(batch, ignore_index=IGNORE):
 
 def reference_loss(batch, logits_of, ignore_index=IGNORE):
     """``(sum, count)`` of the next-token cross-entropy over every sub-sequence of the encoder's
-    batch, the logits of each row computed by ``logits_of(ids)``."""
+    batch; ``logits_of(row, start, end)`` gives the logits of those positions."""
     total, count = torch.tensor(0.0), 0
     for row, a, b in segments_of(batch):
-        ids = batch.input_ids[row, a:b]
         labels = batch.labels[row, a:b].clone()
         labels[labels == ignore_index] = IGNORE
         labels[batch.loss_mask[row, a:b] == 0] = IGNORE
-        logits = logits_of(ids)
+        logits = logits_of(row, a, b)
         total = total + F.cross_entropy(logits[:-1].float(), labels[1:], ignore_index=IGNORE,
                                         reduction="sum")
         count += int((labels[1:] != IGNORE).sum())

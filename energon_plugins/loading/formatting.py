@@ -21,7 +21,9 @@ from energon_plugins.errors import BatchFormatError, ConfigError
 from energon_plugins.host.context import BuildContext
 from energon_plugins.host.kinds import BATCH_FORMAT
 
-__all__ = ["DEFAULT_BATCH_FORMAT", "BatchFormatDataset", "build_batch_format", "check_batch_format_arg"]
+__all__ = [
+    "DEFAULT_BATCH_FORMAT", "BatchFormatDataset", "build_batch_format", "check_batch_format_arg",
+]
 
 
 def _selection(value: Any) -> tuple[str, Any] | None:
@@ -61,7 +63,9 @@ def check_batch_format_arg(value: Any) -> None:
     spec.validate_options(selection[1], path="batch_format.options")
 
 
-def build_batch_format(value: Any, context: BuildContext) -> tuple[Callable[[Any], Any] | None, str]:
+def build_batch_format(
+    value: Any, context: BuildContext
+) -> tuple[Callable[[Any], Any] | None, str]:
     """``(fmt, label)``: the format ``value`` selects, built with ``context``, and how errors
     name it (``None`` and ``""`` for no format)."""
     if value is None:

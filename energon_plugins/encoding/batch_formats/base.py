@@ -32,7 +32,7 @@ class BatchFormat:
         self.options = options
 
     def __call__(self, batch: Any) -> Any:
-        """:meth:`format` a :class:`~energon_plugins.MultiModalBatch`; return anything else as is."""
+        """:meth:`format` a :class:`~energon_plugins.MultiModalBatch`; anything else as is."""
         if not isinstance(batch, MultiModalBatch):
             return batch
         return self.format(batch)

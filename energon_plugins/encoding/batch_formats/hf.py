@@ -9,8 +9,8 @@ produces): no ``attention_mask``, ``position_ids`` restarting at 0 in every sub-
 which the flash-attention, SDPA and eager paths build per-sequence causal masks), the label of
 each sub-sequence's first token set to ``-100`` so the shift never predicts across a boundary,
 and ``use_cache=False``: transformers looks for packed sequences only without a KV cache, which
-a model whose config enables the cache would otherwise create. Models that compute their own multi-axis positions (Qwen2-VL's M-RoPE) do not take
-1-D ``position_ids``: use them unpacked.
+a model whose config enables the cache would otherwise create. Models that compute their own
+multi-axis positions (Qwen2-VL's M-RoPE) do not take 1-D ``position_ids``: use them unpacked.
 """
 
 from typing import Any
@@ -18,7 +18,11 @@ from typing import Any
 import torch
 
 from energon_plugins.encoding.batch_formats.base import BatchFormat
-from energon_plugins.encoding.batch_formats.labels import aligned_targets, mask_starts, segment_starts
+from energon_plugins.encoding.batch_formats.labels import (
+    aligned_targets,
+    mask_starts,
+    segment_starts,
+)
 from energon_plugins.encoding.samples import MultiModalBatch
 
 
@@ -27,9 +31,10 @@ class HFFormat(BatchFormat):
 
     Keys: ``input_ids`` int64 ``(B, L)``; ``labels`` int64 ``(B, L)`` aligned, ``-100`` where
     the loss is off; unpacked ``attention_mask`` int64 ``(B, L)`` (1 on real tokens), packed
-    ``position_ids`` int64 ``(B, L)`` and ``use_cache=False`` instead; ``pixel_values`` and ``image_grid_thw`` when the
-    batch has them; every ``visual`` entry (``image_sizes``, ``pixel_attention_mask``, ...) and
-    every ``token_fields`` entry (``token_type_ids``, ...) by its own keyword.
+    ``position_ids`` int64 ``(B, L)`` and ``use_cache=False`` instead; ``pixel_values`` and
+    ``image_grid_thw`` when the batch has them; every ``visual`` entry (``image_sizes``,
+    ``pixel_attention_mask``, ...) and every ``token_fields`` entry (``token_type_ids``, ...) by
+    its own keyword.
     """
 
     name = "hf"

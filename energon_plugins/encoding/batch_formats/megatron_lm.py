@@ -186,7 +186,7 @@ class MegatronLMFormat(BatchFormat):
         if counts is None:  # one image per maximal run
             breaks = (positions[1:] - positions[:-1] != 1).nonzero().reshape(-1) + 1
             bounds = [0, *breaks.tolist(), int(positions.shape[0])]
-            runs = [(bounds[i], bounds[i + 1]) for i in range(len(bounds) - 1)] if len(positions) else []
+            runs = list(zip(bounds[:-1], bounds[1:], strict=True)) if len(positions) else []
         else:
             ends = torch.tensor(counts).cumsum(0).tolist()
             runs = list(zip([0, *ends[:-1]], ends, strict=True))
