@@ -201,7 +201,9 @@ def llava_preprocess(tokens, labels, loss_mask, num_tiles, *, image_token_index,
         context_parallel_lm=1, vision_model=None,
     )
     tiles = int(num_tiles.sum()) if num_tiles.numel() else 0
-    image_embeddings = torch.full((img_seq_len, tiles, 1), image_value)
+    # text only: LLaVAModel.forward runs no vision model and passes no embeddings
+    image_embeddings = (torch.full((img_seq_len, tiles, 1), image_value) if tiles
+                        else torch.empty(0, 0, 1))
     language_embeddings = tokens.float().unsqueeze(-1)
     embedding, final_labels, final_mask = LLaVAModel._preprocess_data(
         model, image_embeddings, language_embeddings, tokens, loss_mask, labels, False, None,
