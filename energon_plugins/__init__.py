@@ -13,6 +13,7 @@ from energon_plugins.host._markers import ENTRY_POINT_GROUP, hookimpl, hookspec
 from energon_plugins.host.api import available, create, resolve
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import (
+    BatchFormatError,
     ConfigError,
     DatasetError,
     EnergonPluginsError,
@@ -50,6 +51,8 @@ _LAZY = {
     "PluginTaskEncoder": "energon_plugins.encoding.task_encoders.base",
     "EncodedSample": "energon_plugins.encoding.samples",
     "MultiModalBatch": "energon_plugins.encoding.samples",
+    "BatchFormat": "energon_plugins.encoding.batch_formats.base",
+    "VisualInputs": "energon_plugins.encoding.batch_formats.visual_inputs",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -58,6 +61,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
     from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
     from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
+    from energon_plugins.encoding.batch_formats.base import BatchFormat
+    from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
 
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)
@@ -65,6 +70,8 @@ __getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)
 
 __all__ = [
     "BATCH_FORMAT",
+    "BatchFormat",
+    "BatchFormatError",
     "ENTRY_POINT_GROUP",
     "IMAGE_PROCESSOR",
     "KINDS",
@@ -102,4 +109,5 @@ __all__ = [
     "reset_registry",
     "resolve",
     "use_registry",
+    "VisualInputs",
 ]

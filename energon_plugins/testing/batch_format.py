@@ -49,7 +49,8 @@ def sample_batches(context: Any = None, *, seed: int = 0, count: int = 12) -> li
     """Seeded :class:`~energon_plugins.MultiModalBatch` cases with the samples they came from:
     ``[(batch, samples)]``, unpacked (padded to the capacity and to the longest row) and
     packed (per-sub-sequence padding 1 and 4), one and two rows."""
-    import energon_plugins
+    from energon_plugins.encoding.packing.options import FirstFitDecreasingOptions
+    from energon_plugins.encoding.packing.strategies import make_first_fit_decreasing
     from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
     from energon_plugins.host.context import BuildContext
 
@@ -60,8 +61,7 @@ def sample_batches(context: Any = None, *, seed: int = 0, count: int = 12) -> li
         samples = [_random_sample(rng, f"c{index}s{k}") for k in range(rng.randint(1, 5))]
         packed = index % 2 == 1
         pad = (1, 4)[(index // 2) % 2]
-        packing = energon_plugins.create("packing_strategy", "first-fit-decreasing",
-                                         {"pad_to_multiple_of": pad})
+        packing = make_first_fit_decreasing(FirstFitDecreasingOptions(pad_to_multiple_of=pad))
         encoder = PluginTaskEncoder(base.replace(seq_length=CAPACITY, packing=packing),
                                     padding=("seq_length", "longest")[(index // 4) % 2])
         rows = samples
