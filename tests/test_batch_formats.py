@@ -324,5 +324,5 @@ def test_megatron_lm_without_token_counts_splits_runs_and_refuses_touching_ones(
                                                            2)]), context)
     assert apart["tokens"].tolist() == [[5, IMAGE, 6, IMAGE, 7]]
     touching = encoder.batch([sample([5, IMAGE, IMAGE, IMAGE, IMAGE, 7], 2)])
-    with pytest.raises(BatchFormatError, match=r"2 image\(s\) but 4 image tokens .* in 1 run"):
+    with pytest.raises(BatchFormatError, match=r"hold \[2\] image\(s\) but \[4\] image tokens .* in \[1\] run"):
         formatted("megatron-lm", touching, context)

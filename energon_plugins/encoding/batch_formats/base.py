@@ -5,6 +5,7 @@ needs: a :class:`~energon_plugins.MultiModalBatch` goes to :meth:`BatchFormat.fo
 of any other type (a user's own encoder's dict or dataclass) passes through unchanged.
 """
 
+import functools
 from typing import Any
 
 import torch
@@ -41,13 +42,13 @@ class BatchFormat:
         """Return what the loop reads for ``batch`` (override)."""
         raise NotImplementedError
 
-    @property
+    @functools.cached_property
     def ignore_index(self) -> int:
         """The label value the task encoder used where the loss is off (sample config)."""
         config = self.context.sample_config
         return int(getattr(config, "ignore_index", -100))
 
-    @property
+    @functools.cached_property
     def pad_token_id(self) -> int:
         """The tokenizer's pad id, else its eos id, else 0 (what the task encoders pad with)."""
         tokenizer = self.context.tokenizer

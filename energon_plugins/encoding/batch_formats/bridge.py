@@ -12,6 +12,7 @@ sum(loss_mask)``.
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from energon_plugins.encoding.batch_formats.base import BatchFormat, flat, row_keys
@@ -104,19 +105,20 @@ def packed_keys(params: Any, *, total_tokens: int) -> dict[str, Any]:
     """Bridge's flat packed-sequence keys from megatron-core ``PackedSeqParams``."""
 
     def offsets(value: Any) -> torch.Tensor:
-        return torch.as_tensor(value).reshape(-1).to(torch.int32)
+        return torch.from_numpy(np.asarray(value, dtype=np.int32).reshape(-1))
 
+    cu_q = offsets(params.cu_seqlens_q)
     keys: dict[str, Any] = {
-        "cu_seqlens_q": offsets(params.cu_seqlens_q),
-        "cu_seqlens_kv": offsets(params.cu_seqlens_kv if params.cu_seqlens_kv is not None
-                                 else params.cu_seqlens_q),
+        "cu_seqlens_q": cu_q,
+        "cu_seqlens_kv": cu_q if params.cu_seqlens_kv is None else offsets(params.cu_seqlens_kv),
     }
     if params.cu_seqlens_q_padded is not None:
-        keys["cu_seqlens_q_padded"] = offsets(params.cu_seqlens_q_padded)
+        padded = offsets(params.cu_seqlens_q_padded)
+        keys["cu_seqlens_q_padded"] = padded
         kv = params.cu_seqlens_kv_padded
-        keys["cu_seqlens_kv_padded"] = offsets(kv if kv is not None else params.cu_seqlens_q_padded)
-    keys["max_seqlen_q"] = torch.tensor(int(params.max_seqlen_q), dtype=torch.int32)
+        keys["cu_seqlens_kv_padded"] = padded if kv is None else offsets(kv)
     max_kv = params.max_seqlen_kv if params.max_seqlen_kv is not None else params.max_seqlen_q
+    keys["max_seqlen_q"] = torch.tensor(int(params.max_seqlen_q), dtype=torch.int32)
     keys["max_seqlen_kv"] = torch.tensor(int(max_kv), dtype=torch.int32)
     keys["total_tokens"] = total_tokens
     return keys

@@ -17,19 +17,47 @@ one.
 
 from typing import Any
 
+import numpy as np
 import torch
 
 #: The label value every loop's loss ignores (PyTorch's cross-entropy default).
 IGNORE_INDEX = -100
 
+# The helpers compute in numpy on zero-copy views of the batch's CPU tensors (many small
+# operations, each far cheaper in numpy than a torch call) and return torch tensors; the
+# ``*_array`` variants return the numpy arrays, for formats that chain them.
+
+
+def loss_on_array(batch: Any, ignore_index: int) -> np.ndarray:
+    """:func:`loss_on` as a numpy array."""
+    on = batch.labels.numpy() != ignore_index
+    if batch.loss_mask is not None:
+        on &= batch.loss_mask.numpy() > 0
+    return on
+
 
 def loss_on(batch: Any, ignore_index: int) -> torch.Tensor:
     """``(B, L)`` bool: where the loss counts (a label other than ``ignore_index`` and a
     positive ``loss_mask``)."""
-    on = batch.labels != ignore_index
-    if batch.loss_mask is not None:
-        on &= batch.loss_mask > 0
-    return on
+    return torch.from_numpy(loss_on_array(batch, ignore_index))
+
+
+def offsets_array(batch: Any) -> np.ndarray | None:
+    """:func:`laid_out_offsets` as an int64 numpy array (``None`` unpacked)."""
+    params = getattr(batch, "packed_seq_params", None)
+    if params is None:
+        return None
+    offsets = params.cu_seqlens_q_padded
+    if offsets is None:
+        offsets = params.cu_seqlens_q
+    offsets = np.asarray(offsets, dtype=np.int64).reshape(-1)
+    total = int(batch.input_ids.numel())
+    if offsets[0] != 0 or offsets[-1] != total:
+        raise ValueError(
+            f"packed_seq_params offsets run from {int(offsets[0])} to {int(offsets[-1])}, but "
+            f"the batch holds {total} tokens ({tuple(batch.input_ids.shape)})"
+        )
+    return offsets
 
 
 def laid_out_offsets(batch: Any) -> torch.Tensor | None:
@@ -39,32 +67,33 @@ def laid_out_offsets(batch: Any) -> torch.Tensor | None:
     Raises:
         ValueError: the offsets do not cover exactly the flattened rows.
     """
-    params = getattr(batch, "packed_seq_params", None)
-    if params is None:
-        return None
-    offsets = params.cu_seqlens_q_padded
-    if offsets is None:
-        offsets = params.cu_seqlens_q
-    offsets = torch.as_tensor(offsets).reshape(-1).to(torch.long)
-    total = int(batch.input_ids.numel())
-    if int(offsets[0]) != 0 or int(offsets[-1]) != total:
-        raise ValueError(
-            f"packed_seq_params offsets run from {int(offsets[0])} to {int(offsets[-1])}, but "
-            f"the batch holds {total} tokens ({tuple(batch.input_ids.shape)})"
-        )
-    return offsets
+    offsets = offsets_array(batch)
+    return None if offsets is None else torch.from_numpy(offsets)
+
+
+def segment_starts_array(batch: Any) -> np.ndarray:
+    """:func:`segment_starts` as a numpy array."""
+    starts = np.zeros(tuple(batch.input_ids.shape), dtype=bool)
+    offsets = offsets_array(batch)
+    if offsets is not None:
+        starts.reshape(-1)[offsets[:-1]] = True
+    starts[:, 0] = True
+    return starts
 
 
 def segment_starts(batch: Any) -> torch.Tensor:
     """``(B, L)`` bool: ``True`` at the first token of every sub-sequence (and of every row)."""
-    rows, width = (int(n) for n in batch.input_ids.shape)
-    starts = torch.zeros(rows * width, dtype=torch.bool)
-    offsets = laid_out_offsets(batch)
-    if offsets is not None:
-        starts[offsets[:-1]] = True
-    starts = starts.view(rows, width)
-    starts[:, 0] = True
-    return starts
+    return torch.from_numpy(segment_starts_array(batch))
+
+
+def shift_left_array(values: np.ndarray, starts: np.ndarray, fill: Any) -> np.ndarray:
+    """:func:`shift_left` on numpy arrays."""
+    out = np.full_like(values, fill)
+    out[:, :-1] = values[:, 1:]
+    last = np.ones_like(starts)
+    last[:, :-1] = starts[:, 1:]
+    out[last] = fill
+    return out
 
 
 def shift_left(values: torch.Tensor, starts: torch.Tensor, fill: Any) -> torch.Tensor:
@@ -72,20 +101,17 @@ def shift_left(values: torch.Tensor, starts: torch.Tensor, fill: Any) -> torch.T
 
     ``starts`` is :func:`segment_starts`; the last column of every row gets ``fill`` too.
     """
-    out = torch.full_like(values, fill)
-    out[:, :-1] = values[:, 1:]
-    last = torch.zeros_like(starts)
-    last[:, :-1] = starts[:, 1:]
-    last[:, -1] = True
-    out[last] = fill
-    return out
+    return torch.from_numpy(shift_left_array(values.numpy(), starts.numpy(), fill))
+
+
+def aligned_targets_array(batch: Any, on: np.ndarray) -> np.ndarray:
+    """:func:`aligned_targets` as a numpy array, given :func:`loss_on_array`."""
+    return np.where(on, batch.labels.numpy().astype(np.int64, copy=False), IGNORE_INDEX)
 
 
 def aligned_targets(batch: Any, ignore_index: int) -> torch.Tensor:
     """``(B, L)`` int64: the batch's labels where the loss is on, :data:`IGNORE_INDEX` elsewhere."""
-    on = loss_on(batch, ignore_index)
-    return torch.where(on, batch.labels.to(torch.long), torch.full_like(batch.labels, IGNORE_INDEX,
-                                                                         dtype=torch.long))
+    return torch.from_numpy(aligned_targets_array(batch, loss_on_array(batch, ignore_index)))
 
 
 def next_token(batch: Any, ignore_index: int) -> tuple[torch.Tensor, torch.Tensor]:
@@ -95,19 +121,22 @@ def next_token(batch: Any, ignore_index: int) -> tuple[torch.Tensor, torch.Tenso
     (the batch's mask values moved the same way, 0 where the loss is off). Nothing crosses a
     sub-sequence boundary.
     """
-    starts = segment_starts(batch)
-    on = loss_on(batch, ignore_index)
-    labels = shift_left(aligned_targets(batch, ignore_index), starts, IGNORE_INDEX)
-    weights = batch.loss_mask.to(torch.float32) if batch.loss_mask is not None else on.float()
-    mask = shift_left(torch.where(on, weights, torch.zeros_like(weights)), starts, 0.0)
-    return labels, mask
+    on = loss_on_array(batch, ignore_index)
+    # position i takes what position i + 1 holds, unless i + 1 starts another sub-sequence
+    on_next = on[:, 1:] & ~segment_starts_array(batch)[:, 1:]
+    labels = np.full(on.shape, IGNORE_INDEX, dtype=np.int64)
+    labels[:, :-1] = np.where(on_next, batch.labels.numpy()[:, 1:], IGNORE_INDEX)
+    mask = np.zeros(on.shape, dtype=np.float32)
+    weights = batch.loss_mask.numpy()[:, 1:] if batch.loss_mask is not None else 1.0
+    mask[:, :-1] = np.where(on_next, weights, 0.0)
+    return torch.from_numpy(labels), torch.from_numpy(mask)
 
 
 def mask_starts(labels: torch.Tensor, starts: torch.Tensor) -> torch.Tensor:
     """``labels`` with :data:`IGNORE_INDEX` at every sub-sequence start after a row's first
     token: a model that shifts internally then never predicts across a packed boundary."""
-    out = labels.clone()
-    inner = starts.clone()
+    out = labels.numpy().copy()
+    inner = starts.numpy().copy()
     inner[:, 0] = False
     out[inner] = IGNORE_INDEX
-    return out
+    return torch.from_numpy(out)

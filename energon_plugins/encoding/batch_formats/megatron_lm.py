@@ -12,14 +12,16 @@ each image takes one token here: the task encoder's run of expanded tokens is co
 
 from typing import Any
 
+import numpy as np
 import torch
 
 from energon_plugins.encoding.batch_formats.base import BatchFormat, row_keys
 from energon_plugins.encoding.batch_formats.labels import (
     IGNORE_INDEX,
-    aligned_targets,
-    laid_out_offsets,
-    segment_starts,
+    aligned_targets_array,
+    loss_on_array,
+    offsets_array,
+    segment_starts_array,
 )
 from energon_plugins.encoding.batch_formats.options import MegatronLMOptions
 from energon_plugins.encoding.samples import MultiModalBatch
@@ -93,13 +95,13 @@ class MegatronLMFormat(BatchFormat):
                 "micro_batch_size 1"
             )
         imgs, num_tiles = self._images(batch)
-        targets = aligned_targets(batch, self.ignore_index)
-        targets[segment_starts(batch)] = IGNORE_INDEX  # never a target across a boundary
+        targets = aligned_targets_array(batch, loss_on_array(batch, self.ignore_index))
+        targets[segment_starts_array(batch)] = IGNORE_INDEX  # no target across a boundary
         tokens, labels = self._collapse(batch, targets)
         if packed:
-            offsets = laid_out_offsets(batch)
-            cu_lengths = offsets.to(torch.int32).reshape(1, -1)
-            max_lengths = (offsets[1:] - offsets[:-1]).max().to(torch.int32).reshape(1)
+            offsets = offsets_array(batch).astype(np.int32)
+            cu_lengths = torch.from_numpy(offsets.reshape(1, -1))
+            max_lengths = torch.from_numpy(np.diff(offsets).max(keepdims=True))
         else:
             cu_lengths = torch.zeros((1, 1), dtype=torch.int32)
             max_lengths = torch.zeros((1, 1), dtype=torch.int32)
@@ -148,64 +150,63 @@ class MegatronLMFormat(BatchFormat):
         return pixels.to(torch.float32).contiguous(), tiles
 
     def _collapse(
-        self, batch: MultiModalBatch, targets: torch.Tensor
+        self, batch: MultiModalBatch, targets: np.ndarray
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Each image's run of tokens -> one :attr:`image_token_id`; labels kept in step."""
-        ids = batch.input_ids.to(torch.long)
-        num_images = (
-            batch.num_images.tolist() if batch.num_images is not None else [0] * ids.shape[0]
-        )
-        counts = batch.image_token_counts.tolist() if batch.image_token_counts is not None else None
-        row_tokens, row_labels = [], []
-        first = 0
-        for row, n in enumerate(num_images):
-            if not n:
-                row_tokens.append(ids[row])
-                row_labels.append(targets[row])
-                continue
-            mine = counts[first : first + n] if counts is not None else None
-            first += n
-            keep, heads = self._image_runs(ids[row], n, mine, row)
-            tokens = ids[row].clone()
-            tokens[heads] = self.image_token_id
-            row_tokens.append(tokens[keep])
-            row_labels.append(targets[row][keep])
-        width = max(int(t.shape[0]) for t in row_tokens)
-        tokens = torch.full((len(row_tokens), width), self.pad_token_id, dtype=torch.long)
-        labels = torch.full((len(row_tokens), width + 1), IGNORE_INDEX, dtype=torch.long)
-        for row, (t, lab) in enumerate(zip(row_tokens, row_labels, strict=True)):
-            tokens[row, : t.shape[0]] = t
-            labels[row, : lab.shape[0]] = lab
-        return tokens, labels
+        """Each image's run of tokens -> one :attr:`image_token_id`; labels kept in step.
 
-    def _image_runs(
-        self, ids: torch.Tensor, images: int, counts: list[int] | None, row: int
-    ) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(keep, heads)``: the positions kept, and each image's first (kept) position."""
-        positions = (ids == self.source_image_token_id).nonzero().reshape(-1)
-        if counts is None:  # one image per maximal run
-            breaks = (positions[1:] - positions[:-1] != 1).nonzero().reshape(-1) + 1
-            bounds = [0, *breaks.tolist(), int(positions.shape[0])]
-            runs = list(zip(bounds[:-1], bounds[1:], strict=True)) if len(positions) else []
-        else:
-            ends = torch.tensor(counts).cumsum(0).tolist()
-            runs = list(zip([0, *ends[:-1]], ends, strict=True))
-        total = runs[-1][1] if runs else 0
-        if len(runs) != images or total != int(positions.shape[0]):
+        Vectorised over the batch (in numpy: these are many small operations, each far cheaper
+        there than a torch call): the image tokens' positions (row-major) are split into images
+        by ``image_token_counts`` (else into maximal runs); each image keeps its first position,
+        which gets :attr:`image_token_id`, and the kept positions of every row move left.
+        """
+        ids = batch.input_ids.to(torch.long).numpy()
+        rows, width = ids.shape
+        is_image = ids == self.source_image_token_id
+        keep = ~is_image
+        tokens = ids.copy()
+        if is_image.any():
+            heads = self._image_heads(batch, is_image)
+            keep.reshape(-1)[heads] = True
+            tokens.reshape(-1)[heads] = self.image_token_id
+        column = keep.cumsum(axis=1)  # 1 + the kept position's column in the collapsed row
+        out_width = int(column[:, -1].max())
+        source = np.flatnonzero(keep)
+        row = source // width
+        col = column.reshape(-1)[source] - 1
+        collapsed = np.full((rows, out_width), self.pad_token_id, dtype=np.int64)
+        collapsed.reshape(-1)[row * out_width + col] = tokens.reshape(-1)[source]
+        labels = np.full((rows, out_width + 1), IGNORE_INDEX, dtype=np.int64)
+        labels.reshape(-1)[row * (out_width + 1) + col] = targets.reshape(-1)[source]
+        return torch.from_numpy(collapsed), torch.from_numpy(labels)
+
+    def _image_heads(self, batch: MultiModalBatch, is_image: np.ndarray) -> np.ndarray:
+        """The flat position of each image's first token, checked against the batch's images."""
+        rows, width = is_image.shape
+        positions = np.flatnonzero(is_image)
+        counts = (batch.image_token_counts.numpy()
+                  if batch.image_token_counts is not None else None)
+        heads = None
+        if counts is not None and int(counts.sum()) == len(positions):
+            ends = counts.cumsum()
+            heads, tails = positions[ends - counts], positions[ends - 1]
+            if not ((tails - heads == counts - 1).all() and (tails // width == heads // width).all()):
+                raise self.refuse("an image's tokens are not contiguous in one row "
+                                  f"(token counts {counts.tolist()})")
+        elif counts is None:  # one image per maximal run
+            starts = is_image.copy()
+            starts[:, 1:] &= ~is_image[:, :-1]
+            heads = np.flatnonzero(starts)
+        expected = batch.num_images.numpy() if batch.num_images is not None else None
+        found = np.bincount(heads // width, minlength=rows) if heads is not None else None
+        if found is None or (expected is not None and not np.array_equal(found, expected)):
             raise self.refuse(
-                f"row {row} holds {images} image(s) but {int(positions.shape[0])} image tokens "
-                f"(id {self.source_image_token_id}) in {len(runs)} run(s)"
-                + (f" for token counts {counts}" if counts is not None else "")
+                f"the rows hold {expected.tolist() if expected is not None else '?'} image(s) "
+                f"but {is_image.sum(axis=1).tolist()} image tokens "
+                f"(id {self.source_image_token_id})"
+                + (f" in {found.tolist()} run(s)" if found is not None else "")
+                + (f" for token counts {counts.tolist()}" if counts is not None else "")
             )
-        keep = torch.ones(ids.shape[0], dtype=torch.bool)
-        heads = []
-        for start, end in runs:
-            run = positions[start:end]
-            if int(run[-1] - run[0]) != end - start - 1:
-                raise self.refuse(f"row {row}: an image's tokens are not contiguous")
-            keep[run[1:]] = False
-            heads.append(int(run[0]))
-        return keep, torch.tensor(heads, dtype=torch.long)
+        return heads
 
 
 def build_megatron_lm_format(options: MegatronLMOptions | None, context: Any) -> MegatronLMFormat:
