@@ -17,6 +17,7 @@ the task encoder's own (aligned) batch, one sub-sequence at a time.
 import copy
 import dataclasses
 import types
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -249,3 +250,29 @@ def reference_loss(batch, logits_of, ignore_index=IGNORE):
                                         reduction="sum")
         count += int((labels[1:] != IGNORE).sum())
     return total, count
+
+
+# ----------------------------------------------------------------------------- the loaders
+def loop_datamodule(info, tokenizer, processor, *, seq: int = 128, mbs: int = 1,
+                    packing: bool = False, pad_to_multiple_of: int = 1,
+                    image_tokens: int | None = None, context: dict | None = None,
+                    **kwargs: Any):
+    """A datamodule over ``info`` (0 workers) as the loop tests read it: optionally packing
+    with first-fit-decreasing, and with ``image_tokens`` or ``context`` changes, its training
+    encoder built from them (the built-in ``multimodal``)."""
+    import energon_plugins
+    from energon_plugins.encoding.task_encoders.multimodal import MultimodalTaskEncoder
+    from energon_plugins.encoding.task_encoders.options import MultimodalOptions
+
+    args = dict(seq_length=seq, micro_batch_size=mbs, num_workers=0, shuffle_buffer_size=10)
+    if packing:
+        args.update(packing_buffer_size=6, packing=energon_plugins.create(
+            "packing_strategy", "first-fit-decreasing",
+            {"pad_to_multiple_of": pad_to_multiple_of}))
+    args.update(kwargs)
+    dm = energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
+    if image_tokens is not None or context:
+        dm.task_encoder = MultimodalTaskEncoder(
+            dm.build_context("train").replace(**(context or {})),
+            MultimodalOptions(image_tokens=image_tokens))
+    return dm

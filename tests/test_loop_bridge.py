@@ -15,18 +15,16 @@ import types
 
 import pytest
 import torch
-import transformers
 
 import energon_plugins
 from energon_plugins.encoding.packing.parallel import parallel_pad_multiple
-from energon_plugins.encoding.task_encoders.multimodal import MultimodalTaskEncoder
-from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 from energon_plugins.errors import PluginConflictError
 from tests._loop_replay import (
     bridge_forward_args,
     bridge_get_batch,
     bridge_get_batch_from_iterator,
     bridge_masked_next_token_loss,
+    loop_datamodule,
     megatron_token_losses,
     reference_loss,
 )
@@ -36,23 +34,13 @@ IMAGE_TOKENS = 4
 
 
 @pytest.fixture(scope="module")
-def processor():
-    """A CLIP processor at 28 px (small tensors; the loops do not care about the size)."""
-    return transformers.CLIPImageProcessor(size={"shortest_edge": 28},
-                                           crop_size={"height": 28, "width": 28})
+def processor(small_clip_processor):
+    return small_clip_processor
 
 
-def make_dm(info, tokenizer, processor, *, packing, mbs, context=None, **kwargs):
-    args = dict(seq_length=SEQ, micro_batch_size=mbs, num_workers=0, shuffle_buffer_size=10)
-    if packing:
-        args.update(packing_buffer_size=6,
-                    packing=energon_plugins.create("packing_strategy", "first-fit-decreasing"))
-    args.update(kwargs)
-    dm = energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
-    options = MultimodalOptions(image_tokens=IMAGE_TOKENS)
-    dm.task_encoder = MultimodalTaskEncoder(dm.build_context("train").replace(**(context or {})),
-                                            options)
-    return dm
+def make_dm(info, tokenizer, processor, **kwargs):
+    return loop_datamodule(info, tokenizer, processor, seq=SEQ, image_tokens=IMAGE_TOKENS,
+                           **kwargs)
 
 
 def logits_table(vocab, seed=0):

@@ -12,17 +12,15 @@ import pytest
 import torch
 import transformers
 
-import energon_plugins
-from tests._loop_replay import reference_loss, segments_of
+from tests._loop_replay import loop_datamodule, reference_loss, segments_of
 
 SEQ = 128
 
 
 @pytest.fixture(scope="module")
-def processor():
+def processor(small_clip_processor):
     """CLIP at 28 px with 14 px patches: 4 image tokens per image, as the model's tower yields."""
-    return transformers.CLIPImageProcessor(size={"shortest_edge": 28},
-                                           crop_size={"height": 28, "width": 28})
+    return small_clip_processor
 
 
 @pytest.fixture(scope="module")
@@ -41,14 +39,9 @@ def model(tokenizer):
     return transformers.LlavaForConditionalGeneration(config).eval()
 
 
-def make_dm(info, tokenizer, processor, *, packing, mbs, **kwargs):
-    args = dict(seq_length=SEQ, micro_batch_size=mbs, num_workers=0, shuffle_buffer_size=10,
-                batch_format="hf")
-    if packing:
-        args.update(packing_buffer_size=6,
-                    packing=energon_plugins.create("packing_strategy", "first-fit-decreasing"))
-    args.update(kwargs)
-    return energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
+def make_dm(info, tokenizer, processor, **kwargs):
+    kwargs.setdefault("batch_format", "hf")
+    return loop_datamodule(info, tokenizer, processor, seq=SEQ, **kwargs)
 
 
 CASES = [("vqa", False, 2), ("vqa", True, 1), ("interleaved", True, 1)]

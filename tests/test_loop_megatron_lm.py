@@ -11,37 +11,31 @@ labels (a second datamodule with ``batch_format=None`` yields the same batches i
 
 import pytest
 import torch
-import transformers
 
 import energon_plugins
 from energon_plugins.encoding.batch_formats.options import LLAVA_DEFAULT_IMAGE_TOKEN_INDEX
-from energon_plugins.encoding.task_encoders.multimodal import MultimodalTaskEncoder
-from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 from energon_plugins.errors import BatchFormatError
-from tests._loop_replay import IGNORE, llava_preprocess, mlm_get_batch, reference_next_token
+from tests._loop_replay import (
+    IGNORE,
+    llava_preprocess,
+    loop_datamodule,
+    mlm_get_batch,
+    reference_next_token,
+)
 
 SEQ = 128
 IMAGE_TOKENS = 5
 
 
 @pytest.fixture(scope="module")
-def processor():
-    return transformers.CLIPImageProcessor(size={"shortest_edge": 28},
-                                           crop_size={"height": 28, "width": 28})
+def processor(small_clip_processor):
+    return small_clip_processor
 
 
-def make_dm(info, tokenizer, processor, *, packing, mbs, image_tokens=IMAGE_TOKENS, **kwargs):
-    args = dict(seq_length=SEQ, micro_batch_size=mbs, num_workers=0, shuffle_buffer_size=10,
-                batch_format="megatron-lm")
-    if packing:
-        args.update(packing_buffer_size=6,
-                    packing=energon_plugins.create("packing_strategy", "first-fit-decreasing",
-                                                   {"pad_to_multiple_of": 4}))
-    args.update(kwargs)
-    dm = energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
-    dm.task_encoder = MultimodalTaskEncoder(dm.build_context("train"),
-                                            MultimodalOptions(image_tokens=image_tokens))
-    return dm
+def make_dm(info, tokenizer, processor, *, image_tokens=IMAGE_TOKENS, **kwargs):
+    kwargs.setdefault("batch_format", "megatron-lm")
+    return loop_datamodule(info, tokenizer, processor, seq=SEQ, image_tokens=image_tokens,
+                           pad_to_multiple_of=4, **kwargs)
 
 
 CASES = [("vqa", False, 3), ("vqa", True, 1), ("interleaved", True, 1), ("interleaved", False, 1)]

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from energon_plugins.errors import BatchFormatError
-from energon_plugins.testing._common import check_options, check_registration, fail
+from energon_plugins.testing._common import check_and_build, fail
 
 IGNORE = -100
 IMAGE_TOKEN = 3
@@ -217,21 +217,13 @@ def check_batch_format(
     Raises:
         ConformanceError: naming the plugin and the rule it breaks.
     """
-    from energon_plugins.host.context import BuildContext
-    from energon_plugins.host.manager import get_registry
     from energon_plugins.testing.compare import batch_differences
 
-    spec = check_registration("batch_format", name)
-    label = spec.label
-    validated = check_options("batch_format", name, options)
-    reader = READERS.get(labels, labels) if isinstance(labels, str) else labels
     if isinstance(labels, str) and labels not in READERS:
         raise ValueError(f"labels must be one of {sorted(READERS)} or a callable, got {labels!r}")
-    try:
-        fmt = get_registry().create(spec.kind, spec.qualified_name, validated,
-                                    context if context is not None else BuildContext())
-    except Exception as exc:  # noqa: BLE001 - reported under the rule
-        fail(label, "builds", f"building failed: {type(exc).__name__}: {exc}")
+    reader = READERS[labels] if isinstance(labels, str) else labels
+    spec, fmt = check_and_build("batch_format", name, options, context)
+    label = spec.label
     if not callable(fmt):
         fail(label, "builds", f"the factory returned {type(fmt).__qualname__}, not fmt(batch)")
 

@@ -1,7 +1,5 @@
 """The ``plain-torch`` format: next-token labels and the count of loss tokens per batch."""
 
-import torch
-
 from energon_plugins import BatchFormat
 from energon_plugins.encoding.batch_formats.labels import IGNORE_INDEX, next_token
 
