@@ -39,6 +39,7 @@ BENCHMARKS = {
     "profile": ("profile_pipeline.py", ["--batches", "30", "--rounds", "6"], ["--quick"], "file"),
     "memory": ("memory.py", [], ["--quick"], "file"),
     "batch_formats": ("batch_formats.py", [], ["--quick"], "file"),
+    "hf_processor": ("hf_processor.py", ["--samples", "96", "--repeats", "3"], ["--quick"], "file"),
 }
 FALLBACKS = {"loader": ("throughput.py", [], ["--quick"], "file")}
 # (the fallback also runs when loader.py fails, so a loader figure is always there)
@@ -172,6 +173,11 @@ def summary_rows(results: dict) -> list[list[str]]:
                     "peak_rss_main_with_workers_mb", "peak_rss_worker_mb"):
             if key in me:
                 add("memory", key, f"{me[key]} MiB")
+    hf = _get(results, "hf_processor", "result")
+    if hf:
+        rates = hf["samples_per_second"]
+        add("hf_processor", f"samples/s, hf-processor / per-batch processor loop ({hf['family']}, 1 thread)",
+            f"{rates['encoder']} / {rates['baseline']} ({hf['ratio_encoder_over_baseline']:.2f}x)")
     for name, record in results.items():
         if record.get("error"):
             add(name, "ERROR", record["error"], "", False)

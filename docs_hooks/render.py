@@ -6,6 +6,7 @@ Nothing here runs at import time.
 """
 
 import enum
+import html
 import inspect
 import json
 import re
@@ -26,6 +27,16 @@ CONTRACT_VERBS = ("list", "show", "validate", "schema", "preview", "bench", "dem
 def _cell(text: Any) -> str:
     """Escape text for one markdown table cell."""
     return str(text).replace("|", "\\|").replace("\n", " ").strip()
+
+
+def _code_cell(text: Any) -> str:
+    """Text as code in a markdown table cell.
+
+    A backtick code span would show an escaped pipe (``int \\| None``) with its backslash, so
+    the cell holds an HTML ``<code>`` element with the pipe as an entity.
+    """
+    escaped = html.escape(str(text).replace("\n", " ").strip(), quote=False)
+    return "<code>" + escaped.replace("|", "&#124;") + "</code>"
 
 
 def format_annotation(annotation: Any) -> str:
@@ -76,10 +87,10 @@ def _default(field: Any) -> str:
     else:
         value = field.default
     if hasattr(value, "model_dump"):
-        return "see below" if type(value).model_fields else "`{}`"
+        return "see below" if type(value).model_fields else _code_cell("{}")
     if isinstance(value, enum.Enum):
         value = value.value
-    return f"`{json.dumps(value)}`" if _jsonable(value) else f"`{value!r}`"
+    return _code_cell(json.dumps(value) if _jsonable(value) else repr(value))
 
 
 def _jsonable(value: Any) -> bool:
@@ -161,7 +172,7 @@ def render_model_table(model: type, prefix: str = "") -> str:
         if constraints:
             description = f"{description} *({constraints})*".strip()
         lines.append(
-            f"| `{key}` | `{_cell(type_text)}` | {_cell(_default(field))} | {_cell(description)} |"
+            f"| `{key}` | {_code_cell(type_text)} | {_default(field)} | {_cell(description)} |"
         )
     return "\n".join(lines)
 
@@ -388,7 +399,7 @@ def _render_params(command: Any, ctx: Any) -> list[str]:
         else:
             type_text = param.type.name if hasattr(param.type, "name") else str(param.type)
             if isinstance(param.type, click.Choice):
-                type_text = " \\| ".join(str(c) for c in param.type.choices)
+                type_text = " &#124; ".join(str(c) for c in param.type.choices)
         default = param.get_default(ctx, call=False)
         if getattr(param, "multiple", False):
             type_text += " (repeatable)"

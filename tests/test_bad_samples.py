@@ -6,6 +6,7 @@ sample or shard).
 
 import collections
 import logging
+import re
 
 import pytest
 import torch
@@ -70,6 +71,9 @@ def test_skips_are_logged_with_key_and_reason(bad_dataset, tokenizer, clip_proce
         for key in set(bad_dataset.corrupt_keys[reason]) & set(bad_dataset.split_keys["val"]):
             assert f"key {key!r}" in text and f"({reason})" in text
     assert "is truncated" in text and bad_dataset.shards[-1].name in text
+    # webdataset's DecodingError carries no message: the part, the sample and the cause are named.
+    assert "DecodingError: cannot decode part" in text
+    assert not re.search(r"DecodingError\s*$", text, re.M)
 
 
 def test_raise_names_the_sample(bad_dataset, tokenizer, clip_processor):

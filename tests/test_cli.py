@@ -7,6 +7,7 @@ The configs point at real Energon datasets written by the demo generator (webdat
 import json
 import os
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -48,6 +49,16 @@ def runner() -> CliRunner:
 
 def invoke(runner: CliRunner, *args: str, env: dict[str, str] | None = None):
     return runner.invoke(cli, list(args), catch_exceptions=True, env=env)
+
+
+NOISE = re.compile(r"Warning|warnings\.warn|No CUDA runtime|it/s\]|^Except ", re.M)
+"""What third-party noise looks like on stderr (warnings, logged hints, progress bars)."""
+
+
+def assert_quiet(proc: subprocess.CompletedProcess) -> None:
+    """A normal run prints only what the user asked for: no warning or progress bar."""
+    noise = NOISE.search(proc.stderr)
+    assert noise is None, proc.stderr[-3000:]
 
 
 def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
@@ -315,6 +326,8 @@ def test_subprocess_list_show_schema_validate(site):
     assert "Traceback" not in module.stderr
     debug = run("--debug", "show", "nope")
     assert debug.returncode == 1 and "Traceback" in debug.stderr
+    for proc in (listed, shown, schema, valid, invalid, module):
+        assert_quiet(proc)
 
 
 @pytest.mark.slow
@@ -328,6 +341,8 @@ def test_subprocess_preview_bench_demo(site, tmp_path):
     assert json.loads(bench.stdout)["samples"] == 2
     prepared = run("demo", "--prepare-only", "--cache-dir", str(tmp_path / "demo"))
     assert prepared.returncode == 0 and (tmp_path / "demo" / "demo.yaml").is_file()
+    for proc in (preview, bench, prepared):
+        assert_quiet(proc)
 
 
 @pytest.mark.slow
@@ -340,6 +355,7 @@ def test_subprocess_full_demo(tmp_path):
     result = subprocess.run([str(SCRIPT), "demo", "--cache-dir", str(tmp_path / "cache")],
                             capture_output=True, text=True, env=env, timeout=600)
     assert result.returncode == 0, result.stderr[-3000:]
+    assert_quiet(result)
 
 
 def test_light_verbs_import_no_torch_transformers_or_megatron(site, tmp_path):

@@ -437,3 +437,15 @@ def test_examples_pass_the_conformance_kit(tmp_path: Path) -> None:
         cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+
+
+def test_the_site_renders_offline(site: Path) -> None:
+    """No page loads a script from the network (mermaid's CDN did) and no type in a table
+    shows an escaped pipe (``int \\| None``)."""
+    pages = {p.relative_to(site): p.read_text(encoding="utf-8") for p in site.rglob("*.html")}
+    assert pages
+    for name, text in pages.items():
+        assert not re.search(r"<script[^>]+src=\"(https?:)?//", text), name
+        assert 'class="mermaid"' not in text, name
+        assert "\\|" not in re.sub(r"<pre.*?</pre>", "", text, flags=re.S), name
+    assert "<code>int &#124; None</code>" in pages[Path("reference/config/index.html")]

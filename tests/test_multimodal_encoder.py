@@ -180,13 +180,18 @@ def test_truncation_never_cuts_inside_an_image(tokenizer, hf_proc, image_id, vqa
     with pytest.raises(SkipSample):
         enc.encode_sample(sample)
     assert enc.error_counts() == {"truncated_no_labels": 1}
-    # drop and error policies
-    enc = make_encoder(
-        tokenizer, hf_proc, seq_length=inside, options={"image_tokens": 20, "truncation": "drop"}
-    )
-    with pytest.raises(SkipSample):
+    # ... unless on_error is "raise": then the lost sample is an error naming it
+    enc = make_encoder(tokenizer, hf_proc, seq_length=inside,
+                       options={"image_tokens": 20, "on_error": "raise"})
+    with pytest.raises(FatalSampleError, match=r"'k' \(truncated_no_labels\)"):
         enc.encode_sample(sample)
-    assert enc.error_counts() == {"too_long": 1}
+    # drop and error policies; "drop" is the user's choice, so it skips even under "raise"
+    for on_error in ("skip", "raise"):
+        enc = make_encoder(tokenizer, hf_proc, seq_length=inside,
+                           options={"image_tokens": 20, "truncation": "drop", "on_error": on_error})
+        with pytest.raises(SkipSample):
+            enc.encode_sample(sample)
+        assert enc.error_counts() == {"too_long": 1}
     enc = make_encoder(
         tokenizer, hf_proc, seq_length=inside, options={"image_tokens": 20, "truncation": "error"}
     )
@@ -296,6 +301,19 @@ def test_prefix_property_fallback_and_plain_rendering(tokenizer):
     ids, labels = tokenize_conversation(NoTemplate(tokenizer), messages, plain)
     assert tokenizer.decode(ids) == "user: Q?\nassistant: blue<|im_end|>\n"
     assert tokenizer.decode([t for t in labels if t != IGNORE]) == "blue<|im_end|>"
+
+    # Without a stop string the answer ends with the tokenizer's eos token, labelled.
+    bare = MultiModalSampleConfig()
+    no_template = NoTemplate(tokenizer)
+    no_template.eos_token = tokenizer.eos_token
+    messages = build_messages(bare.conversation_template, [("user", "Q?"), ("assistant", "blue")])
+    ids, labels = tokenize_conversation(no_template, messages, bare)
+    assert [t for t in labels if t != IGNORE][-1] == tokenizer.eos_token_id
+    assert tokenizer.decode([t for t in labels if t != IGNORE]) == "blue" + tokenizer.eos_token
+    # Neither a stop string nor an eos token: refused, naming the setting.
+    no_template.eos_token = None
+    with pytest.raises(ConfigError, match="conversation_template.stop_string"):
+        tokenize_conversation(no_template, messages, bare)
 
 
 class _Pairs(PluginTaskEncoder):

@@ -41,6 +41,9 @@ def test_writes_a_complete_distribution(tmp_path, kind):
     assert result.exit_code == 0, result.output
     root = tmp_path / "energon-plugin-my-thing"
     assert f"Wrote {root}" in result.output
+    # The install hint uses this interpreter's pip, not whatever `pip` is first on PATH.
+    assert f"{sys.executable} -m pip install -e" in result.output
+    assert "\n  pip install" not in result.output
 
     meta = tomllib.loads((root / "pyproject.toml").read_text())
     assert meta["project"]["name"] == "energon-plugin-my-thing"

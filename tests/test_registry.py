@@ -26,9 +26,9 @@ class ToyOptions(BaseModel):
     width: int = Field(default=4, ge=1)
     label: str = "toy"
 
-class Toy:
-    def __init__(self, options, context):
-        self.options, self.context = options, context
+class Packer:
+    def select(self, lengths, capacity):
+        return [[i] for i in range(len(lengths))]
 
 @hookimpl
 def register_task_encoders(register):
@@ -37,11 +37,16 @@ def register_task_encoders(register):
 
 @hookimpl
 def register_packing_strategies(register):
-    register("toy-pack", lambda options, context: "packer")
+    register("toy-pack", lambda options, context: Packer())
 """
 
 TOY_HEAVY = """
-from toy_pkg.plugin import Toy
+from megatron.energon import DefaultTaskEncoder
+
+class Toy(DefaultTaskEncoder):
+    def __init__(self, options, context):
+        super().__init__()
+        self.options, self.context = options, context
 
 def build(options, context):
     return Toy(options, context)
@@ -92,7 +97,7 @@ def test_installed_distribution_is_discovered_and_built_lazily(plugin_path):
     assert toy.options.width == 9 and toy.context.seq_length == 77
     assert registry.create("task_encoder", "toy-alias").options.width == 4
     assert registry.create("task_encoder", "energon-plugin-toy:toy").options.label == "toy"
-    assert registry.create("packing_strategy", "toy-pack") == "packer"
+    assert type(registry.create("packing_strategy", "toy-pack")).__name__ == "Packer"
 
 
 def test_module_level_api_uses_the_isolated_registry(plugin_path):
@@ -155,9 +160,16 @@ def test_registry_is_cached_and_reset_reloads():
             "register_task_encoders",
             "registered twice",
         ),
+        (
+            "from energon_plugins import hookimpl\n"
+            "@hookimpl\ndef register_task_encoders(register):\n"
+            "    register('early', len)\n    raise RuntimeError('late boom')\n",
+            "register_task_encoders",
+            "late boom",
+        ),
     ],
     ids=["raises", "sys-exit", "missing-import", "hook-raises", "bad-signature", "unknown-hook",
-         "bad-name", "bad-factory", "same-name-twice"],
+         "bad-name", "bad-factory", "same-name-twice", "registers-then-raises"],
 )
 def test_broken_plugin_is_reported_and_the_others_keep_working(
     plugin_path, module_source, stage, message
@@ -178,6 +190,8 @@ def test_broken_plugin_is_reported_and_the_others_keep_working(
     failed_rows = [r for r in registry.available("task_encoder") if r.status == "failed"]
     assert [r.distribution for r in failed_rows] == ["energon-plugin-bad"]
     assert message in failed_rows[0].error
+    # A hook that fails leaves none of its registrations behind.
+    assert [s.name for s in registry.specs("task_encoder") if s.distribution == "energon-plugin-bad"] == []
     # Everyone else still works.
     assert registry.create("task_encoder", "toy").options.width == 4
     assert registry.resolve("task_encoder", "multimodal").distribution == "energon-plugins"
@@ -191,7 +205,7 @@ def test_the_same_name_in_two_distributions_is_an_error_naming_both(plugin_path)
             modules={
                 f"{pkg}.plugin": "from energon_plugins import hookimpl\n"
                 "@hookimpl\ndef register_image_processors(register):\n"
-                f"    register('dup', lambda o, c: {value!r})\n"
+                f"    register('dup', lambda o, c: lambda **kw: {value!r})\n"
             },
             entry_points={"p": f"{pkg}.plugin"},
         )
@@ -199,8 +213,8 @@ def test_the_same_name_in_two_distributions_is_an_error_naming_both(plugin_path)
     with pytest.raises(PluginConflictError) as info:
         registry.resolve("image_processor", "dup")
     assert "dist-a:dup" in str(info.value) and "dist-b:dup" in str(info.value)
-    assert registry.create("image_processor", "dist-a:dup") == "A"
-    assert registry.create("image_processor", "dist_b:dup") == "B"  # PEP 503 normalisation
+    assert registry.create("image_processor", "dist-a:dup")() == "A"
+    assert registry.create("image_processor", "dist_b:dup")() == "B"  # PEP 503 normalisation
     statuses = {r.distribution: r.status for r in registry.available("image_processor") if r.name == "dup"}
     assert statuses == {"dist-a": "conflict", "dist-b": "conflict"}
 
@@ -211,11 +225,31 @@ def test_load_and_disable_environment_variables(plugin_path, monkeypatch):
     assert {"toy", "multimodal"} <= names()
     monkeypatch.setenv("ENERGON_PLUGINS_LOAD", "")
     assert names() == {"multimodal"}, "empty LOAD: no third-party plugins, built-ins stay"
-    monkeypatch.setenv("ENERGON_PLUGINS_LOAD", "energon_plugin_toy, other")
+    monkeypatch.setenv("ENERGON_PLUGINS_LOAD", "energon_plugin_toy, energon-plugin-llava")
     assert "toy" in names()
     monkeypatch.delenv("ENERGON_PLUGINS_LOAD")
     monkeypatch.setenv("ENERGON_PLUGINS_DISABLE", "energon-plugin-toy")
     assert "toy" not in names()
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "named"),
+    [
+        ("ENERGON_PLUGINS_DISABLED", "energon-plugin-toy", "did you mean 'ENERGON_PLUGINS_DISABLE'"),
+        ("ENERGON_PLUGIN_LOAD", None, None),  # another prefix: not ours, not checked
+        ("ENERGON_PLUGINS_LOAD", "energon-plugin-tyo", "did you mean 'energon-plugin-toy'"),
+        ("ENERGON_PLUGINS_DISABLE", "energon-plugins", "core distribution"),
+    ],
+)
+def test_environment_typos_are_errors_not_ignored(plugin_path, monkeypatch, variable, value, named):
+    _toy(plugin_path)
+    monkeypatch.setenv(variable, value or "x")
+    if named is None:
+        assert "toy" in {r.name for r in load_registry().available("task_encoder")}
+        return
+    with pytest.raises(energon_plugins.ConfigError, match=variable) as info:
+        load_registry()
+    assert named in str(info.value)
 
 
 def test_unknown_name_suggests_and_lists_installed(plugin_path):
@@ -312,3 +346,66 @@ def test_a_pip_installed_distribution_is_found_in_a_fresh_process(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["energon-plugin-toy", "3.1", "5"]
+
+
+def _image_processor_dist(root, dist, pkg, body):
+    write_distribution(
+        root,
+        dist,
+        modules={f"{pkg}.plugin": "from energon_plugins import hookimpl\n"
+                 "@hookimpl\ndef register_image_processors(register):\n" + body},
+        entry_points={"p": f"{pkg}.plugin"},
+    )
+
+
+def test_an_alias_claimed_by_two_distributions_is_listed_as_a_conflict(plugin_path):
+    _image_processor_dist(plugin_path, "dist-a", "dup_a", "    register('alpha', len, aliases=('shared',))\n")
+    _image_processor_dist(plugin_path, "dist-b", "dup_b", "    register('beta', len, aliases=('shared',))\n")
+    rows = {r.name: r for r in load_registry().available("image_processor")}
+    assert rows["alpha"].status == rows["beta"].status == "conflict"
+    assert "'shared' also registered by dist-b" in rows["alpha"].error
+    assert rows["hf"].status == "ok"
+
+
+@pytest.mark.parametrize(
+    ("kind", "hook", "returned", "expected"),
+    [
+        ("task_encoder", "register_task_encoders", "object()", "not a megatron.energon TaskEncoder"),
+        ("image_processor", "register_image_processors", "42", "not callable"),
+        ("packing_strategy", "register_packing_strategies", "[]", "select(lengths, capacity)"),
+    ],
+)
+def test_a_factory_returning_the_wrong_kind_of_object_is_named(plugin_path, kind, hook, returned, expected):
+    write_distribution(
+        plugin_path,
+        "energon-plugin-wrong",
+        modules={"bad_pkg.plugin": "from energon_plugins import hookimpl\n"
+                 f"@hookimpl\ndef {hook}(register):\n    register('wrong', lambda o, c: {returned})\n"},
+        entry_points={"p": "bad_pkg.plugin"},
+    )
+    with pytest.raises(PluginLoadError) as info:
+        load_registry().create(kind, "wrong")
+    assert f"{kind} 'wrong' (energon-plugin-wrong)" in str(info.value) and expected in str(info.value)
+
+
+def test_load_time_is_measured_and_a_slow_plugin_is_pointed_out(plugin_path, monkeypatch):
+    write_distribution(
+        plugin_path,
+        "energon-plugin-slow",
+        modules={"slow_pkg.plugin": "import time\ntime.sleep(0.6)\n"
+                 "from energon_plugins import hookimpl\n"
+                 "@hookimpl\ndef register_image_processors(register):\n    register('slow', len)\n"},
+        entry_points={"p": "slow_pkg.plugin"},
+    )
+    registry = load_registry()
+    rows = {r.name: r for r in registry.available("image_processor")}
+    assert rows["slow"].load_seconds >= 0.6
+    assert rows["hf"].load_seconds < 0.6
+    from click.testing import CliRunner
+
+    from energon_plugins.cli.main import cli
+
+    with energon_plugins.use_registry(registry):
+        result = CliRunner().invoke(cli, ["list"], env={"COLUMNS": "120"})
+    assert result.exit_code == 0, result.output
+    assert "energon-plugin-slow takes 0.6 s to load" in " ".join(result.output.split())

@@ -8,6 +8,15 @@ from energon_plugins.host.kinds import KINDS
 KIND_CHOICES = [*KINDS, *(kind.replace("_", "-") for kind in KINDS)]
 
 
+SLOW_LOAD_SECONDS = 0.5
+"""A distribution whose plugin modules take this long to import and register gets a hint."""
+
+
+def _load_time(seconds: float) -> str:
+    """``"12 ms"``, or ``"1.3 s"`` from a second on."""
+    return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds * 1000:.0f} ms"
+
+
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.option(
@@ -35,6 +44,7 @@ def list_command(as_json: bool, kind: str | None) -> None:
     for column in ("kind", "distribution", "version"):
         table.add_column(column, overflow="fold")
     table.add_column("description", overflow="fold")
+    table.add_column("load", no_wrap=True, justify="right")
     table.add_column("status", no_wrap=True, min_width=6)
     for row in rows:
         status = row.status
@@ -48,9 +58,15 @@ def list_command(as_json: bool, kind: str | None) -> None:
             status = "[yellow]conflict[/yellow]"
             description = f"{description} — {one_line(row.error)}"
         table.add_row(row.name, row.kind or "?", row.distribution, row.version,
-                      description, status)
+                      description, _load_time(row.load_seconds), status)
     out = console()
     out.print(table)
+    slow = sorted({(r.distribution, r.load_seconds) for r in rows
+                   if r.load_seconds >= SLOW_LOAD_SECONDS}, key=lambda d: -d[1])
+    for distribution, seconds in slow:
+        out.print(f"[yellow]{distribution} takes {seconds:.1f} s to load[/yellow]: every "
+                  "energon-plugins call pays it; its plugin module should import heavy "
+                  "packages (torch, transformers) inside factories, not at module level.")
     failed = sum(row.status == "failed" for row in rows)
     if failed:
         out.print(f"[red]{failed} plugin module(s) failed to load[/red]; the other plugins work.")

@@ -1,5 +1,7 @@
 """``energon-plugins new-plugin NAME --kind KIND [--output DIR]``: write a plugin distribution."""
 
+import shlex
+import sys
 from pathlib import Path
 
 import click
@@ -36,7 +38,11 @@ def new_plugin_command(name: str, kind: str, output: Path, summary: str | None) 
     click.echo(f"Wrote {target}")
     for path in sorted(p for p in target.rglob("*") if p.is_file()):
         click.echo(f"  {path.relative_to(target)}")
-    click.echo("Next:")
-    click.echo(f"  pip install -e {target}")
+    # This interpreter's pip: a bare `pip` may belong to another environment than the one
+    # energon-plugins (and torch) are installed in.
+    python = shlex.quote(sys.executable)
+    here = shlex.quote(str(target))
+    click.echo("Next, in the environment energon-plugins runs in:")
+    click.echo(f"  {python} -m pip install -e {shlex.quote(str(target) + '[test]')}")
     click.echo(f"  energon-plugins list          # shows {name}")
-    click.echo(f"  cd {target} && pytest          # conformance check and the example test")
+    click.echo(f"  cd {here} && {python} -m pytest   # conformance check and the example test")

@@ -28,9 +28,15 @@ def collect_rows(datamodule: Any, count: int) -> list[dict[str, Any]]:
     )
     from energon_plugins.cli.preview_html import image_to_png_base64
 
+    from energon_plugins.cli.batch_images import row_images
+
     tokenizer = datamodule.tokenizer
     image_id, ignore, pad_id = encoder_token_ids(datamodule)
-    mean, std = _image_stats(datamodule.image_processor)
+    encoder = datamodule.task_encoder
+    image_processor = getattr(encoder, "image_processor", None) or datamodule.image_processor
+    mean, std = _image_stats(image_processor)
+    draw = getattr(encoder, "preview_images", None) or (
+        lambda batch: row_images(batch, image_processor))
     rows: list[dict[str, Any]] = []
     for batch_index, batch in enumerate(datamodule.train_dataloader()):
         fields = batch_fields(batch)
@@ -39,7 +45,7 @@ def collect_rows(datamodule: Any, count: int) -> list[dict[str, Any]]:
         )
         packed = getattr(batch, "packed_seq_params", None) is not None
         num_images = batch.num_images.tolist() if batch.num_images is not None else []
-        image_offset = 0
+        drawable = draw(batch)
         for row in range(int(batch.input_ids.shape[0])):
             segments = row_segments(batch, row, pad_id, ignore)
             ids = batch.input_ids[row].tolist()
@@ -52,17 +58,12 @@ def collect_rows(datamodule: Any, count: int) -> list[dict[str, Any]]:
                     spans.append(render_spans(tokenizer, ids[segment.start:segment.end],
                                               labels[segment.start:segment.end], ignore, image_id))
             n_images = int(num_images[row]) if row < len(num_images) else 0
-            images = []
-            if batch.pixel_values is not None and batch.pixel_values.dim() == 4:
-                for tensor in batch.pixel_values[image_offset:image_offset + n_images]:
-                    encoded = image_to_png_base64(tensor, mean, std)
-                    if encoded:
-                        images.append(encoded)
-            image_offset += n_images
+            images = [encoded for tensor in (drawable[row] if row < len(drawable) else [])
+                      if (encoded := image_to_png_base64(tensor, mean, std))]
             note = ""
             if n_images and not images and batch.pixel_values is not None:
-                note = (f"{n_images} image(s) as patches {tuple(batch.pixel_values.shape)} "
-                        "(not rendered: only (N, C, H, W) pixel values are drawn)")
+                note = (f"{n_images} image(s) in pixel values {tuple(batch.pixel_values.shape)} "
+                        "(not rendered: a layout the preview cannot draw)")
             rows.append({
                 "label": f"batch {batch_index} row {row}" + (" (packed)" if packed else ""),
                 "segments": segments, "width": len(ids), "spans": spans, "images": images,

@@ -21,7 +21,7 @@ body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
 .loss{background:#d4f7d4;border-bottom:2px solid #2a2}
 .img{background:#e8e0ff;color:#538;font-weight:bold}
 .padtok{color:#aaa}
-img{image-rendering:pixelated;width:128px;height:128px;margin:2px;border:1px solid #aaa}
+img{image-rendering:pixelated;height:128px;margin:2px;border:1px solid #aaa}
 .meta{color:#666;font-size:12px}
 """
 _COLORS = ["#4a7fd4", "#d4774a", "#4ab07a", "#a04ad4", "#d4b84a", "#4ac0d4", "#d44a86"]

@@ -1,4 +1,4 @@
-"""Reading a config file (YAML with ``safe_load``, or JSON) into a mapping.
+"""Reading a config file (YAML with the safe loader, bounded: see ``safe_yaml``; or JSON).
 
 Errors name the file and, for syntax errors, the line and column.
 """
@@ -10,6 +10,7 @@ from typing import Any
 
 import yaml
 
+from energon_plugins.config.safe_yaml import load_yaml
 from energon_plugins.errors import ConfigError
 
 JSON_SUFFIXES = {".json"}
@@ -42,7 +43,9 @@ def parse_config_text(text: str, *, source: str = "<string>", json_format: bool 
         ConfigError: a syntax error (with line and column) or a top level that is not a mapping.
     """
     try:
-        data = json.loads(text) if json_format else yaml.safe_load(text)
+        data = json.loads(text) if json_format else load_yaml(text, source)
+    except RecursionError as exc:
+        raise ConfigError(f"config file {source!r} nests values too deeply to read") from exc
     except json.JSONDecodeError as exc:
         raise ConfigError(
             f"config file {source!r} is not valid JSON: {exc.msg} (line {exc.lineno}, "

@@ -5,7 +5,9 @@ The rule (one, for Python and the command line alike):
 1. A key with dots is a path into the config: ``"task_encoder.options.image_tokens": 4`` is
    the same as ``task_encoder={"options": {"image_tokens": 4}}``.
 2. A mapping merges into the mapping already there, key by key, recursively
-   (``task_encoder={"options": {...}}`` keeps the selected ``name``).
+   (``task_encoder={"options": {...}}`` keeps the selected ``name``), except that a mapping
+   naming another plugin (``image_processor={"name": "fast-clip"}``, or the dotted
+   ``image_processor.name``) replaces the selection: the old plugin's options are dropped.
 3. Anything else, ``None`` included, replaces the value (``packing=None`` turns packing off).
 
 The keys are the config file's keys (``sample_config``, not ``multimodal_sample_config``).
@@ -44,12 +46,23 @@ def expand_dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
+def _switches_plugin(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
+    """Whether ``patch`` selects another plugin than the selection ``current`` (both have a
+    ``name``, and the names differ)."""
+    return "name" in current and "name" in patch and patch["name"] != current["name"]
+
+
 def merge(base: Mapping[str, Any], patch: Mapping[str, Any], *, where: str = "") -> dict[str, Any]:
-    """Return ``base`` with ``patch`` merged in: mappings recursively, other values replaced."""
+    """Return ``base`` with ``patch`` merged in: mappings recursively, other values replaced.
+
+    A patch that selects another plugin (a different ``name``) replaces the selection: the old
+    plugin's ``options`` mean nothing to the new one.
+    """
     out = {k: copy.deepcopy(v) for k, v in base.items()}
     for key, value in patch.items():
         current = out.get(key)
-        if isinstance(value, Mapping) and isinstance(current, Mapping):
+        if (isinstance(value, Mapping) and isinstance(current, Mapping)
+                and not _switches_plugin(current, value)):
             out[key] = merge(current, value, where=where)
         else:
             out[key] = copy.deepcopy(dict(value)) if isinstance(value, Mapping) else value
@@ -71,11 +84,13 @@ def parse_set_option(item: str) -> tuple[str, Any]:
     """
     import yaml
 
+    from energon_plugins.config.safe_yaml import load_yaml
+
     key, sep, text = item.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"--set expects KEY=VALUE (e.g. seq_length=4096), got {item!r}")
     try:
-        value = yaml.safe_load(text) if text.strip() else ""
+        value = load_yaml(text, f"--set {key.strip()}") if text.strip() else ""
     except yaml.YAMLError as exc:
         raise ConfigError(f"--set {key}: value {text!r} is not valid YAML: {exc}") from exc
     return key.strip(), value

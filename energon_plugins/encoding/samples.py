@@ -22,8 +22,12 @@ class EncodedSample(Sample):
         loss_mask: ``(L,)`` float32, 1.0 where the loss counts.
         pixel_values: the image processor's output for this sample's images, concatenated along
             the first dimension (``(N, C, H, W)`` or, for patch-based processors, ``(P, D)``),
-            or ``None`` for a text-only sample.
-        image_grid_thw: ``(N, 3)`` int64 grids for processors that report them, else ``None``.
+            or ``None`` for a text-only sample. Packing and ``batch`` combine the samples'
+            pixel values with the encoder's ``collate_visual("pixel_values", parts)`` (default:
+            concatenate along dim 0), so an encoder may keep another layout (tiles padded per
+            image, one row of images) and say how it combines.
+        image_grid_thw: ``(N, 3)`` int64 grids for processors that report them, else ``None``
+            (combined by ``collate_visual("image_grid_thw", parts)``).
         num_images: how many images the sample holds.
         seq_lengths: lengths of the sub-sequences; one entry for an unpacked sample.
         truncated: whether tokens were cut to fit the sequence length.

@@ -1,6 +1,7 @@
 """The kinds of component and the hook that registers each."""
 
-from typing import Literal
+from collections.abc import Callable
+from typing import Any, Literal
 
 Kind = Literal["task_encoder", "image_processor", "packing_strategy", "batch_format"]
 
@@ -29,3 +30,34 @@ def normalize_kind(kind: str) -> Kind:
     if canonical not in KINDS:
         raise ValueError(f"unknown plugin kind {kind!r}; expected one of: {', '.join(KINDS)}")
     return canonical  # type: ignore[return-value]
+
+
+def _is_task_encoder(component: Any) -> bool:
+    from megatron.energon import TaskEncoder
+
+    return isinstance(component, TaskEncoder)
+
+
+def _is_packing_strategy(component: Any) -> bool:
+    return callable(getattr(component, "select", None)) or callable(getattr(component, "plan", None))
+
+
+COMPONENT_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
+    TASK_ENCODER: ("a megatron.energon TaskEncoder", _is_task_encoder),
+    IMAGE_PROCESSOR: ("callable as proc(images=[...], return_tensors='pt')", callable),
+    PACKING_STRATEGY: (
+        "an object with select(lengths, capacity) or plan(lengths, capacity)",
+        _is_packing_strategy,
+    ),
+    BATCH_FORMAT: ("callable as fmt(batch)", callable),
+}
+"""What a factory of each kind must return: ``kind -> (description, check)``. A kind without an
+entry accepts any object."""
+
+
+def component_problem(kind: str, component: Any) -> str | None:
+    """Why ``component`` is not a valid ``kind`` component (``None`` when it is)."""
+    what, check = COMPONENT_CHECKS.get(kind, ("", None))  # type: ignore[arg-type]
+    if check is None or check(component):
+        return None
+    return f"returned {type(component).__name__}, which is not {what}"

@@ -7,23 +7,32 @@ Environment:
     ``ENERGON_PLUGINS_LOAD=dist1,dist2``: load only these third-party distributions (set but
     empty: none). The core's built-ins are always loaded.
     ``ENERGON_PLUGINS_DISABLE=dist1,...``: skip these distributions.
+    A misspelt ``ENERGON_PLUGINS_*`` variable, a distribution name that is not installed, or
+    the core named in ``ENERGON_PLUGINS_DISABLE`` is an error, not silently ignored.
+
+A hook's registrations count only when the hook returns: one that raises leaves nothing behind.
+The time each distribution takes to import and register is kept (``energon-plugins list``
+shows it), so a slow plugin is visible.
 """
 
 import contextlib
 import importlib.metadata
 import os
 import threading
+import time
 from collections.abc import Iterable, Iterator
 from types import ModuleType
 from typing import Any
 
 import pluggy
 
-from energon_plugins.host import hookspecs
 from energon_plugins._suggest import did_you_mean
+from energon_plugins.environment import unknown_variables
+from energon_plugins.errors import ConfigError
+from energon_plugins.host import hookspecs
 from energon_plugins.host._markers import ENTRY_POINT_GROUP, PROJECT_NAME
 from energon_plugins.host.kinds import HOOK_FOR_KIND
-from energon_plugins.host.registry import LoadFailure, Registry, canonical_distribution
+from energon_plugins.host.registry import LoadFailure, PluginSpec, Registry, canonical_distribution
 
 CORE_DISTRIBUTION = "energon-plugins"
 LOAD_ENV = "ENERGON_PLUGINS_LOAD"
@@ -38,7 +47,7 @@ def _env_set(var: str) -> set[str] | None:
     value = os.environ.get(var)
     if value is None:
         return None
-    return {canonical_distribution(part) for part in value.split(",") if part.strip()}
+    return {canonical_distribution(part.strip()) for part in value.split(",") if part.strip()}
 
 
 def wanted_distribution(distribution: str) -> bool:
@@ -51,6 +60,29 @@ def wanted_distribution(distribution: str) -> bool:
     if only is None or name == CORE_DISTRIBUTION:
         return True
     return name in only
+
+
+def environment_problems(installed: Iterable[str]) -> list[str]:
+    """What is wrong with the ``ENERGON_PLUGINS_*`` variables, given the ``installed`` plugin
+    distributions: unknown variables (typos), distribution names in ``ENERGON_PLUGINS_LOAD`` /
+    ``ENERGON_PLUGINS_DISABLE`` that no installed plugin distribution has, and the core
+    disabled (every default selects its built-ins)."""
+    problems = unknown_variables()
+    known = sorted({canonical_distribution(name) for name in installed} - {CORE_DISTRIBUTION})
+    for var in (LOAD_ENV, DISABLE_ENV):
+        for name in sorted(_env_set(var) or ()):
+            if var == DISABLE_ENV and name == CORE_DISTRIBUTION:
+                problems.append(
+                    f"{DISABLE_ENV} names {CORE_DISTRIBUTION}, the core distribution: its "
+                    "built-ins are what every default selects, so it cannot be disabled "
+                    "(disable third-party distributions only)"
+                )
+            elif name != CORE_DISTRIBUTION and name not in known:
+                problems.append(
+                    f"{var} names {name!r}, which is not an installed plugin distribution"
+                    f"{did_you_mean(name, known)}; installed: {', '.join(known) or '(none)'}"
+                )
+    return problems
 
 
 def _one_line(exc: BaseException) -> str:
@@ -69,14 +101,25 @@ class _Source:
 
 
 def _entry_point_sources(group: str) -> list[_Source]:
+    """The plugin modules of the installed distributions that the environment lets load.
+
+    Raises:
+        ConfigError: an ``ENERGON_PLUGINS_*`` variable is misspelt or names what is not
+            installed (see :func:`environment_problems`).
+    """
     sources = []
+    installed = set()
     for ep in importlib.metadata.entry_points(group=group):
         dist = ep.dist
         distribution = dist.name if dist is not None else "<unknown>"
         version = dist.version if dist is not None else "?"
+        installed.add(distribution)
         if not wanted_distribution(distribution):
             continue
         sources.append(_Source(distribution, version, f"{ep.name} = {ep.value}", ep.load))
+    problems = environment_problems(installed)
+    if problems:
+        raise ConfigError("energon-plugins environment: " + "; ".join(problems))
     # Core first, then alphabetical: a stable order for listings and for hook calls.
     sources.sort(key=lambda s: (canonical_distribution(s.distribution) != CORE_DISTRIBUTION,
                                 canonical_distribution(s.distribution), s.entry_point))
@@ -114,6 +157,7 @@ def _fill(registry: Registry, sources: list[_Source]) -> Registry:
     pm.add_hookspecs(hookspecs)
     by_plugin_name: dict[str, _Source] = {}
     for source in sources:
+        started = time.perf_counter()
         try:
             plugin = source.load()
         except BaseException as exc:  # noqa: BLE001 - even SystemExit must not take us down
@@ -121,6 +165,8 @@ def _fill(registry: Registry, sources: list[_Source]) -> Registry:
                 raise
             registry.record_failure(_failure(source, "import", exc))
             continue
+        finally:
+            registry.record_load_time(source.distribution, time.perf_counter() - started)
         plugin_name = f"{source.distribution}:{source.entry_point}"
         try:
             pm.register(plugin, name=plugin_name)
@@ -136,22 +182,33 @@ def _fill(registry: Registry, sources: list[_Source]) -> Registry:
 
     for kind, hook_name in HOOK_FOR_KIND.items():
         hook = getattr(pm.hook, hook_name)
-        # pluggy calls the last registered first; reverse for registration order.
-        for impl in reversed(hook.get_hookimpls()):
-            source = by_plugin_name[impl.plugin_name]
+        # In the sources' order (core first, then by distribution), whatever pluggy's own
+        # call order is.
+        impls = {impl.plugin_name: impl for impl in hook.get_hookimpls()}
+        for plugin_name, source in by_plugin_name.items():
+            impl = impls.get(plugin_name)
+            if impl is None:
+                continue
             module_name = getattr(impl.function, "__module__", source.entry_point)
+            # A hook's registrations count only if the hook returns: collect, then add all.
+            pending: list[PluginSpec] = []
             register = registry.register_callback(
                 kind,  # type: ignore[arg-type]
                 distribution=source.distribution,
                 version=source.version,
                 module=module_name,
+                sink=pending.append,
             )
+            started = time.perf_counter()
             try:
                 impl.function(register=register)
+                registry.add_all(pending)
             except BaseException as exc:  # noqa: BLE001
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 registry.record_failure(_failure(source, hook_name, exc, kind=kind))
+            finally:
+                registry.record_load_time(source.distribution, time.perf_counter() - started)
     return registry
 
 

@@ -23,7 +23,7 @@ from energon_plugins.errors import (
     PluginNotFoundError,
     PluginOptionsError,
 )
-from energon_plugins.host.kinds import KINDS, Kind, normalize_kind
+from energon_plugins.host.kinds import KINDS, Kind, component_problem, normalize_kind
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
 
@@ -172,6 +172,9 @@ class PluginInfo:
     """``ok``, ``conflict`` (the plain name is claimed by another distribution) or ``failed``."""
     aliases: tuple[str, ...] = ()
     error: str = ""
+    load_seconds: float = 0.0
+    """How long importing and registering the distribution's plugin modules took (every CLI
+    call and every first use of the registry pays it)."""
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready mapping."""
@@ -184,14 +187,27 @@ class Registry:
     def __init__(self) -> None:
         self._specs: dict[str, list[PluginSpec]] = {kind: [] for kind in KINDS}
         self._failures: list[LoadFailure] = []
+        self._load_seconds: dict[str, float] = {}
         self._lock = threading.Lock()
 
     # -- filling -----------------------------------------------------------------------------
 
     def register_callback(
-        self, kind: Kind, *, distribution: str, version: str, module: str
+        self,
+        kind: Kind,
+        *,
+        distribution: str,
+        version: str,
+        module: str,
+        sink: Callable[[PluginSpec], None] | None = None,
     ) -> Callable[..., None]:
-        """Return the ``register`` callable handed to one plugin's hook for ``kind``."""
+        """Return the ``register`` callable handed to one plugin's hook for ``kind``.
+
+        Each call checks its arguments and hands the :class:`PluginSpec` to ``sink`` (default:
+        :meth:`add`); the manager collects a hook's specs and adds them only if the hook
+        returns normally (:meth:`add_all`).
+        """
+        sink = self.add if sink is None else sink
 
         def register(
             name: str,
@@ -212,7 +228,7 @@ class Registry:
                 version=version,
                 module=module,
             )
-            self.add(spec)
+            sink(spec)
 
         register.__doc__ = (
             f"register(name, factory, *, options=None, description='', aliases=()) -> a {kind}"
@@ -221,17 +237,34 @@ class Registry:
 
     def add(self, spec: PluginSpec) -> None:
         """Add ``spec``; a name or alias the same distribution already registered is an error."""
+        self.add_all([spec])
+
+    def add_all(self, specs: Iterable[PluginSpec]) -> None:
+        """Add every spec of ``specs``, or none: a name or alias that one distribution registers
+        twice (here or already) is an error, and nothing is added."""
+        specs = list(specs)
         with self._lock:
-            for other in self._specs[spec.kind]:
-                if other.distribution != spec.distribution:
-                    continue
-                clash = {other.name, *other.aliases} & {spec.name, *spec.aliases}
-                if clash:
-                    raise ValueError(
-                        f"{spec.kind} name {sorted(clash)[0]!r} registered twice by "
-                        f"{spec.distribution} ({other.module} and {spec.module})"
-                    )
-            self._specs[spec.kind].append(spec)
+            for i, spec in enumerate(specs):
+                for other in [*self._specs[spec.kind], *specs[:i]]:
+                    if other.kind != spec.kind or other.distribution != spec.distribution:
+                        continue
+                    clash = _names(other) & _names(spec)
+                    if clash:
+                        raise ValueError(
+                            f"{spec.kind} name {sorted(clash)[0]!r} registered twice by "
+                            f"{spec.distribution} ({other.module} and {spec.module})"
+                        )
+            for spec in specs:
+                self._specs[spec.kind].append(spec)
+
+    def record_load_time(self, distribution: str, seconds: float) -> None:
+        """Add ``seconds`` to the time spent importing and registering ``distribution``."""
+        with self._lock:
+            self._load_seconds[distribution] = self._load_seconds.get(distribution, 0.0) + seconds
+
+    def load_seconds(self, distribution: str) -> float:
+        """Seconds spent importing and registering ``distribution``'s plugin modules."""
+        return self._load_seconds.get(distribution, 0.0)
 
     def record_failure(self, failure: LoadFailure) -> None:
         """Remember a plugin that failed to load."""
@@ -302,10 +335,10 @@ class Registry:
         for k in kinds:
             specs = self._specs[k]
             for spec in specs:
-                others = [
-                    s.distribution
+                clashes = [
+                    f"{sorted(_names(s) & _names(spec))[0]!r} also registered by {s.distribution}"
                     for s in specs
-                    if s.name == spec.name and s.distribution != spec.distribution
+                    if s.distribution != spec.distribution and _names(s) & _names(spec)
                 ]
                 rows.append(
                     PluginInfo(
@@ -314,9 +347,10 @@ class Registry:
                         distribution=spec.distribution,
                         version=spec.version,
                         description=spec.description,
-                        status="conflict" if others else "ok",
+                        status="conflict" if clashes else "ok",
                         aliases=spec.aliases,
-                        error=f"name also registered by {', '.join(others)}" if others else "",
+                        error="; ".join(clashes),
+                        load_seconds=self.load_seconds(spec.distribution),
                     )
                 )
         for failure in self._failures:
@@ -330,6 +364,7 @@ class Registry:
                         description="",
                         status="failed",
                         error=f"{failure.stage}: {failure.error}",
+                        load_seconds=self.load_seconds(failure.distribution),
                     )
                 )
         return rows
@@ -354,13 +389,21 @@ class Registry:
         validated = spec.validate_options(options, path=path)
         factory = spec.load_factory()
         try:
-            return factory(validated, context if context is not None else BuildContext())
+            component = factory(validated, context if context is not None else BuildContext())
         except EnergonPluginsError:
             raise  # already names what is wrong (a nested create, a config or dataset error)
         except Exception as exc:
             raise PluginLoadError(
                 f"{spec.label}: building failed: {type(exc).__name__}: {exc}"
             ) from exc
+        problem = component_problem(spec.kind, component)
+        if problem is not None:
+            raise PluginLoadError(f"{spec.label}: its factory {problem}")
+        return component
+
+
+def _names(spec: PluginSpec) -> set[str]:
+    return {spec.name, *spec.aliases}
 
 
 def _as_tuple(value: Iterable[str] | str) -> tuple[str, ...]:

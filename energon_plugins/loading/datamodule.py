@@ -11,10 +11,12 @@ import warnings
 from collections.abc import Mapping
 from typing import Any, Literal
 
+from energon_plugins._quiet import import_quietly
 from energon_plugins.config.model import DEFAULT_BATCH_FORMAT
 from energon_plugins.host.context import BuildContext
 from energon_plugins.loading.dataloader import EnergonDataloader, FiniteDataloader
-from energon_plugins.loading.dataset_check import check_dataset
+from energon_plugins.loading.dataset_check import check_dataset, energon_dataset_errors
+from energon_plugins.loading.dataset_fit import check_fit
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 
@@ -334,15 +336,21 @@ class EnergonMultiModalDataModule:
 
         Raises:
             ValueError: ``split`` is neither ``"train"`` nor ``"val"``.
-            DatasetError: the dataset has no such split.
+            DatasetError: the dataset has no such split, the encoder cannot read it, or Energon
+                cannot parse its description.
         """
         if split not in SPLITS:
             raise ValueError(f"split must be 'train' or 'val', got {split!r}")
-        from megatron.energon import get_train_dataset, get_val_dataset
-
         check_dataset(self.path, (split,))
         encoder = self.task_encoder if split == "train" else self.validation_task_encoder
+        check_fit(encoder, self.path, split)
         self._check_packing(encoder)
+        with energon_dataset_errors(self.path):
+            return self._energon_dataset(worker_config, split, encoder)
+
+    def _energon_dataset(self, worker_config: Any, split: str, encoder: Any) -> Any:
+        from megatron.energon import get_train_dataset, get_val_dataset
+
         if split == "train" or self.validation_mode == "infinite":
             # Training, or Megatron-Bridge's validation: shuffled and repeating.
             return get_train_dataset(
@@ -403,6 +411,10 @@ class EnergonMultiModalDataModule:
         )
 
         encoder = self.task_encoder if split == "train" else self.validation_task_encoder
+        if self.packing_buffer_size is not None:
+            # Packed batches carry megatron-core's PackedSeqParams: unpickling them from a
+            # worker would import megatron-core here, with its warnings. Import it quietly now.
+            import_quietly("megatron.core.packed_seq_params")
         tracker = SkipTracker(getattr(encoder, "on_error", "skip"))
         worker_config = self._build_worker_config(num_workers, split=split, error_handler=tracker)
         dataset = self.datasets_provider(worker_config, split=split)

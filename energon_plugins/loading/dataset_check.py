@@ -4,7 +4,8 @@ These run before any loader or worker is built, so a typo in a path fails in the
 with one message naming the path and the split.
 """
 
-from collections.abc import Iterable
+import contextlib
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -88,3 +89,20 @@ def check_dataset(path: str | Path, splits: Iterable[str] = ("train",)) -> str:
                 f"{', '.join(sorted(have)) or 'none'})"
             )
     return kind
+
+
+@contextlib.contextmanager
+def energon_dataset_errors(path: str | Path) -> Iterator[None]:
+    """Turn Energon's errors about a dataset's description (a metadataset or ``dataset.yaml``
+    it cannot parse, an empty dataset) into a :class:`DatasetError` naming ``path``."""
+    from megatron.energon.flavors.webdataset.empty_dataset_error import EmptyDatasetError
+    from megatron.energon.typed_converter import JsonValueError
+
+    try:
+        yield
+    except (JsonValueError, EmptyDatasetError) as exc:
+        text = " ".join(str(exc).split())
+        raise DatasetError(
+            f"{path}: Energon cannot load this dataset: {text} (check the metadataset / "
+            ".nv-meta/dataset.yaml against Energon's documented format)"
+        ) from exc

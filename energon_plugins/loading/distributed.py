@@ -22,7 +22,9 @@ def rank_groups(
     Raises:
         ValueError: ``world_size`` is not a multiple of ``tp * cp * pp``.
     """
-    from megatron.core.parallel_state import RankGenerator
+    from energon_plugins._quiet import import_quietly
+
+    RankGenerator = import_quietly("megatron.core.parallel_state").RankGenerator
 
     model = tp * cp * pp
     if min(tp, cp, pp) < 1 or world_size % model:
@@ -41,7 +43,10 @@ def build_pg_collection(*, tp: int = 1, cp: int = 1, pp: int = 1) -> Any:
     size after ``tp * cp * pp``.
     """
     import torch.distributed as dist
-    from megatron.core.process_groups_config import ProcessGroupCollection
+    from energon_plugins._quiet import import_quietly
+
+    groups_config = import_quietly("megatron.core.process_groups_config")
+    ProcessGroupCollection = groups_config.ProcessGroupCollection
 
     if not (dist.is_available() and dist.is_initialized()):
         raise RuntimeError("build_pg_collection needs torch.distributed to be initialised")

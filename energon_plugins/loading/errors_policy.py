@@ -80,6 +80,25 @@ def classify_error(exc: BaseException) -> str:
     return name
 
 
+def error_text(exc: BaseException) -> str:
+    """``Type: message`` of ``exc``, never empty.
+
+    webdataset's ``DecodingError`` has no message of its own (its arguments are attributes):
+    it is described by the part and sample it could not decode and by the error underneath.
+    """
+    text = str(exc)
+    if not text and type(exc).__name__ == "DecodingError":
+        part, key = getattr(exc, "k", None), getattr(exc, "key", None)
+        text = f"cannot decode part {part!r}" + (f" of sample {key!r}" if key else "")
+        url = getattr(exc, "url", None)
+        if url:
+            text += f" in {url}"
+        cause = exc.__cause__ or exc.__context__
+        if cause is not None and cause is not exc:
+            text += f" ({error_text(cause)})"
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
 def is_truncation(exc: BaseException) -> bool:
     """Whether ``exc`` is a read past the end of a tar shard."""
     if isinstance(exc, (tarfile.ReadError, EOFError)):
@@ -118,7 +137,7 @@ class SkipTracker:
     def record(self, reason: str, what: str, exc: BaseException | None = None) -> None:
         """Count one skipped sample under ``reason`` and log it."""
         self.counts[reason] += 1
-        detail = f": {type(exc).__name__}: {exc}" if exc is not None and str(exc) else ""
+        detail = f": {error_text(exc)}" if exc is not None else ""
         logger.warning("skipped %s (%s)%s", what, reason, detail)
 
     def __call__(self, exc: Exception, sample: Any, sources: Any = None) -> None:
@@ -127,7 +146,7 @@ class SkipTracker:
         what = describe_sample(sample)
         if self.on_error == "raise":
             raise BadSampleError(
-                f"sample failed ({reason}) at {what}: {type(exc).__name__}: {exc} "
+                f"sample failed ({reason}) at {what}: {error_text(exc)} "
                 "(on_error='raise'; use on_error='skip' to skip and count bad samples)"
             ) from exc
         self.record(reason, what, exc)

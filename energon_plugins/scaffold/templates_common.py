@@ -56,7 +56,7 @@ ${kind_text} `${name}` can be selected by name in an energon-plugins config.
 ## Install
 
 ```bash
-pip install -e .
+python -m pip install -e .    # with the python of the environment energon-plugins runs in
 energon-plugins list          # shows ${name} (${kind}) from ${distribution}
 energon-plugins show ${name}  # its options and their defaults
 ```
@@ -90,8 +90,8 @@ ${options_table}
 ## Test
 
 ```bash
-pip install -e ".[test]"
-pytest
+python -m pip install -e ".[test]"
+python -m pytest
 ```
 
 The fixtures `energon_dataset`, `build_context` and `isolated_registry` come from

@@ -91,6 +91,7 @@ from megatron.energon import VQASample, stateless
 
 from energon_plugins import BuildContext, EncodedSample, PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.base import CountedSkip
+from energon_plugins.encoding.task_encoders.conversation import vqa_answer
 
 from ${package}.options import ${class_name}Options
 
@@ -125,15 +126,14 @@ class ${class_name}TaskEncoder(PluginTaskEncoder[VQASample]):
     @stateless
     def encode_sample(self, sample: VQASample) -> EncodedSample:
         """Encode one VQA sample; a sample whose answer does not fit is skipped and counted."""
-        if not sample.answers:
-            raise ValueError(f"sample {sample.__key__!r} has no answer")
+        answer = vqa_answer(sample)  # the first answer; a plain string is one answer
         pixel_values = self.image_processor(images=[sample.image], return_tensors="pt")[
             "pixel_values"
         ]
         pixel_values = torch.as_tensor(pixel_values)
         image_ids = [self.image_token_id] * self.image_token_count(pixel_values)
         prompt_ids = self._ids(self.options.prompt_template.format(question=sample.context))
-        answer_ids = self._ids(" " + sample.answers[0])
+        answer_ids = self._ids(" " + answer)
         eos = self.tokenizer.eos_token_id
         if isinstance(eos, int):
             answer_ids.append(eos)

@@ -37,11 +37,18 @@ DEFAULT_MAX_CONSECUTIVE_ERRORS = 100
 
 
 class CountedSkip(SkipSample):
-    """Skip a sample on purpose and count it under ``reason`` (e.g. ``too_long``)."""
+    """Skip a sample and count it under ``reason`` (e.g. ``too_long``).
 
-    def __init__(self, reason: str, message: str = "") -> None:
+    ``deliberate=True``: a policy the user chose asks for the skip (``truncation: drop``), so
+    it skips even under ``on_error="raise"``. Otherwise the skip reports a problem with the
+    data (no label left, ...), which ``on_error="raise"`` turns into an error naming the
+    sample.
+    """
+
+    def __init__(self, reason: str, message: str = "", *, deliberate: bool = False) -> None:
         super().__init__(message or reason)
         self.reason = reason
+        self.deliberate = deliberate
 
 
 def _sample_key(sample: Any) -> str:
@@ -105,7 +112,13 @@ class PluginTaskEncoder(
 
     Error counts (:meth:`error_counts`) live in the process that encodes: with
     ``num_workers > 0`` each worker process holds its own counts.
+
+    Class attribute ``supported_sample_types``: the Energon sample types ``encode_sample``
+    reads (cooked crude samples aside). When set, a dataset of another type is refused before
+    any loader starts, with a message naming both; ``None`` (the default) skips the check.
     """
+
+    supported_sample_types: tuple[type, ...] | None = None
 
     def __init__(
         self,
@@ -174,6 +187,11 @@ class PluginTaskEncoder(
         """
         if isinstance(exc, FatalSampleError) or getattr(exc, "_counted_by", None) is self:
             raise exc  # fatal, or already counted by a wrapped super().encode_sample
+        if isinstance(exc, CountedSkip) and not exc.deliberate and self.on_error == "raise":
+            raise FatalSampleError(
+                f"{type(self).__name__} cannot use sample {_sample_key(sample)!r} "
+                f"({exc.reason}): {exc} (on_error='raise'; 'skip' skips and counts it)"
+            ) from exc
         if isinstance(exc, CountedSkip):
             reason, skip = exc.reason, exc
         elif isinstance(exc, SkipSample):
@@ -255,8 +273,8 @@ class PluginTaskEncoder(
             segments.extend(sub)
             if width > n:
                 segments.append(width - n)
-        pixel_values = _cat([s.pixel_values for s in samples])
-        image_grid_thw = _cat([s.image_grid_thw for s in samples])
+        pixel_values = self.combine_parts("pixel_values", [s.pixel_values for s in samples])
+        image_grid_thw = self.combine_parts("image_grid_thw", [s.image_grid_thw for s in samples])
         num_images = torch.tensor([int(s.num_images) for s in samples], dtype=torch.long)
         packed_seq_params = build_packed_seq_params(segments) if packed else None
         batch = MultiModalBatch.from_samples(
@@ -277,12 +295,21 @@ class PluginTaskEncoder(
         return self.finish_packed_batch(samples, batch)
 
     def collate_visual(self, key: str, parts: list[torch.Tensor]) -> torch.Tensor:
-        """Combine the ``visual[key]`` tensors of several samples (in order) into one.
+        """Combine the ``key`` tensors of several samples (in order) into one.
 
-        The default concatenates along dim 0; override (or consult a per-key table) for
-        inputs laid out otherwise, such as tiles padded to a common count.
+        ``key`` is a ``visual`` key, or ``pixel_values`` / ``image_grid_thw`` (which packing and
+        ``batch`` combine the same way). The default concatenates along dim 0; override (or
+        consult a per-key table) for inputs laid out otherwise, such as tiles padded to a
+        common count.
         """
         return torch.cat(parts, dim=0)
+
+    def combine_parts(self, key: str, parts: list[torch.Tensor | None]) -> torch.Tensor | None:
+        """The samples' ``key`` tensors combined by :meth:`collate_visual` (``None`` if none)."""
+        tensors = [p for p in parts if p is not None]
+        if not tensors:
+            return None
+        return self.collate_visual(key, tensors)
 
     def combine_visual(
         self, visuals: list[dict[str, torch.Tensor] | None]
@@ -329,20 +356,15 @@ def _token_counts(counts: list[list[int] | None]) -> torch.Tensor | None:
     return torch.tensor([n for c in counts for n in c], dtype=torch.long)  # type: ignore[union-attr]
 
 
-def _cat(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
-    tensors = [p for p in parts if p is not None]
-    if not tensors:
-        return None
-    return torch.cat(tensors, dim=0)
-
-
 def build_packed_seq_params(segment_lengths: list[int]) -> Any:
     """Megatron-core ``PackedSeqParams`` (``qkv_format="thd"``) for rows laid end to end.
 
     ``segment_lengths`` lists every sub-sequence of every row in order, each row's padding
     tail as its own segment, so the cumulative lengths cover the flattened ``B * L`` tokens.
     """
-    from megatron.core.packed_seq_params import PackedSeqParams
+    from energon_plugins._quiet import import_quietly
+
+    PackedSeqParams = import_quietly("megatron.core.packed_seq_params").PackedSeqParams
 
     lengths = torch.tensor(segment_lengths, dtype=torch.int32)
     cu = torch.zeros(len(segment_lengths) + 1, dtype=torch.int32)

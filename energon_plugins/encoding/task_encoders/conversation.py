@@ -5,7 +5,7 @@ plugin encoders. Labels are aligned with ``input_ids`` (the model shifts them); 
 outside an assistant answer carries the ignore index.
 """
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from energon_plugins.errors import ConfigError
@@ -46,6 +46,110 @@ def gpt_turns(conversations: Any, key: str) -> list[tuple[str, str]]:
     return turns
 
 
+def vqa_answer(sample: Any) -> str:
+    """The answer a ``VQASample`` trains on: its first answer.
+
+    ``answers`` is a list in Energon's sample type; a field map that maps a plain string there
+    gives one answer (not one answer per character).
+
+    Raises:
+        ValueError: the sample has no answer, or its answers are not strings; the key is named.
+    """
+    answers = sample.answers
+    if isinstance(answers, str):
+        answers = [answers]
+    if not answers:
+        raise ValueError(f"VQASample {sample.__key__!r} has no answers")
+    answer = answers[0]
+    if not isinstance(answer, str):
+        raise ValueError(
+            f"VQASample {sample.__key__!r}: answers[0] is {type(answer).__name__}, expected a string"
+        )
+    return answer
+
+
+def chat_turns(conversation: Any, key: str) -> list[tuple[str, Any]]:
+    """A conversation's turns as ``(role, content)`` pairs, roles in ``system``/``user``/``assistant``.
+
+    Accepts the shapes datasets store: ChatML / OpenAI ``{"role": ..., "content": ...}`` and
+    GPT-style (LLaVA, ShareGPT) ``{"from": ..., "value": ...}`` turns (roles mapped with
+    :data:`GPT_ROLES`, so ``human``/``gpt`` work in either shape). A content is a string or a
+    list of typed parts (``{"type": "text", "text": ...}``, ``{"type": "image"}``), returned
+    as it is.
+
+    Raises:
+        ValueError: the conversation is not a non-empty list, a turn has neither shape, its
+            role is unknown or its content is neither a string nor a list; the sample key
+            and the index of the turn are named.
+    """
+    if not isinstance(conversation, list) or not conversation:
+        raise ValueError(f"sample {key!r}: the conversation is not a non-empty list of turns")
+    turns = []
+    for i, turn in enumerate(conversation):
+        if not isinstance(turn, dict):
+            raise ValueError(f"sample {key!r}: conversation[{i}] is not a dict")
+        if "role" in turn:
+            field, speaker, content = "role", turn.get("role"), turn.get("content")
+        elif "from" in turn:
+            field, speaker, content = "from", turn.get("from"), turn.get("value")
+        else:
+            raise ValueError(
+                f"sample {key!r}: conversation[{i}] has neither 'role'/'content' nor "
+                f"'from'/'value' (keys: {sorted(turn)})"
+            )
+        if speaker not in GPT_ROLES:
+            raise ValueError(
+                f"sample {key!r}: conversation[{i}].{field} is {speaker!r}; expected one of "
+                f"{sorted(GPT_ROLES)}"
+            )
+        if not isinstance(content, (str, list)):
+            raise ValueError(
+                f"sample {key!r}: conversation[{i}] content is {type(content).__name__}, "
+                "expected a string or a list of parts"
+            )
+        turns.append((GPT_ROLES[speaker], content))
+    return turns
+
+
+def content_parts(content: Any, image_tag: str) -> list[dict[str, Any]]:
+    """A turn's content as typed parts: ``{"type": "text", "text": ...}`` and ``{"type": "image"}``.
+
+    A string is split at every ``image_tag`` (``<image>``); the whitespace that separates a
+    tag from the text next to it is dropped (``"<image>\\nQ"`` is an image, then ``"Q"``), so
+    the chat template alone decides how images and text are joined. A list of parts is
+    checked and copied (an image part keeps only its type: the images travel separately).
+
+    Raises:
+        ValueError: a part that is neither text (with a string ``text``) nor image.
+    """
+    if isinstance(content, str):
+        pieces = content.split(image_tag)
+        parts: list[dict[str, Any]] = []
+        last = len(pieces) - 1
+        for i, piece in enumerate(pieces):
+            if i > 0:
+                parts.append({"type": "image"})
+                piece = piece.lstrip()
+            if i < last:
+                piece = piece.rstrip()
+            if piece:
+                parts.append({"type": "text", "text": piece})
+        return parts
+    parts = []
+    for i, part in enumerate(content):
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind == "image":
+            parts.append({"type": "image"})
+        elif kind == "text" and isinstance(part.get("text"), str):
+            parts.append({"type": "text", "text": part["text"]})
+        else:
+            raise ValueError(
+                f"content part {i} is {part!r}; expected {{'type': 'text', 'text': str}} or "
+                "{'type': 'image'}"
+            )
+    return parts
+
+
 def build_messages(
     template: ConversationTemplate, turns: Sequence[tuple[str, str]]
 ) -> list[Message]:
@@ -73,6 +177,31 @@ def _has_chat_template(tokenizer: Any, override: str | None) -> bool:
     return bool(override) or bool(getattr(tokenizer, "chat_template", None))
 
 
+def end_of_turn(tokenizer: Any, template: ConversationTemplate) -> str:
+    """What ends an assistant turn when there is no chat template: the template's
+    ``stop_string``, else the tokenizer's ``eos_token``. It is labelled, so the model learns to
+    stop.
+
+    Raises:
+        ConfigError: neither is set (the model would never learn where an answer ends).
+    """
+    if template.stop_string:
+        return template.stop_string
+    eos = getattr(tokenizer, "eos_token", None)
+    if isinstance(eos, str) and eos:
+        return eos
+    raise ConfigError(
+        "sample_config.conversation_template.stop_string: the tokenizer has no chat template "
+        "and no eos_token, so nothing would end an assistant answer in the labels; set "
+        "stop_string (e.g. '</s>'), or a chat_template"
+    )
+
+
+def uses_plain_rendering(tokenizer: Any, template: ConversationTemplate) -> bool:
+    """Whether conversations are rendered without a chat template (``role: content`` lines)."""
+    return not _has_chat_template(tokenizer, template.chat_template)
+
+
 def render_chat(
     tokenizer: Any,
     messages: Sequence[Message],
@@ -83,8 +212,8 @@ def render_chat(
     """Render ``messages`` to text with the chat template.
 
     ``template.chat_template`` overrides the tokenizer's; without either, each message is
-    rendered as ``"{role}: {content}\\n"`` (the assistant content followed by the template's
-    stop string, if any) and the generation prompt is ``"{assistant_role}: "``.
+    rendered as ``"{role}: {content}\\n"`` (the assistant content followed by
+    :func:`end_of_turn`) and the generation prompt is ``"{assistant_role}: "``.
     """
     override = template.chat_template
     if _has_chat_template(tokenizer, override):
@@ -95,11 +224,12 @@ def render_chat(
         if not isinstance(text, str):
             raise TypeError(f"apply_chat_template returned {type(text).__name__}, expected str")
         return text
+    stop = end_of_turn(tokenizer, template)
     parts = []
     for msg in messages:
         content = msg["content"]
-        if msg["role"] == template.assistant_role and template.stop_string:
-            content = content + template.stop_string
+        if msg["role"] == template.assistant_role:
+            content = content + stop
         parts.append(f"{msg['role']}: {content}\n")
     if add_generation_prompt:
         parts.append(f"{template.assistant_role}: ")
@@ -153,27 +283,40 @@ def tokenize_texts(tokenizer: Any, texts: Sequence[str]) -> list[list[int]]:
     return [list(tokenizer(text, add_special_tokens=False)["input_ids"]) for text in texts]
 
 
-def _assistant_spans(
-    tokenizer: Any, messages: Sequence[Message], template: ConversationTemplate
+def assistant_char_spans(
+    render: Callable[[Sequence[Any], bool], str],
+    messages: Sequence[Any],
+    is_answer: Callable[[Any], bool],
+    answer_text: Callable[[Any], str],
+    *,
+    stop_string: str | None = None,
 ) -> tuple[str, list[tuple[int, int]]]:
-    """The full rendered text and the character spans of every assistant answer.
+    """The rendered conversation and the character span of every answer in it.
 
-    Uses the prefix property: rendering the conversation up to an assistant turn with
+    ``render(messages, add_generation_prompt)`` renders a conversation (any chat template,
+    any message shape); ``is_answer(message)`` tells the turns whose text carries labels and
+    ``answer_text(message)`` their text.
+
+    Uses the prefix property: rendering the conversation up to an answer with
     ``add_generation_prompt=True`` gives a prefix of the full text; the answer runs from
-    there to the end of the rendering that includes that turn. Where a template breaks the
-    property (it rewrites earlier turns), the answer text itself is located in the full text.
-    Whitespace the template writes after a turn is not part of the answer.
+    there to the end of the rendering that includes it, with whatever closes the turn (an
+    end-of-turn token) and without the whitespace written after it. Where a template breaks
+    the property (it rewrites earlier turns), each answer's text is located in order in the
+    full text, followed by ``stop_string`` when that comes next.
+
+    Raises:
+        ValueError: an answer cannot be located in the rendered text.
     """
-    full = render_chat(tokenizer, messages, template)
+    full = render(messages, False)
     spans: list[tuple[int, int]] = []
     prefix_ok = True
     last = len(messages) - 1
     for i, msg in enumerate(messages):
-        if msg["role"] != template.assistant_role:
+        if not is_answer(msg):
             continue
-        before = render_chat(tokenizer, messages[:i], template, add_generation_prompt=True)
+        before = render(messages[:i], True)
         # The rendering up to the last turn is the full text: no second render.
-        upto = full if i == last else render_chat(tokenizer, messages[: i + 1], template)
+        upto = full if i == last else render(messages[: i + 1], False)
         if not (upto.startswith(before) and full.startswith(upto)):
             prefix_ok = False
             break
@@ -184,9 +327,9 @@ def _assistant_spans(
     spans = []
     pos = 0
     for msg in messages:
-        if msg["role"] != template.assistant_role:
+        if not is_answer(msg):
             continue
-        content = msg["content"]
+        content = answer_text(msg).strip()
         start = full.find(content, pos) if content else -1
         if start < 0:
             raise ValueError(
@@ -194,12 +337,28 @@ def _assistant_spans(
                 "neither keeps the prefix property nor the answer text verbatim)"
             )
         end = start + len(content)
-        stop = template.stop_string
-        if stop and full.startswith(stop, end):
-            end += len(stop)
+        if stop_string and full.startswith(stop_string, end):
+            end += len(stop_string)
         spans.append((start, end))
         pos = end
     return full, spans
+
+
+def _assistant_spans(
+    tokenizer: Any, messages: Sequence[Message], template: ConversationTemplate
+) -> tuple[str, list[tuple[int, int]]]:
+    """The full rendered text and the character spans of every assistant answer.
+
+    :func:`assistant_char_spans` with the tokenizer's (or the template's) chat template;
+    whitespace the template writes after a turn is not part of the answer.
+    """
+    return assistant_char_spans(
+        lambda msgs, gen: render_chat(tokenizer, msgs, template, add_generation_prompt=gen),
+        messages,
+        lambda msg: msg["role"] == template.assistant_role,
+        lambda msg: msg["content"],
+        stop_string=template.stop_string,
+    )
 
 
 def _rstrip_span(text: str, start: int, end: int) -> tuple[int, int]:

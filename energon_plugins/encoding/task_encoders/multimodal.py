@@ -20,10 +20,13 @@ from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.conversation import (
     build_messages,
+    end_of_turn,
     expand_image_tokens,
     resolve_image_token_ids,
     tokenize_conversation,
     tokenize_texts,
+    uses_plain_rendering,
+    vqa_answer,
 )
 from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 
@@ -43,6 +46,8 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         options: :class:`MultimodalOptions`.
     """
 
+    supported_sample_types = SUPPORTED
+
     def __init__(self, context: BuildContext, options: MultimodalOptions | None = None) -> None:
         options = options if options is not None else MultimodalOptions()
         super().__init__(context, on_error=options.on_error, padding=options.padding)
@@ -54,16 +59,16 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         self.image_text_id, self.image_token_id = resolve_image_token_ids(
             self.tokenizer, self.sample_config
         )
+        template = self.sample_config.conversation_template
+        if uses_plain_rendering(self.tokenizer, template):
+            end_of_turn(self.tokenizer, template)  # refused now, not on every sample
 
     # ------------------------------------------------------------------ dispatch
     @stateless
     def encode_sample(self, sample: Any) -> EncodedSample:
         """Encode one Energon sample (dispatching on its type) to an :class:`EncodedSample`."""
         if isinstance(sample, VQASample):
-            answers = sample.answers or []
-            if not answers:
-                raise ValueError(f"VQASample {sample.__key__!r} has no answers")
-            return self._encode_chat(sample, sample.context, answers[0], [sample.image])
+            return self._encode_chat(sample, sample.context, vqa_answer(sample), [sample.image])
         if isinstance(sample, CaptioningSample):
             return self._encode_chat(
                 sample, self.options.caption_prompt, sample.caption, [sample.image]
@@ -228,7 +233,7 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         mode = self.options.truncation
         message = f"sample {sample.__key__!r} has {len(ids)} tokens > seq_length {self.seq_length}"
         if mode == "drop":
-            raise CountedSkip("too_long", message)
+            raise CountedSkip("too_long", message, deliberate=True)
         if mode == "error":
             raise FatalSampleError(message + " (truncation='error')")
         cut = self.seq_length

@@ -37,6 +37,7 @@ import torch
 from megatron.energon import edataclass, stateless
 from megatron.energon.errors import FatalSampleError
 from megatron.energon.task_encoder.base import get_failure_tolerance, get_stateless
+from megatron.energon.wrappers.packing_dataset import PackingDataset
 
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.packing.carry import split_carry
@@ -83,7 +84,9 @@ def packed_seq_params(real_segments: list[int], padded_segments: list[int],
     tail as its own segment), ``real_segments`` the same segments without the per-sub-sequence
     padding. The ``*_padded`` fields are set when the two differ or ``always_padded``.
     """
-    from megatron.core.packed_seq_params import PackedSeqParams
+    from energon_plugins._quiet import import_quietly
+
+    PackedSeqParams = import_quietly("megatron.core.packed_seq_params").PackedSeqParams
 
     def cumulative(lengths: list[int]) -> torch.Tensor:
         cu = torch.zeros(len(lengths) + 1, dtype=torch.int32)
@@ -389,8 +392,6 @@ class PackingMixin:
                 f"pack of {len(samples)} samples takes {sum(laid_out)} tokens, more than the "
                 f"capacity {capacity} (the packing strategy broke its contract)"
             )
-        pixels = [s.pixel_values for s in samples if s.pixel_values is not None]
-        grids = [s.image_grid_thw for s in samples if s.image_grid_thw is not None]
         keys = [str(s.__key__) for s in samples]
         sources = tuple(src for s in samples for src in (s.__sources__ or ()))
         counts = [s.image_token_counts for s in samples]
@@ -401,8 +402,12 @@ class PackingMixin:
             input_ids=torch.cat(ids),
             labels=torch.cat(labels),
             loss_mask=torch.cat(masks),
-            pixel_values=torch.cat(pixels, dim=0) if pixels else None,
-            image_grid_thw=torch.cat(grids, dim=0) if grids else None,
+            pixel_values=self.combine_parts(  # type: ignore[attr-defined]
+                "pixel_values", [s.pixel_values for s in samples]
+            ),
+            image_grid_thw=self.combine_parts(  # type: ignore[attr-defined]
+                "image_grid_thw", [s.image_grid_thw for s in samples]
+            ),
             num_images=sum(int(s.num_images) for s in samples),
             seq_lengths=laid_out,
             real_seq_lengths=real,
@@ -472,10 +477,30 @@ class PackingMixin:
                 ),
             )
             packing_buffer_size = None
-        return super().build_batch(  # type: ignore[misc]
+        batched = super().build_batch(  # type: ignore[misc]
             dataset,
             batch_size=batch_size,
             batch_drop_last=batch_drop_last,
             packing_buffer_size=packing_buffer_size,
             worker_config=worker_config,
         )
+        _quiet_packing_stages(batched)
+        return batched
+
+
+def _quiet_packing_stages(dataset: Any) -> None:
+    """Make Energon's packing stages in ``dataset``'s chain fill their buffer without a
+    progress bar (Energon draws one with tqdm on the first buffer of every worker)."""
+    stack = [dataset]
+    while stack:
+        stage = stack.pop()
+        if type(stage) is PackingDataset:
+            stage.__class__ = QuietPackingDataset
+        stack.extend(getattr(stage, "datasets", None) or ())
+
+
+class QuietPackingDataset(PackingDataset):
+    """Energon's ``PackingDataset`` whose buffer filling never draws a progress bar."""
+
+    def _fill_reading_buffer(self, source_iter: Any, log_progress: bool = False) -> bool:
+        return super()._fill_reading_buffer(source_iter, log_progress=False)

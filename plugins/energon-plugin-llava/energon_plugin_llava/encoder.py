@@ -28,9 +28,13 @@ from energon_plugins.encoding.task_encoders.conversation import (
     build_messages,
     gpt_turns,
     tokenize_conversation,
+    vqa_answer,
 )
 from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
-from energon_plugins.encoding.task_encoders.multimodal import MultimodalTaskEncoder, UnsupportedSampleError
+from energon_plugins.encoding.task_encoders.multimodal import (
+    MultimodalTaskEncoder,
+    UnsupportedSampleError,
+)
 
 from energon_plugin_llava.options import LlavaOptions
 from energon_plugin_llava.samples import LlavaConversationSample, cook_llava
@@ -98,6 +102,7 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
     """
 
     cookers = [Cooker(cook_llava, has_subflavors={"format": "llava"})]
+    supported_sample_types = (LlavaConversationSample, VQASample, CaptioningSample)
 
     def __init__(self, context: BuildContext, options: LlavaOptions | None = None) -> None:
         options = options if options is not None else LlavaOptions()
@@ -123,11 +128,9 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
         if isinstance(sample, LlavaConversationSample):
             return self._encode_conversation(sample)
         if isinstance(sample, VQASample):
-            answers = sample.answers or []
-            if not answers:
-                raise ValueError(f"VQASample {sample.__key__!r} has no answers")
             return self._encode_turns(
-                sample, [("user", self.user_text(sample.context, 1)), ("assistant", answers[0])],
+                sample,
+                [("user", self.user_text(sample.context, 1)), ("assistant", vqa_answer(sample))],
                 [sample.image],
             )
         if isinstance(sample, CaptioningSample):

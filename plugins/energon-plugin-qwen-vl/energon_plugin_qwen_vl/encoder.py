@@ -24,9 +24,16 @@ from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample
-from energon_plugins.encoding.task_encoders.conversation import build_messages, tokenize_conversation
+from energon_plugins.encoding.task_encoders.conversation import (
+    build_messages,
+    tokenize_conversation,
+    vqa_answer,
+)
 from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
-from energon_plugins.encoding.task_encoders.multimodal import MultimodalTaskEncoder, UnsupportedSampleError
+from energon_plugins.encoding.task_encoders.multimodal import (
+    MultimodalTaskEncoder,
+    UnsupportedSampleError,
+)
 
 from energon_plugin_qwen_vl.options import Qwen2VLOptions
 from energon_plugin_qwen_vl.samples import ChatMLSample, cook_chatml
@@ -57,6 +64,7 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
     """
 
     cookers = [Cooker(cook_chatml, has_subflavors={"format": "chatml"})]
+    supported_sample_types = (ChatMLSample, VQASample, CaptioningSample)
 
     def __init__(self, context: BuildContext, options: Qwen2VLOptions | None = None) -> None:
         options = options if options is not None else Qwen2VLOptions()
@@ -106,10 +114,7 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
                 raise ValueError(f"sample {sample.__key__!r}: the conversation has no assistant turn")
             return self._encode_turns(sample, turns, list(sample.images))
         if isinstance(sample, VQASample):
-            answers = sample.answers or []
-            if not answers:
-                raise ValueError(f"VQASample {sample.__key__!r} has no answers")
-            turns = [("user", self._with_tag(sample.context)), ("assistant", answers[0])]
+            turns = [("user", self._with_tag(sample.context)), ("assistant", vqa_answer(sample))]
             return self._encode_turns(sample, turns, [sample.image])
         if isinstance(sample, CaptioningSample):
             turns = [("user", self._with_tag(self.options.caption_prompt)),

@@ -1,0 +1,145 @@
+"""Rendering a conversation with the processor's chat template, and labels from the spans.
+
+:func:`render_conversation` renders the messages once with the processor's template and
+finds each assistant answer's character span: from the template's ``{% generation %}``
+markers where it has them, otherwise by the prefix property (the core's
+:func:`~energon_plugins.encoding.task_encoders.conversation.assistant_char_spans`). A span
+runs through the special token that closes the turn (``<|im_end|>``, ``<end_of_turn>``,
+``</s>``...) and never over the whitespace the template writes after it.
+
+:func:`token_mask` turns character spans of the rendered text into a token mask of the
+processor's output, through the placeholder expansions the processor reports
+(``text_replacement_offsets``) and the tokenizer's offsets, as transformers'
+``return_assistant_tokens_mask`` does.
+"""
+
+from __future__ import annotations
+
+import bisect
+import re
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from energon_plugins.encoding.task_encoders.conversation import assistant_char_spans
+
+_GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
+
+
+def chat_template_of(processor: Any) -> str:
+    """The processor's chat template (its ``default`` one when it has several).
+
+    Raises:
+        ValueError: the processor has no chat template.
+    """
+    template = getattr(processor, "chat_template", None)
+    if isinstance(template, dict):
+        template = template.get("default")
+    if not template:
+        template = getattr(getattr(processor, "tokenizer", None), "chat_template", None)
+    if not isinstance(template, str) or not template:
+        raise ValueError(
+            f"{type(processor).__name__} has no chat template (chat_template.jinja or "
+            "chat_template.json in the processor directory)"
+        )
+    return template
+
+
+def has_generation_markers(template: str) -> bool:
+    """Whether ``template`` marks the assistant's text with ``{% generation %}``."""
+    return bool(_GENERATION.search(template))
+
+
+def answer_text(message: dict[str, Any]) -> str:
+    """The text of a message whose content is a list of typed parts."""
+    return "".join(p["text"] for p in message["content"] if p.get("type") == "text")
+
+
+class ChatRenderer:
+    """Renders conversations with one processor's chat template, as ``apply_chat_template``.
+
+    Args:
+        processor: the transformers processor.
+        end_of_turn: special tokens that may close an assistant turn (extending its span).
+    """
+
+    def __init__(self, processor: Any, end_of_turn: Sequence[str]) -> None:
+        from transformers.utils.chat_template_utils import render_jinja_template
+
+        self._render_jinja = render_jinja_template
+        self.template = chat_template_of(processor)
+        self.markers = has_generation_markers(self.template)
+        # What apply_chat_template hands the template besides the messages.
+        self.template_kwargs = dict(processor.tokenizer.special_tokens_map)
+        self.end_of_turn = sorted((t for t in end_of_turn if t), key=len, reverse=True)
+
+    def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = False) -> str:
+        """The text ``processor.apply_chat_template(messages, tokenize=False)`` gives."""
+        rendered, _ = self._render_jinja(
+            conversations=[list(messages)], chat_template=self.template,
+            add_generation_prompt=add_generation_prompt, **self.template_kwargs,
+        )
+        return rendered[0]
+
+    def render_conversation(
+        self, messages: Sequence[dict[str, Any]]
+    ) -> tuple[str, list[tuple[int, int]]]:
+        """The rendered text and the character span of every assistant answer in it."""
+        if self.markers:
+            rendered, indices = self._render_jinja(
+                conversations=[list(messages)], chat_template=self.template,
+                return_assistant_tokens_mask=True, **self.template_kwargs,
+            )
+            text = rendered[0]
+            spans = [_strip(text, a, b) for a, b in indices[0]]
+            if not spans and any(m["role"] == "assistant" for m in messages):
+                raise ValueError("the chat template's generation markers enclose no answer")
+        else:
+            text, spans = assistant_char_spans(
+                self.render, messages, lambda m: m["role"] == "assistant", answer_text,
+            )
+        return text, [self._through_end_of_turn(text, a, b) for a, b in spans]
+
+    def _through_end_of_turn(self, text: str, start: int, end: int) -> tuple[int, int]:
+        """Extend a span over the special token that directly follows it, if any."""
+        for token in self.end_of_turn:
+            if text.startswith(token, end):
+                return start, end + len(token)
+        return start, end
+
+
+def _strip(text: str, start: int, end: int) -> tuple[int, int]:
+    """Drop the whitespace at both ends of a span (never making it empty)."""
+    piece = text[start:end]
+    lead = len(piece) - len(piece.lstrip())
+    trail = len(piece) - len(piece.rstrip())
+    if lead + trail >= len(piece):
+        return start, end
+    return start + lead, end - trail
+
+
+def expanded_positions(positions: Sequence[int], replacements: Sequence[dict]) -> list[int]:
+    """Character positions of the rendered text, moved to the text after placeholder expansion.
+
+    ``replacements`` are the processor's ``text_replacement_offsets`` of one text (each with
+    the placeholder's ``span`` and its expansion's ``new_span``).
+    """
+    ends = [r["span"][1] for r in replacements]
+    gained = [0]
+    for r in replacements:
+        gained.append(r["new_span"][1] - r["span"][1])
+    return [p + gained[bisect.bisect_right(ends, p)] for p in positions]
+
+
+def token_mask(offsets: np.ndarray, spans: Sequence[tuple[int, int]]) -> np.ndarray:
+    """``(L,)`` bool: tokens whose characters overlap any of ``spans`` (``(L, 2)`` offsets).
+
+    Zero-width tokens (added specials without text) match nothing, as in transformers.
+    """
+    start, end = offsets[:, 0], offsets[:, 1]
+    mask = np.zeros(len(offsets), dtype=bool)
+    real = end > start
+    for a, b in spans:
+        mask |= real & (start < b) & (end > a)
+    return mask

@@ -1,0 +1,48 @@
+"""A normal run prints only what the user asked for: no third-party warnings or progress bars.
+
+The script below is what a user writes: build a datamodule with packing and a loader worker,
+read training and validation batches. It runs in a fresh interpreter (warnings and logging are
+process-wide state), and its stderr must stay empty.
+"""
+
+import os
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+SCRIPT = textwrap.dedent(
+    """
+    import sys
+    import transformers
+    import energon_plugins
+    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+
+    dm = energon_plugins.EnergonMultiModalDataModule(
+        sys.argv[1], build_demo_tokenizer(), transformers.CLIPImageProcessor(),
+        seq_length=512, micro_batch_size=2, num_workers=1, shuffle_buffer_size=8,
+        packing_buffer_size=8,
+        packing=energon_plugins.create("packing_strategy", "first-fit-decreasing"),
+    )
+    loader = dm.train_dataloader()
+    for _ in range(3):
+        next(loader)
+    for _ in dm.val_dataloader():
+        pass
+    print("done")
+    """
+)
+
+
+@pytest.mark.slow
+def test_a_packed_run_with_a_worker_prints_nothing_but_its_own_output(vqa_dataset, tmp_path):
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    env.pop("PYTHONWARNINGS", None)
+    proc = subprocess.run(
+        [sys.executable, "-c", SCRIPT, str(vqa_dataset.path)],
+        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert proc.stdout == "done\n"
+    assert proc.stderr == "", proc.stderr[-3000:]
