@@ -123,7 +123,13 @@ def next_token(batch: Any, ignore_index: int) -> tuple[torch.Tensor, torch.Tenso
     """
     on = loss_on_array(batch, ignore_index)
     # position i takes what position i + 1 holds, unless i + 1 starts another sub-sequence
-    on_next = on[:, 1:] & ~segment_starts_array(batch)[:, 1:]
+    on_next = on[:, 1:].copy()
+    offsets = offsets_array(batch)
+    if offsets is not None:
+        width = on.shape[1]
+        starts = offsets[:-1]
+        inner = starts % width > 0  # a row's first token has no position before it
+        on_next[starts[inner] // width, starts[inner] % width - 1] = False
     labels = np.full(on.shape, IGNORE_INDEX, dtype=np.int64)
     labels[:, :-1] = np.where(on_next, batch.labels.numpy()[:, 1:], IGNORE_INDEX)
     mask = np.zeros(on.shape, dtype=np.float32)
