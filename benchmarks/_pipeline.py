@@ -64,12 +64,14 @@ def quiet_loading(torch_threads: int | None = 1):
 
 
 def batch_size_of(batch: Any) -> int:
-    """Samples in a batch (its ``input_ids`` rows, a list's length, else its key list)."""
+    """Rows in a batch (samples, unpacked): a list's length, else the rows of its ``input_ids``
+    or ``tokens`` (a batch format's mapping or the task encoder's batch), else its key list."""
     if isinstance(batch, list):
         return len(batch)
-    ids = getattr(batch, "input_ids", None)
-    if ids is not None:
-        return int(ids.shape[0])
+    for key in ("input_ids", "tokens"):
+        ids = batch.get(key) if isinstance(batch, dict) else getattr(batch, key, None)
+        if ids is not None:
+            return int(ids.shape[0])
     return len(batch.__key__)
 
 

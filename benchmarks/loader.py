@@ -57,7 +57,7 @@ def throughput(path: str, workers: int, batches: int, mbs: int, seq: int) -> dic
     samples = 0
     started = time.perf_counter()
     for _ in range(batches):
-        samples += len(next(loader).__key__)
+        samples += len(next(loader)["__keys__"])
     elapsed = time.perf_counter() - started
     return {
         "workers": workers,
@@ -81,7 +81,7 @@ def restore_time(path: str, workers: int, after: int, mbs: int, seq: int) -> dic
     started = time.perf_counter()
     state = loader.save_state()
     save = time.perf_counter() - started
-    expected = next(loader).__key__
+    expected = next(loader)["__keys__"]
     del loader, dm
 
     fresh = build(path, workers, mbs, seq)
@@ -103,7 +103,7 @@ def restore_time(path: str, workers: int, after: int, mbs: int, seq: int) -> dic
         "save_seconds": round(save, 4),
         "restore_to_first_batch_seconds": round(restore, 3),
         "fresh_first_batch_seconds": round(fresh_first, 3),
-        "restored_batch_is_the_next_one": list(batch.__key__) == list(expected),
+        "restored_batch_is_the_next_one": list(batch["__keys__"]) == list(expected),
     }
 
 

@@ -62,7 +62,11 @@ def build_loaders(config: dict):
 
 #: Files whose code runs only in the framework's loader (the task encoder is shared by both).
 FRAMEWORK_ONLY = ("energon_plugins/loading/dataloader.py", "energon_plugins/loading/errors_policy.py",
-                  "energon_plugins/loading/transfer.py", "energon_plugins/loading/datamodule.py")
+                  "energon_plugins/loading/transfer.py", "energon_plugins/loading/datamodule.py",
+                  "energon_plugins/loading/formatting.py", "energon_plugins/encoding/batch_formats/base.py",
+                  "energon_plugins/encoding/batch_formats/bridge.py",
+                  "energon_plugins/encoding/batch_formats/labels.py",
+                  "energon_plugins/encoding/batch_formats/visual_inputs.py")
 
 
 def framework_own_share(iterator, batches: int) -> dict:

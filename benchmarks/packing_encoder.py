@@ -60,6 +60,7 @@ def run(path, lengths, name, buffer_size, carry, samples):
     dm = energon_plugins.EnergonMultiModalDataModule(
         str(path), None, None, seq_length=CAPACITY, micro_batch_size=1, num_workers=0,
         shuffle_buffer_size=100, packing_buffer_size=buffer_size, packing=packing,
+        batch_format=None,  # the encoder's packed batches, read below
     )
     encoder = make_encoder(dm.build_context("train"), lengths)
     dm.task_encoder = encoder

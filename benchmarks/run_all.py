@@ -38,6 +38,7 @@ BENCHMARKS = {
     "cli_startup": ("cli_startup.py", ["--runs", "5"], ["--runs", "1"], "stdout"),
     "profile": ("profile_pipeline.py", ["--batches", "30", "--rounds", "6"], ["--quick"], "file"),
     "memory": ("memory.py", [], ["--quick"], "file"),
+    "batch_formats": ("batch_formats.py", [], ["--quick"], "file"),
     "hf_processor": ("hf_processor.py", ["--samples", "96", "--repeats", "3"], ["--quick"], "file"),
     "convert": ("convert.py", ["--records", "20000"], ["--records", "200"], "file"),
 }
@@ -163,6 +164,10 @@ def summary_rows(results: dict) -> list[list[str]]:
                 f"{t['current']} / {t['baseline']} ({ba['tokenize_conversation_speedup']:.2f}x faster)")
             add("profile", "cuts: Energon tensor -> PIL (336 px), µs current / baseline",
                 f"{p['current']} / {p['baseline']} ({ba['image_to_pil_speedup']:.2f}x faster)")
+    bf = _get(results, "batch_formats", "result")
+    if bf:
+        for goal in bf.get("goals", []):
+            add("batch_formats", goal["goal"], goal["detail"], "", goal["met"])
     me = _get(results, "memory", "result")
     if me:
         for key in ("rss_after_build_mb", "peak_rss_0_workers_mb", "python_alloc_peak_mb",

@@ -291,6 +291,7 @@ KIND_TITLES = {
     "task_encoder": "Task encoders",
     "image_processor": "Image processors",
     "packing_strategy": "Packing strategies",
+    "batch_format": "Batch formats",
     "source_format": "Source formats",
 }
 
@@ -586,6 +587,18 @@ API_OBJECTS = (
         "energon_plugins.MultiModalBatch", "energon_plugins.MultiModalSampleConfig",
         "energon_plugins.ConversationTemplate",
     )),
+    ("Batch formats", (
+        "energon_plugins.BatchFormat", "energon_plugins.VisualInputs",
+        "energon_plugins.encoding.batch_formats.bridge.MegatronBridgeFormat",
+        "energon_plugins.encoding.batch_formats.bridge.BridgeBatch",
+        "energon_plugins.encoding.batch_formats.megatron_lm.MegatronLMFormat",
+        "energon_plugins.encoding.batch_formats.hf.HFFormat",
+        "energon_plugins.encoding.batch_formats.labels.next_token",
+        "energon_plugins.encoding.batch_formats.labels.aligned_targets",
+        "energon_plugins.encoding.batch_formats.labels.segment_starts",
+        "energon_plugins.encoding.batch_formats.labels.mask_starts",
+        "energon_plugins.encoding.packing.parallel.parallel_pad_multiple",
+    )),
     ("Datamodule and loader", (
         "energon_plugins.EnergonMultiModalDataModule", "energon_plugins.EnergonDataloader",
         "energon_plugins.ValidationLoader", "energon_plugins.cyclic_iter",
@@ -599,7 +612,8 @@ API_OBJECTS = (
         "energon_plugins.EnergonPluginsError", "energon_plugins.PluginNotFoundError",
         "energon_plugins.PluginConflictError", "energon_plugins.PluginLoadError",
         "energon_plugins.PluginOptionsError", "energon_plugins.ConfigError",
-        "energon_plugins.DatasetError", "energon_plugins.ConvertError",
+        "energon_plugins.DatasetError", "energon_plugins.BatchFormatError",
+        "energon_plugins.ConvertError",
     )),
     ("Testing kit for plugin authors (`energon_plugins.testing`)", (
         "energon_plugins.testing.pytest_plugin.energon_dataset",
@@ -608,6 +622,11 @@ API_OBJECTS = (
         "energon_plugins.testing.check_task_encoder",
         "energon_plugins.testing.check_image_processor",
         "energon_plugins.testing.check_packing_strategy",
+        "energon_plugins.testing.check_batch_format",
+        "energon_plugins.testing.batch_format.sample_batches",
+        "energon_plugins.testing.batch_format.truth",
+        "energon_plugins.testing.batch_format.next_token_examples",
+        "energon_plugins.testing.batch_format.aligned_examples",
         "energon_plugins.testing.check_registration",
         "energon_plugins.testing.check_options",
         "energon_plugins.testing.default_context",

@@ -13,6 +13,7 @@ from energon_plugins.host._markers import ENTRY_POINT_GROUP, hookimpl, hookspec
 from energon_plugins.host.api import available, create, resolve
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import (
+    BatchFormatError,
     ConfigError,
     ConvertError,
     DatasetError,
@@ -23,6 +24,7 @@ from energon_plugins.errors import (
     PluginOptionsError,
 )
 from energon_plugins.host.kinds import (
+    BATCH_FORMAT,
     IMAGE_PROCESSOR,
     KINDS,
     PACKING_STRATEGY,
@@ -53,6 +55,8 @@ _LAZY = {
     "PluginTaskEncoder": "energon_plugins.encoding.task_encoders.base",
     "EncodedSample": "energon_plugins.encoding.samples",
     "MultiModalBatch": "energon_plugins.encoding.samples",
+    "BatchFormat": "energon_plugins.encoding.batch_formats.base",
+    "VisualInputs": "energon_plugins.encoding.batch_formats.visual_inputs",
     "convert_dataset": "energon_plugins.convert.run",
     "ConvertResult": "energon_plugins.convert.run",
 }
@@ -65,6 +69,8 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
     from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
     from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
+    from energon_plugins.encoding.batch_formats.base import BatchFormat
+    from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
     from energon_plugins.convert.run import ConvertResult, convert_dataset
 
 
@@ -72,6 +78,9 @@ __getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)
 
 
 __all__ = [
+    "BATCH_FORMAT",
+    "BatchFormat",
+    "BatchFormatError",
     "ENTRY_POINT_GROUP",
     "IMAGE_PROCESSOR",
     "KINDS",
@@ -116,4 +125,5 @@ __all__ = [
     "reset_registry",
     "resolve",
     "use_registry",
+    "VisualInputs",
 ]

@@ -29,6 +29,10 @@ class DatasetError(EnergonPluginsError, ValueError):
     """A dataset path is missing, is not an Energon dataset, or lacks a split."""
 
 
+class BatchFormatError(EnergonPluginsError, ValueError):
+    """A batch format cannot express a batch (names the format, and the task encoder)."""
+
+
 class ConvertError(EnergonPluginsError, ValueError):
     """``convert`` cannot proceed: unreadable source, bad arguments, a ``--strict`` record
     failure, or an output folder that cannot be resumed."""

@@ -82,3 +82,13 @@ def clip_processor():
     import transformers
 
     return transformers.CLIPImageProcessor()
+
+
+@pytest.fixture(scope="session")
+def small_clip_processor():
+    """A CLIP image processor at 28 px with 14 px patches (4 image tokens per image): small
+    tensors for tests of the loops, which do not care about the image size."""
+    import transformers
+
+    return transformers.CLIPImageProcessor(size={"shortest_edge": 28},
+                                           crop_size={"height": 28, "width": 28})

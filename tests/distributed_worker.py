@@ -31,11 +31,11 @@ BATCHES_AFTER_SAVE = 3
 
 
 def describe(batch):
-    """Keys and a checksum of every tensor, to compare batches across processes."""
+    """Keys and checksums of the (default megatron-bridge) batch, to compare across processes."""
     return {
-        "keys": list(batch.__key__),
-        "input_ids": int(batch.input_ids.sum()),
-        "pixels": round(float(batch.pixel_values.double().sum()), 3),
+        "keys": list(batch["__keys__"]),
+        "input_ids": int(batch["tokens"].sum()),
+        "pixels": round(float(batch["visual_inputs"].pixel_values.double().sum()), 3),
     }
 
 

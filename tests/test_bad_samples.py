@@ -64,7 +64,7 @@ def test_every_good_sample_arrives_and_counts_are_exact(bad_dataset, tokenizer, 
     dm = make_dm(bad_dataset, tokenizer, clip_processor, num_val_workers=workers)
     for _ in range(2):  # every pass: the same samples, the counts start again
         loader = dm.val_dataloader()
-        keys = [k for batch in real_batches(loader) for k in batch.__key__]
+        keys = [k for batch in real_batches(loader) for k in batch["__keys__"]]
         assert sorted(keys) == good(bad_dataset, "val")
         assert len(keys) == len(set(keys))
         assert loader.skip_counts() == {r: n for r, n in expected.items() if n}
@@ -108,7 +108,7 @@ def test_truncated_shard_is_skipped_and_counted(truncated_dataset, tokenizer, cl
     lost = truncated_dataset.corrupt_keys["truncated_shard"]
     assert 0 < len(lost) < 5
     loader = make_dm(truncated_dataset, tokenizer, clip_processor).val_dataloader()
-    keys = [k for batch in real_batches(loader) for k in batch.__key__]
+    keys = [k for batch in real_batches(loader) for k in batch["__keys__"]]
     assert sorted(keys) == good(truncated_dataset, "val")
     assert loader.skip_counts() == {"truncated_shard": len(lost)}
 
@@ -154,7 +154,7 @@ def test_training_counts_are_exact_across_restore(bad_train_dataset, tokenizer, 
     keys = []
     counts = []
     for _ in range(12):
-        keys.append(next(loader).__key__)
+        keys.append(next(loader)["__keys__"])
         counts.append(loader.skip_counts())
     train_bad = {k for r in ("image", "json", "missing_field") for k in bad_dataset.corrupt_keys[r]
                  } & set(bad_dataset.split_keys["train"])
@@ -167,7 +167,7 @@ def test_training_counts_are_exact_across_restore(bad_train_dataset, tokenizer, 
     restored.restore_state(state)
     assert restored.skip_counts() == at_save
     for want_keys, want_counts in zip(keys, counts, strict=True):
-        assert next(restored).__key__ == want_keys
+        assert next(restored)["__keys__"] == want_keys
         assert restored.skip_counts() == want_counts
 
 
@@ -176,7 +176,7 @@ def test_encoder_skips_are_counted_with_the_loader_ones(bad_dataset, tokenizer, 
     roomy = make_dm(bad_dataset, tokenizer, clip_processor, micro_batch_size=1)
     lengths = {}
     for batch in real_batches(roomy.val_dataloader()):
-        lengths[batch.__key__[0]] = int(batch.attention_mask.sum())
+        lengths[batch["__keys__"][0]] = int(batch.attention_mask.sum())
     seq = sorted(lengths.values())[len(lengths) // 2]
     too_long = sum(1 for n in lengths.values() if n > seq)
     assert 0 < too_long < len(lengths)
@@ -187,7 +187,7 @@ def test_encoder_skips_are_counted_with_the_loader_ones(bad_dataset, tokenizer, 
             "image_tokens": 6, "truncation": "drop"}},
     )
     loader = strict.val_dataloader()
-    arrived = [batch.__key__[0] for batch in real_batches(loader)]
+    arrived = [batch["__keys__"][0] for batch in real_batches(loader)]
     counts = loader.skip_counts()
     assert counts.pop("too_long") == too_long
     assert len(arrived) + too_long == len(lengths)

@@ -20,13 +20,13 @@ def test_run_all_quick_writes_every_benchmark(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--quick", "--out", str(tmp_path),
-         "--only", "overhead", "loader", "profile", "memory", "packing"],
+         "--only", "overhead", "loader", "profile", "memory", "packing", "batch_formats"],
         env=env, capture_output=True, text=True, timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((tmp_path / "latest.json").read_text())
     bench = data["benchmarks"]
-    assert set(bench) == {"overhead", "loader", "profile", "memory", "packing"}
+    assert set(bench) == {"overhead", "loader", "profile", "memory", "packing", "batch_formats"}
     overhead = bench["overhead"]["result"]
     for section in ("overhead", "msc_metrics"):
         assert {"cpu_samples_per_s", "ratio_cpu", "ratio_wall"} <= set(overhead[section])
@@ -41,6 +41,11 @@ def test_run_all_quick_writes_every_benchmark(tmp_path):
     memory = bench["memory"]["result"]
     assert memory["peak_rss_0_workers_mb"] >= memory["rss_after_build_mb"] > 0
     assert bench["packing"]["result"]["goals"]
+    formats = bench["batch_formats"]["result"]
+    for pipeline in ("unpacked", "packed"):
+        assert set(formats[pipeline]["formats"]) == {"megatron-bridge", "megatron-lm", "hf"}
+        assert all(f["ratio_cpu"] > 0 for f in formats[pipeline]["formats"].values())
+    assert len(formats["goals"]) == 6
     md = (tmp_path / "latest.md").read_text()
     assert md.startswith("# Benchmark results") and "| overhead |" in md
     assert "ratio framework / hand-wired" in proc.stdout

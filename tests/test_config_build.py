@@ -96,13 +96,14 @@ def test_mapping_config_and_model_config(config_file):
     from energon_plugins.config import load_config
 
     config = load_config(config_file)
-    dm = build_datamodule(config, micro_batch_size=2, global_batch_size=4)
-    assert dm.micro_batch_size == 2 and dm.global_batch_size == 4
+    dm = build_datamodule(config, micro_batch_size=2, global_batch_size=4, batch_format=None)
+    assert dm.micro_batch_size == 2 and dm.global_batch_size == 4 and dm.batch_format is None
     assert isinstance(dm.multimodal_sample_config, MultiModalSampleConfig)
     batch = next(iter(dm.train_dataloader()))
     assert batch.input_ids.shape[0] == 2
     assert int(batch.labels[batch.labels != -7].numel()) > 0
-    assert bool((batch.labels == -7).any())  # the configured ignore index is used
+    assert bool((batch.labels == -7).any())  # the configured ignore index is used (the
+    # task encoder's own batch: batch_format null)
 
 
 def test_unloadable_tokenizer_names_the_key(config_file, tmp_path):

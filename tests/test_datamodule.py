@@ -24,11 +24,13 @@ def make_dm(info, tokenizer, processor, **kwargs):
 
 
 def batch_tensors(batch):
-    return (batch.input_ids, batch.labels, batch.loss_mask, batch.pixel_values)
+    """What Megatron-Bridge's vlm_step reads from the default (megatron-bridge) batch."""
+    return (batch["tokens"], batch["labels"], batch["loss_mask"],
+            batch["visual_inputs"].pixel_values)
 
 
 def same_batches(a, b):
-    assert a.__key__ == b.__key__
+    assert a["__keys__"] == b["__keys__"]
     for x, y in zip(batch_tensors(a), batch_tensors(b), strict=True):
         assert torch.equal(x, y)
 
@@ -36,7 +38,7 @@ def same_batches(a, b):
 def val_keys(dm):
     keys = []
     for batch in dm.val_dataloader().one_pass():
-        keys.extend(batch.__key__)
+        keys.extend(batch["__keys__"])
     return keys
 
 
@@ -50,20 +52,22 @@ def test_train_and_val_batches(vqa_dataset, tokenizer, clip_processor, workers):
     seen = set()
     for _ in range(6):
         batch = next(train)
-        assert batch.input_ids.shape == (2, SEQ)
-        assert batch.pixel_values.shape == (2, 3, 224, 224)
-        assert set(batch.__key__) <= set(vqa_dataset.split_keys["train"])
-        for row, key in enumerate(batch.__key__):
-            labels = batch.labels[row]
+        assert batch["tokens"].shape == (2, SEQ)
+        assert batch["visual_inputs"].pixel_values.shape == (2, 3, 224, 224)
+        assert set(batch["__keys__"]) <= set(vqa_dataset.split_keys["train"])
+        for row, key in enumerate(batch["__keys__"]):
+            labels = batch["labels"][row]
             text = tokenizer.decode(labels[labels != IGNORE], skip_special_tokens=True)
             assert text.strip() == vqa_dataset.samples[key]["answers"][0]
-            assert int((batch.input_ids[row] == image_id).sum()) == 256
-        seen.update(batch.__key__)
+            assert int((batch["tokens"][row] == image_id).sum()) == 256
+            on = labels != IGNORE  # next-token labels: position i predicts token i + 1
+            assert torch.equal(labels[:-1][on[:-1]], batch["tokens"][row, 1:][on[:-1]])
+        seen.update(batch["__keys__"])
     assert len(seen) > 2
     for batch in dm.val_dataloader().one_pass():
-        assert set(batch.__key__) <= set(vqa_dataset.split_keys["val"])
-        assert batch.input_ids.shape[1] == SEQ
-        assert torch.equal(batch.loss_mask.bool(), batch.labels != IGNORE)
+        assert set(batch["__keys__"]) <= set(vqa_dataset.split_keys["val"])
+        assert batch["tokens"].shape[1] == SEQ
+        assert torch.equal(batch["loss_mask"].bool(), batch["labels"] != IGNORE)
 
 
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
@@ -78,14 +82,14 @@ def test_val_is_finite_complete_and_reproducible(vqa_dataset, tokenizer, clip_pr
     # with no StopIteration in between (Megatron's loops do not handle one)
     loader = dm.val_dataloader()
     assert dm.val_dataloader() is loader, "built once"
-    batches = [batch.__key__ for batch in loader.one_pass()]
+    batches = [batch["__keys__"] for batch in loader.one_pass()]
     n = len(loader)
     assert n == len(batches) and n >= -(-len(first) // 5)
     it = iter(loader)
     for _ in range(3):  # three evaluations see the same batches in the same order
-        pulled = [next(it).__key__ for _ in range(n)]
+        pulled = [next(it)["__keys__"] for _ in range(n)]
         assert pulled == batches
-    assert next(it).__key__ == batches[0]
+    assert next(it)["__keys__"] == batches[0]
 
 
 def test_infinite_validation_mode_cycles(vqa_dataset, tokenizer, clip_processor):
@@ -93,7 +97,7 @@ def test_infinite_validation_mode_cycles(vqa_dataset, tokenizer, clip_processor)
     loader = dm.val_dataloader()
     assert isinstance(loader, EnergonDataloader) and dm.val_dataloader() is loader
     n_val = len(vqa_dataset.split_keys["val"])
-    keys = [k for _ in range(n_val) for k in next(loader).__key__]
+    keys = [k for _ in range(n_val) for k in next(loader)["__keys__"]]
     assert len(keys) == 2 * n_val, "keeps going past the end of the split"
     assert set(keys) <= set(vqa_dataset.split_keys["val"])
     assert len(set(keys)) < len(keys), "samples repeat"
@@ -104,7 +108,7 @@ def test_metadataset_blend(data_root, tokenizer, clip_processor):
 
     info = write_demo_datasets(data_root / "demo", num_samples=40)
     dm = make_dm(info, tokenizer, clip_processor, micro_batch_size=4)
-    keys = [k for _ in range(8) for k in next(dm.train_dataloader()).__key__]
+    keys = [k for _ in range(8) for k in next(dm.train_dataloader())["__keys__"]]
     kinds = {info.samples[k].get("kind") or k.split("-")[0] for k in keys}
     assert len(kinds) == 2, f"both datasets of the blend appear, got {kinds}"
     assert set(val_keys(dm)) == set(info.split_keys["val"])
@@ -257,7 +261,7 @@ def test_constructor_is_light_and_encoders_see_final_values(vqa_dataset, tokeniz
     assert dm.task_encoder.seq_length == 333
     assert dm.validation_task_encoder.context.split == "val"
     assert dm.task_encoder.context.split == "train"
-    assert next(dm.train_dataloader()).input_ids.shape == (2, 333)
+    assert next(dm.train_dataloader())["tokens"].shape == (2, 333)
     with pytest.raises(PluginNotFoundError):
         dm.task_encoder = "no-such-encoder"
     dm.task_encoder = {"name": "multimodal", "options": {"image_tokens": 3}}
@@ -266,9 +270,15 @@ def test_constructor_is_light_and_encoders_see_final_values(vqa_dataset, tokeniz
 
 
 def test_sample_config_mapping_and_encoder_object(vqa_dataset, tokenizer, clip_processor):
-    dm = make_dm(vqa_dataset, tokenizer, clip_processor, multimodal_sample_config={"ignore_index": -1})
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, multimodal_sample_config={"ignore_index": -1},
+                 batch_format=None)  # the task encoder's own batch
     batch = next(dm.train_dataloader())
     assert int((batch.labels == -1).sum()) > 0 and int((batch.labels == IGNORE).sum()) == 0
+    # the loops' formats read the sample config's ignore index and write -100
+    dm_bridge = make_dm(vqa_dataset, tokenizer, clip_processor,
+                        multimodal_sample_config={"ignore_index": -1})
+    labels = next(dm_bridge.train_dataloader())["labels"]
+    assert int((labels == -1).sum()) == 0 and int((labels == IGNORE).sum()) > 0
     encoder = dm.task_encoder
     dm2 = make_dm(vqa_dataset, tokenizer, clip_processor, task_encoder=encoder)
     assert dm2.task_encoder is encoder and dm2.validation_task_encoder is encoder

@@ -93,6 +93,8 @@ def test_mkdocs_build_strict_passes(site: Path) -> None:
     """The build succeeded (the fixture asserts it) and produced every page of the nav."""
     for name in ("quickstart", "concepts", "troubleshooting", "guides/plugin-contract",
                  "guides/task-encoder", "guides/image-processor", "guides/packing-strategy",
+                 "guides/batch-format", "loops/megatron-bridge", "loops/megatron-lm",
+                 "loops/hugging-face",
                  "reference/hooks", "reference/config", "reference/builtins", "reference/cli",
                  "reference/api"):
         assert (site / name / "index.html").is_file(), name
@@ -221,6 +223,7 @@ def test_the_rule_catches_a_missing_name(site: Path) -> None:
         ("guides/task-encoder.md", ["../reference/hooks.md", "../reference/builtins.md"]),
         ("guides/image-processor.md", ["../reference/hooks.md", "../reference/builtins.md"]),
         ("guides/packing-strategy.md", ["../reference/hooks.md", "../reference/builtins.md"]),
+        ("guides/batch-format.md", ["../reference/hooks.md", "../reference/builtins.md"]),
         ("guides/source-format.md", ["../reference/hooks.md", "../reference/builtins.md"]),
     ],
 )
@@ -411,7 +414,7 @@ def test_example_installed_shows_up_in_available(example: Path, tmp_path: Path) 
 
 @pytest.mark.slow
 def test_examples_pass_the_conformance_kit(tmp_path: Path) -> None:
-    """Installed (as pip would), the three examples pass ``energon_plugins.testing``'s checks.
+    """Installed (as pip would), the examples pass ``energon_plugins.testing``'s checks.
 
     This is what the plugin-contract page tells authors to run.
     """
@@ -421,10 +424,12 @@ def test_examples_pass_the_conformance_kit(tmp_path: Path) -> None:
     test_file = tmp_path / "test_conformance.py"
     test_file.write_text(
         "from energon_plugins.testing import (\n"
-        "    check_image_processor, check_packing_strategy, check_task_encoder)\n\n"
+        "    check_batch_format, check_image_processor, check_packing_strategy,\n"
+        "    check_task_encoder)\n\n"
         "def test_captions():\n    check_task_encoder('captions', dataset_kind='captioning')\n\n"
         "def test_resize():\n    check_image_processor('resize')\n\n"
-        "def test_next_fit():\n    check_packing_strategy('next-fit')\n"
+        "def test_next_fit():\n    check_packing_strategy('next-fit')\n\n"
+        "def test_plain_torch():\n    check_batch_format('plain-torch', labels='next-token')\n"
     )
     env = _env() | {"PYTHONPATH": os.pathsep.join([str(site_dir), *map(str, EXAMPLE_DIRS)])}
     proc = subprocess.run(

@@ -71,7 +71,7 @@ def image_id(tokenizer):
 def test_vqa_batch_from_the_real_loader(vqa_dataset, tokenizer, clip_processor, image_id):
     dm = energon_plugins.EnergonMultiModalDataModule(
         str(vqa_dataset.path), tokenizer, clip_processor, seq_length=400, micro_batch_size=3,
-        num_workers=0,
+        num_workers=0, batch_format=None,  # the task encoder's own batch
     )
     loader = dm.train_dataloader()
     for _ in range(3):
@@ -106,7 +106,7 @@ def test_vqa_batch_from_the_real_loader(vqa_dataset, tokenizer, clip_processor, 
 def test_captioning_labels_are_the_caption(captioning_dataset, tokenizer, clip_processor, image_id):
     dm = energon_plugins.EnergonMultiModalDataModule(
         str(captioning_dataset.path), tokenizer, clip_processor, seq_length=400,
-        micro_batch_size=2, num_workers=0,
+        micro_batch_size=2, num_workers=0, batch_format=None,
     )
     batch = next(dm.train_dataloader())
     for row, key in enumerate(batch.__key__):
@@ -121,6 +121,7 @@ def test_interleaved_loss_on_all_text(interleaved_dataset, tokenizer, clip_proce
         str(interleaved_dataset.path), tokenizer, clip_processor, seq_length=2048,
         micro_batch_size=1, num_workers=0,
         task_encoder={"name": "multimodal", "options": {"padding": "longest"}},
+        batch_format=None,  # the task encoder's own batch
     )
     batch = next(dm.train_dataloader())
     ids, labels = batch.input_ids[0], batch.labels[0]

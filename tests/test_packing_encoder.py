@@ -36,9 +36,10 @@ def pass_length_read(dm):
 
 def make_dm(info, tokenizer, processor, packing, *, buffer=6, seq=SEQ, enc_cls=None,
             enc_options=None, **kwargs):
-    """A datamodule whose train and val encoders pack with ``packing``."""
+    """A datamodule whose train and val encoders pack with ``packing``; its loaders yield the
+    encoder's own batches (``batch_format=None``), which these tests are about."""
     args = dict(seq_length=seq, micro_batch_size=2, num_workers=0, shuffle_buffer_size=10,
-                packing_buffer_size=buffer, packing=packing)
+                packing_buffer_size=buffer, packing=packing, batch_format=None)
     args.update(kwargs)
     dm = energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
     cls = enc_cls or MultimodalTaskEncoder
@@ -362,6 +363,7 @@ def test_packing_selected_in_a_config_file_packs_the_builtin_encoder(
         "packing_buffer_size: 5\n"
         "packing: {name: first-fit-decreasing, options: {carry_over: true, pad_to_multiple_of: 4}}\n"
         f"task_encoder: {{name: multimodal, options: {{image_tokens: {IMAGE_TOKENS}}}}}\n"
+        "batch_format: null\n"
     )
     dm = energon_plugins.EnergonMultiModalDataModule.from_config(config)
     assert isinstance(dm.task_encoder, PackingMixin)

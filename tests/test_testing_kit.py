@@ -20,6 +20,7 @@ import energon_plugins
 from energon_plugins import hookimpl
 from energon_plugins.testing import (
     ConformanceError,
+    check_batch_format,
     check_image_processor,
     check_options,
     check_packing_strategy,
@@ -62,6 +63,14 @@ def register_image_processors(register):
     register("no-pixels", f"{M}:no_pixels", description="returns 'images', not pixel_values")
     register("double-rescale", f"{M}:double_rescale", description="rescales float input twice")
     register("noisy", f"{M}:noisy", description="adds random noise")
+
+
+@hookimpl
+def register_batch_formats(register):
+    register("aligned-as-next", f"{M}:aligned_as_next", description="forgets the shift")
+    register("mutates-input", f"{M}:mutates_input", description="writes into the batch")
+    register("swallows-others", f"{M}:swallows_others", description="formats any object")
+    register("key-error", f"{M}:key_error", description="fails with a KeyError")
 
 
 @hookimpl
@@ -161,6 +170,48 @@ def noisy(options, context):
     proc = Tiny()
     proc.noise = True
     return proc
+
+
+class Format:
+    # a batch format with one flaw: `flaw`
+
+    def __init__(self, context, flaw):
+        from energon_plugins.encoding.batch_formats.bridge import MegatronBridgeFormat
+
+        self.bridge = MegatronBridgeFormat(context)
+        self.flaw = flaw
+
+    def __call__(self, batch):
+        from energon_plugins import MultiModalBatch
+
+        if self.flaw == "swallows":
+            return {"labels": getattr(batch, "labels", None)}
+        if not isinstance(batch, MultiModalBatch):
+            return batch
+        if self.flaw == "key-error":
+            return {}["input_ids"]
+        if self.flaw == "mutates":
+            batch.loss_mask.mul_(2)
+        out = self.bridge(batch)
+        if self.flaw == "aligned":
+            out["labels"] = batch.labels
+        return out
+
+
+def aligned_as_next(options, context):
+    return Format(context, "aligned")
+
+
+def mutates_input(options, context):
+    return Format(context, "mutates")
+
+
+def swallows_others(options, context):
+    return Format(context, "swallows")
+
+
+def key_error(options, context):
+    return Format(context, "key-error")
 """
 
 BROKEN_ENCODERS = """
@@ -514,6 +565,27 @@ def test_broken_image_processors_fail(broken, name, rule):
 
 def test_a_correct_third_party_image_processor_passes(broken):
     check_image_processor("tiny")
+
+
+@pytest.mark.parametrize(("name", "labels", "options"), [
+    ("megatron-bridge", "next-token", None),
+    ("hf", "aligned", None),
+    ("megatron-lm", None, {"source_image_token_id": 3}),
+])
+def test_builtin_batch_formats_pass(name, labels, options):
+    check_batch_format(name, labels=labels, options=options)
+
+
+@pytest.mark.parametrize(("name", "rule", "words"), [
+    ("aligned-as-next", "format-labels", "target"),
+    ("mutates-input", "format-input-unchanged", "loss_mask"),
+    ("swallows-others", "format-passthrough", "dict"),
+    ("key-error", "format-raises", "KeyError"),
+])
+def test_broken_batch_formats_fail(broken, name, rule, words):
+    with violates(rule) as info:
+        check_batch_format(name, labels="next-token")
+    assert words in str(info.value) and "energon-plugin-broken" in str(info.value)
 
 
 def test_encode_sample_without_stateless_fails(broken):

@@ -1,7 +1,8 @@
 """``energon-plugins preview CONFIG [-n N] [--html FILE]``: what the model will see.
 
-Builds the datamodule from CONFIG (in this process: ``num_workers=0``), takes batches from the
-training loader and shows N rows: the decoded text with image-token runs collapsed
+Builds the datamodule from CONFIG (in this process: ``num_workers=0``), takes the task
+encoder's batches from the training loader (``batch_format`` left out: labels aligned with the
+tokens, as the encoder made them) and shows N rows: the decoded text with image-token runs collapsed
 (``<image x576>``), the spans that carry loss marked, and the tensor shapes. ``--html`` writes
 one self-contained page with the images, the text and a segment bar per row.
 """
@@ -121,7 +122,8 @@ def preview_command(config: str, count: int, html_path: str | None, sets: tuple[
         from energon_plugins.cli._output import quiet_known_warnings
 
         quiet_known_warnings()
-    overrides = {"num_workers": 0, **dict(parse_set_option(item) for item in sets)}
+    overrides = {"num_workers": 0, **dict(parse_set_option(item) for item in sets),
+                 "batch_format": None}
     datamodule = build_datamodule(config, **overrides)
     rows = collect_rows(datamodule, count)
     print_rows(rows, datamodule.seq_length)

@@ -15,6 +15,7 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
+from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
 from energon_plugins.loading.energon_arguments import (
     ENERGON_DATASET_ARGUMENTS,
     ENERGON_RESERVED,
@@ -25,6 +26,7 @@ PluginName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=
 
 DEFAULT_TASK_ENCODER = "multimodal"
 DEFAULT_IMAGE_PROCESSOR = "hf"
+"""The default batch format, qualified: the built-in even when a plugin claims the plain name."""
 
 _STRICT = ConfigDict(extra="forbid")
 
@@ -82,6 +84,25 @@ class PackingSelection(BaseModel):
     )
 
 
+class BatchFormatSelection(BaseModel):
+    """``batch_format: {name, options}``: what the training loop reads from the loader.
+
+    ``megatron-bridge`` (the default), ``megatron-lm``, ``hf`` or a plugin's format; ``null``
+    leaves the task encoder's batch as it is.
+    """
+
+    model_config = _STRICT
+
+    name: PluginName = Field(
+        default=DEFAULT_BATCH_FORMAT,
+        description="A registered batch format: plain name, alias or 'distribution:name'; "
+        "default: the built-in megatron-bridge.",
+    )
+    options: dict[str, Any] = Field(
+        default_factory=dict, description="The format's own options."
+    )
+
+
 class ValidationTaskEncoderSelection(BaseModel):
     """``validation_task_encoder: {name, options}``; each part defaults to the train encoder's.
 
@@ -133,6 +154,11 @@ class DataModuleConfig(LoaderSettings):
     packing: PackingSelection | None = Field(
         default=None, description="The packing strategy; null: no packing."
     )
+    batch_format: BatchFormatSelection | None = Field(
+        default_factory=BatchFormatSelection,
+        description="What the training loop reads: megatron-bridge (default), megatron-lm, hf or "
+        "a plugin's format; null: the task encoder's batch as it is.",
+    )
     energon: dict[str, Any] = Field(
         default_factory=dict,
         description="Extra keyword arguments for Energon's get_train_dataset "
@@ -159,6 +185,7 @@ SELECTIONS: dict[str, str] = {
     "validation_task_encoder": "task_encoder",
     "image_processor": "image_processor",
     "packing": "packing_strategy",
+    "batch_format": "batch_format",
 }
 """Config key of each ``{name, options}`` selection -> the plugin kind it selects."""
 

@@ -1,14 +1,14 @@
 """The JSON Schema of the config file, with every installed plugin's options.
 
 For each selection (``task_encoder``, ``validation_task_encoder``, ``image_processor``,
-``packing``) the schema holds a union discriminated by ``name``: one variant per registered
+``packing``, ``batch_format``) the schema holds a union discriminated by ``name``: one variant per registered
 plugin, whose ``name`` is a ``Literal`` of the names that select it (plain name, aliases,
 ``distribution:name``) and whose ``options`` is that plugin's options model. The variants are
 built with :func:`pydantic.create_model` from the registry in use, so installing a plugin
 extends the schema. A plain name claimed by two distributions appears only qualified.
 
 In the schema ``name`` may be left out only for the kind's default plugin (``multimodal``,
-``hf``), as in the loader. Import-light: no torch, transformers or Energon.
+``hf``, ``energon-plugins:megatron-bridge``), as in the loader. Import-light: no torch, transformers or Energon.
 """
 
 from collections import Counter
@@ -18,12 +18,13 @@ import pydantic
 from pydantic import BaseModel, ConfigDict, Field
 
 from energon_plugins.config.model import (
+    DEFAULT_BATCH_FORMAT,
     DEFAULT_IMAGE_PROCESSOR,
     DEFAULT_TASK_ENCODER,
     DataModuleConfig,
 )
-from energon_plugins.host.kinds import IMAGE_PROCESSOR, PACKING_STRATEGY, TASK_ENCODER
-from energon_plugins.host.registry import PluginSpec, Registry
+from energon_plugins.host.kinds import BATCH_FORMAT, IMAGE_PROCESSOR, PACKING_STRATEGY, TASK_ENCODER
+from energon_plugins.host.registry import PluginSpec, Registry, canonical_distribution
 
 SCHEMA_DIALECT = "https://json-schema.org/draft/2020-12/schema"
 
@@ -47,6 +48,16 @@ class InheritTrainEncoder(BaseModel):
     options: dict[str, Any] | None = None
 
 
+def _is_default(spec: PluginSpec, default: str | None, plain_counts: Counter) -> bool:
+    """Whether ``spec`` is what ``default`` (a plain or ``distribution:name``) selects."""
+    if default is None:
+        return False
+    distribution, _, plain = default.rpartition(":")
+    if distribution:
+        return spec.name == plain and canonical_distribution(spec.distribution) == distribution
+    return spec.name == plain and plain_counts[plain] == 1
+
+
 def _selection_union(registry: Registry, kind: str, *, default: str | None) -> Any:
     """The ``name``-discriminated union of one variant per registered plugin of ``kind``."""
     specs = registry.specs(kind)
@@ -55,10 +66,11 @@ def _selection_union(registry: Registry, kind: str, *, default: str | None) -> A
     for spec in specs:
         names = [n for n in (spec.name, *spec.aliases) if plain_counts[n] == 1]
         names.append(spec.qualified_name)
-        is_default = default is not None and spec.name == default and plain_counts[default] == 1
+        is_default = _is_default(spec, default, plain_counts)
         name_type: Any = Literal[tuple(names)]  # type: ignore[valid-type]
         if is_default:
-            name_field = (name_type, Field(default=names[0], description=spec.description))
+            shown = spec.qualified_name if ":" in str(default) else names[0]
+            name_field = (name_type, Field(default=shown, description=spec.description))
         else:
             name_field = (name_type, Field(description=spec.description))
         options_model = spec.options or _NoOptions
@@ -88,6 +100,7 @@ def config_schema_model(registry: Registry | None = None) -> type[BaseModel]:
     val = _selection_union(registry, TASK_ENCODER, default=None)
     image = _selection_union(registry, IMAGE_PROCESSOR, default=DEFAULT_IMAGE_PROCESSOR)
     packing = _selection_union(registry, PACKING_STRATEGY, default=None)
+    batch_format = _selection_union(registry, BATCH_FORMAT, default=DEFAULT_BATCH_FORMAT)
     fields = DataModuleConfig.model_fields
     return pydantic.create_model(
         "EnergonPluginsConfig",
@@ -100,6 +113,10 @@ def config_schema_model(registry: Registry | None = None) -> type[BaseModel]:
         ),
         image_processor=(image, Field(default=None, description=fields["image_processor"].description)),
         packing=(packing | None, Field(default=None, description=fields["packing"].description)),  # type: ignore[operator]
+        batch_format=(
+            batch_format | None,  # type: ignore[operator]
+            Field(default=None, description=fields["batch_format"].description),
+        ),
     )
 
 

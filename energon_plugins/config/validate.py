@@ -29,6 +29,7 @@ import pydantic
 
 from energon_plugins._suggest import did_you_mean
 from energon_plugins.config.model import (
+    DEFAULT_BATCH_FORMAT,
     DEFAULT_IMAGE_PROCESSOR,
     DEFAULT_TASK_ENCODER,
     SELECTIONS,
@@ -165,6 +166,7 @@ def _selection_issues(data: Mapping[str, Any], registry: Registry) -> list[Confi
         "image_processor": DEFAULT_IMAGE_PROCESSOR,
         "validation_task_encoder": train.get("name", DEFAULT_TASK_ENCODER),
         "packing": _MISSING,
+        "batch_format": DEFAULT_BATCH_FORMAT,
     }
     for key, kind in SELECTIONS.items():
         raw = data.get(key, _MISSING)

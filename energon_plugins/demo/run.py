@@ -3,7 +3,8 @@
 :func:`run_demo` writes a small VQA + captioning metadataset into the cache folder (reused on
 later runs), builds :class:`~energon_plugins.EnergonMultiModalDataModule` with the demo
 tokenizer and a default CLIP image processor (through the ``hf`` plugin), iterates a few
-hundred samples and prints samples/s, the batch shapes and one decoded sample with its image
+hundred samples of the task encoder's batches (no batch format: labels aligned with the
+tokens) and prints samples/s, the batch shapes and one decoded sample with its image
 span collapsed and its labelled tokens marked.
 """
 
@@ -106,7 +107,7 @@ def run_demo(
     if config is not None:
         from energon_plugins.config.build import build_datamodule
 
-        dm = build_datamodule(config)
+        dm = build_datamodule(config, batch_format=None)  # the encoder's batch, decoded below
         tokenizer, micro_batch_size, num_workers = dm.tokenizer, dm.micro_batch_size, dm.num_workers
     else:
         info = write_demo_datasets(root)
@@ -119,6 +120,7 @@ def run_demo(
             seq_length=seq_length,
             micro_batch_size=micro_batch_size,
             num_workers=num_workers,
+            batch_format=None,  # the task encoder's batch, decoded below
         )
     t_data = time.perf_counter() - t0
     loader = dm.train_dataloader()

@@ -23,11 +23,14 @@ class BuildContext:
     packing_buffer_size: int | None = None
     split: Literal["train", "val"] = "train"
     cp_size: int = 1
-    """Context-parallel size (``pg_collection.cp``): packed sequences are padded for it."""
+    """Context-parallel size of the model (``pg_collection.cp.size()``); packing pads every
+    sub-sequence to a multiple of ``2 * cp_size`` when it is above 1."""
     tp_size: int = 1
-    """Tensor-parallel size (``pg_collection.tp``)."""
-    sequence_parallel: bool = False
-    """Whether the model uses sequence parallelism (then ``tp_size`` matters for padding)."""
+    """Tensor-parallel size of the model (``pg_collection.tp.size()``)."""
+    sequence_parallel: bool | None = None
+    """Whether the model runs sequence parallelism; with ``tp_size`` > 1 packing then pads
+    every sub-sequence to a multiple of ``cp_size * tp_size``. ``None`` (unknown) pads as if
+    it were on, which is valid either way."""
     extra: dict[str, Any] = dataclasses.field(default_factory=dict)
     """Free-form values a host application passes to its own plugins."""
 

@@ -55,6 +55,23 @@ def register_packing_strategies(register: Register) -> None:
 
 
 @hookspec
+def register_batch_formats(register: Register) -> None:
+    """Register batch formats: what one training loop reads from the loader.
+
+    A batch format factory returns a callable ``fmt(batch) -> object``. It receives the task
+    encoder's collated batch (an :class:`energon_plugins.MultiModalBatch`, whose ``labels``
+    are aligned with ``input_ids``) and returns what the loop reads, placing the labels as
+    that loop expects them: next-token labels (label ``i`` is the target of position ``i``,
+    i.e. token ``i + 1``) for Megatron models, one column wider and unshifted for
+    Megatron-LM's ``get_batch``, aligned for Hugging Face models (which shift themselves);
+    ``-100`` wherever the loss is off, and never across a packed sub-sequence boundary. A
+    batch of another type (a user's own encoder's batch) must pass through unchanged. The
+    format runs in the loader's worker processes, so what it returns must pickle. The
+    factory's ``context`` is the run's :class:`energon_plugins.BuildContext`.
+    """
+
+
+@hookspec
 def register_source_formats(register: Register) -> None:
     """Register source formats: readers of the data layouts the convert verb turns into datasets.
 

@@ -3,19 +3,25 @@
 from collections.abc import Callable
 from typing import Any, Literal
 
-Kind = Literal["task_encoder", "image_processor", "packing_strategy", "source_format"]
+Kind = Literal[
+    "task_encoder", "image_processor", "packing_strategy", "batch_format", "source_format"
+]
 
 TASK_ENCODER: Kind = "task_encoder"
 IMAGE_PROCESSOR: Kind = "image_processor"
 PACKING_STRATEGY: Kind = "packing_strategy"
+BATCH_FORMAT: Kind = "batch_format"
 SOURCE_FORMAT: Kind = "source_format"
 
-KINDS: tuple[Kind, ...] = (TASK_ENCODER, IMAGE_PROCESSOR, PACKING_STRATEGY, SOURCE_FORMAT)
+KINDS: tuple[Kind, ...] = (
+    TASK_ENCODER, IMAGE_PROCESSOR, PACKING_STRATEGY, BATCH_FORMAT, SOURCE_FORMAT
+)
 
 HOOK_FOR_KIND: dict[str, str] = {
     TASK_ENCODER: "register_task_encoders",
     IMAGE_PROCESSOR: "register_image_processors",
     PACKING_STRATEGY: "register_packing_strategies",
+    BATCH_FORMAT: "register_batch_formats",
     SOURCE_FORMAT: "register_source_formats",
 }
 
@@ -42,6 +48,10 @@ def _is_packing_strategy(component: Any) -> bool:
     return callable(getattr(component, "select", None)) or callable(getattr(component, "plan", None))
 
 
+def _is_source_reader(component: Any) -> bool:
+    return callable(getattr(component, "scan", None)) and callable(getattr(component, "load", None))
+
+
 COMPONENT_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
     TASK_ENCODER: ("a megatron.energon TaskEncoder", _is_task_encoder),
     IMAGE_PROCESSOR: ("callable as proc(images=[...], return_tensors='pt')", callable),
@@ -49,6 +59,8 @@ COMPONENT_CHECKS: dict[str, tuple[str, Callable[[Any], bool]]] = {
         "an object with select(lengths, capacity) or plan(lengths, capacity)",
         _is_packing_strategy,
     ),
+    BATCH_FORMAT: ("callable as fmt(batch)", callable),
+    SOURCE_FORMAT: ("a reader with scan(source) and load(payload)", _is_source_reader),
 }
 """What a factory of each kind must return: ``kind -> (description, check)``. A kind without an
 entry accepts any object."""

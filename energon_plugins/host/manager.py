@@ -31,10 +31,10 @@ from energon_plugins.environment import unknown_variables
 from energon_plugins.errors import ConfigError
 from energon_plugins.host import hookspecs
 from energon_plugins.host._markers import ENTRY_POINT_GROUP, PROJECT_NAME
+from energon_plugins.host.defaults import CORE_DISTRIBUTION
 from energon_plugins.host.kinds import HOOK_FOR_KIND
 from energon_plugins.host.registry import LoadFailure, PluginSpec, Registry, canonical_distribution
 
-CORE_DISTRIBUTION = "energon-plugins"
 LOAD_ENV = "ENERGON_PLUGINS_LOAD"
 DISABLE_ENV = "ENERGON_PLUGINS_DISABLE"
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from energon_plugins._quiet import import_quietly
+from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.errors import ConfigError, DatasetError
 from energon_plugins.host.context import BuildContext
@@ -108,8 +109,14 @@ class EnergonMultiModalDataModule:
             (``select(lengths, capacity)``). Needs ``packing_buffer_size``.
         device: copy every training batch to this device one batch ahead, on a side CUDA
             stream (``None``: leave batches on the host; without CUDA a quiet no-op).
-        sequence_parallel: the model uses sequence parallelism (packing then pads for
-            context x tensor parallel sharding).
+        batch_format: what the training loop reads: a registered batch format's name,
+            ``{name, options}``, a callable ``fmt(batch)``, or ``None`` for the task encoder's
+            batch as it is. Default: the built-in ``megatron-bridge`` (Megatron-Bridge's
+            ``vlm_step``); ``megatron-lm`` and ``hf`` are built in too. It runs in the loader
+            workers, after the task encoder's ``encode_batch``.
+        sequence_parallel: whether the model uses sequence parallelism (packing then pads for
+            context x tensor parallel sharding); ``None`` (unknown) pads as if it did, which is
+            valid either way.
         val_batches_per_evaluation: batches per evaluation (Megatron's ``eval_iters``);
             default: one pass.
         checkpoint_every_sec, checkpoint_every_min_n_samples, n_checkpoints: passed to
@@ -149,11 +156,12 @@ class EnergonMultiModalDataModule:
         validation_mode: Literal["finite", "infinite"] = "finite",
         packing: Any = None,
         device: Any = None,
-        sequence_parallel: bool = False,
+        sequence_parallel: bool | None = None,
         val_batches_per_evaluation: int | None = None,
         checkpoint_every_sec: float = 60,
         checkpoint_every_min_n_samples: int | None = None,
         n_checkpoints: int | None = None,
+        batch_format: Any = DEFAULT_BATCH_FORMAT,
         **kwargs: Any,
     ) -> None:
         arguments = locals()
@@ -225,6 +233,10 @@ class EnergonMultiModalDataModule:
             selection = _encoder_selection(label, arg)
             if selection is not None:
                 self._validate_selection(*selection)
+        from energon_plugins.loading.formatting import check_batch_format_arg
+
+        check_batch_format_arg(batch_format)
+        self.batch_format = batch_format
         self._task_encoder: Any = None
         self._val_task_encoder: Any = None
         self.train_dataloader_object: EnergonDataloader | None = None
@@ -295,7 +307,7 @@ class EnergonMultiModalDataModule:
             split=split,
             cp_size=layout.cp_size,
             tp_size=layout.tp_size,
-            sequence_parallel=bool(self.sequence_parallel),
+            sequence_parallel=self.sequence_parallel,
         )
 
     def _build_encoder(self, arg: Any, split: Literal["train", "val"]) -> Any:
@@ -484,7 +496,17 @@ class EnergonMultiModalDataModule:
         worker_config = self._build_worker_config(num_workers, split=split, error_handler=tracker)
         dataset = self.datasets_provider(worker_config, split=split)
         guard_truncated_shards(dataset, tracker)
+        dataset = self._formatted(dataset, split, encoder)
         return SkipCountingDataset(dataset, tracker, encoder)
+
+    def _formatted(self, dataset: Any, split: Literal["train", "val"], encoder: Any) -> Any:
+        """``dataset`` with :attr:`batch_format` applied to every batch (in the workers)."""
+        from energon_plugins.loading.formatting import BatchFormatDataset, build_batch_format
+
+        fmt, label = build_batch_format(self.batch_format, self.build_context(split))
+        if fmt is None:
+            return dataset
+        return BatchFormatDataset(dataset, fmt, label=label, encoder=encoder)
 
     def _pinned(self, loader: Any) -> Any:
         from energon_plugins.loading.transfer import configure_pinning

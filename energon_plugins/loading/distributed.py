@@ -180,3 +180,16 @@ def build_pg_collection(*, tp: int = 1, cp: int = 1, pp: int = 1) -> Any:
                 mine = group
         setattr(collection, token.replace("-", "_"), mine)
     return collection
+
+
+def group_size(pg_collection: Any, name: str) -> int:
+    """The size of ``pg_collection.<name>`` (``group.size()``), 1 when there is no such group."""
+    group = getattr(pg_collection, name, None) if pg_collection is not None else None
+    if group is None:
+        return 1
+    size = getattr(group, "size", None)
+    if callable(size):
+        return int(size())
+    import torch.distributed as dist
+
+    return int(dist.get_world_size(group))

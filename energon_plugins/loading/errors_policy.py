@@ -34,6 +34,7 @@ from megatron.energon.flavors.webdataset.sample_loader import WebdatasetSampleLo
 from megatron.energon.wrappers.base import BaseWrapperDataset
 
 from energon_plugins.errors import EnergonPluginsError
+from energon_plugins.loading.stages import TransparentRestore
 
 logger = logging.getLogger(__name__)
 
@@ -249,8 +250,24 @@ class CountedBatch(Sample):
     worker: int
     skip_counts: dict
 
+    def pin_memory(self) -> "CountedBatch":
+        """A copy whose batch is pinned by torch's own pin-memory pass.
 
-class SkipCountingDataset(BaseWrapperDataset):
+        Torch's pass (unlike Energon's generic one) keeps mapping subclasses and calls a nested
+        object's own ``pin_memory()``, so a batch format's output is pinned as it is.
+        """
+        from torch.utils.data._utils.pin_memory import pin_memory
+
+        return CountedBatch(
+            __key__=self.__key__,
+            __restore_key__=self.__restore_key__,
+            batch=pin_memory(self.batch),
+            worker=self.worker,
+            skip_counts=self.skip_counts,
+        )
+
+
+class SkipCountingDataset(TransparentRestore, BaseWrapperDataset):
     """Outermost wrapper: yields each batch as a :class:`CountedBatch` with this worker's counts.
 
     The cumulative counts are a savable field, so Energon checkpoints them with the rest of
@@ -279,19 +296,6 @@ class SkipCountingDataset(BaseWrapperDataset):
     def reset_state_own(self) -> None:
         """Start counting from zero."""
         self._counts = {}
-
-    def restore_state(self, state: Any) -> None:
-        """Restore this wrapper's counts and the inner pipeline.
-
-        A state saved by a plain Energon pipeline (no counting wrapper: Energon's own
-        ``get_savable_loader(get_train_dataset(...))``, as Megatron-Bridge's datamodule builds
-        it) restores the inner pipeline, and counting starts from zero.
-        """
-        if state is not None and state.get("__class__") != type(self).__name__:
-            self.reset_state_own()
-            self.dataset.restore_state(state)
-            return
-        super().restore_state(state)
 
     def _encoder_counts(self) -> dict[str, int]:
         counts = getattr(self.encoder, "error_counts", None)

@@ -109,10 +109,11 @@ class LoaderSettings(BaseModel):
     packing_buffer_size: Integer | None = Field(
         default=None, ge=1, description="Encoded samples the packing strategy chooses from."
     )
-    sequence_parallel: Boolean = Field(
-        default=False,
+    sequence_parallel: Boolean | None = Field(
+        default=None,
         description="The model runs tensor-parallel with sequence parallelism: packed "
-        "sequences are padded for context x tensor parallel sharding (Megatron's rule).",
+        "sequences are padded for context x tensor parallel sharding (Megatron's rule). "
+        "Null (unknown) pads as if it did, which is valid either way.",
     )
     val_batches_per_evaluation: Integer | None = Field(
         default=None,

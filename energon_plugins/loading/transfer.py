@@ -36,12 +36,15 @@ def configure_pinning(loader: Any, pin_memory: bool) -> bool:
 def map_tensors(obj: Any, fn: Callable[[torch.Tensor], torch.Tensor]) -> Any:
     """Apply ``fn`` to every tensor nested in ``obj`` and return the rebuilt structure.
 
-    Handles dicts, lists, tuples, named tuples and dataclasses (Energon's ``Batch``, slotted or
-    frozen ones and megatron-core's ``PackedSeqParams`` included); anything else is returned
+    Handles dicts, lists, tuples, named tuples, dataclasses (Energon's ``Batch``, slotted or
+    frozen ones and megatron-core's ``PackedSeqParams`` included) and objects with their own
+    ``map_tensors(fn)`` (a batch format's ``VisualInputs``); anything else is returned
     unchanged. Dataclasses are shallow-copied, so fields outside ``__init__`` survive.
     """
     if isinstance(obj, torch.Tensor):
         return fn(obj)
+    if callable(getattr(type(obj), "map_tensors", None)):  # e.g. a batch format's VisualInputs
+        return obj.map_tensors(fn)
     if isinstance(obj, dict):
         return type(obj)((key, map_tensors(value, fn)) for key, value in obj.items())
     if dataclasses.is_dataclass(obj) and not isinstance(obj, type):

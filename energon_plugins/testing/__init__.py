@@ -25,6 +25,7 @@ _LAZY = {
     "check_task_encoder": "energon_plugins.testing.task_encoder",
     "check_image_processor": "energon_plugins.testing.image_processor",
     "check_packing_strategy": "energon_plugins.testing.packing",
+    "check_batch_format": "energon_plugins.testing.batch_format",
     "check_registration": "energon_plugins.testing._common",
     "check_options": "energon_plugins.testing._common",
     "default_context": "energon_plugins.testing.context",
@@ -35,6 +36,7 @@ _LAZY = {
 
 if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.testing._common import check_options, check_registration
+    from energon_plugins.testing.batch_format import check_batch_format
     from energon_plugins.testing.compare import batch_differences
     from energon_plugins.testing.context import default_context
     from energon_plugins.testing.crude import read_images, write_crude_dataset
@@ -49,6 +51,7 @@ __getattr__, __dir__ = lazy_attributes("energon_plugins.testing", globals(), _LA
 __all__ = [
     "ConformanceError",
     "batch_differences",
+    "check_batch_format",
     "check_image_processor",
     "check_options",
     "check_packing_strategy",

@@ -161,6 +161,24 @@ def check_options(
     return validated
 
 
+def check_and_build(kind: str, name: str, options: Any = None, context: Any = None) -> tuple:
+    """The registration and options rules, then rule ``builds``: ``(spec, component)``.
+
+    ``context`` defaults to an empty :class:`~energon_plugins.BuildContext`.
+    """
+    from energon_plugins.host.context import BuildContext
+    from energon_plugins.host.manager import get_registry
+
+    spec = check_registration(kind, name)
+    validated = check_options(kind, name, options)
+    try:
+        component = get_registry().create(spec.kind, spec.qualified_name, validated,
+                                          context if context is not None else BuildContext())
+    except Exception as exc:  # noqa: BLE001 - reported under the rule
+        fail(spec.label, "builds", f"building failed: {type(exc).__name__}: {exc}")
+    return spec, component
+
+
 def _options_json(options: Any) -> Any:
     if options is None:
         return None

@@ -20,7 +20,7 @@ Rules (each named in the :class:`~energon_plugins.testing.ConformanceError` it r
 from collections.abc import Mapping
 from typing import Any
 
-from energon_plugins.testing._common import check_options, check_registration, fail
+from energon_plugins.testing._common import check_and_build, fail
 
 #: Sizes (height, width) of the test images: mixed, portrait and landscape, one tiny.
 IMAGE_SIZES = ((40, 56), (64, 48), (31, 31), (12, 20))
@@ -74,17 +74,8 @@ def check_image_processor(
     """
     import torch
 
-    from energon_plugins.host.context import BuildContext
-    from energon_plugins.host.manager import get_registry
-
-    spec = check_registration("image_processor", name)
+    spec, proc = check_and_build("image_processor", name, options, context)
     label = spec.label
-    validated = check_options("image_processor", name, options)
-    try:
-        proc = get_registry().create(spec.kind, spec.qualified_name, validated,
-                                     context if context is not None else BuildContext())
-    except Exception as exc:  # noqa: BLE001 - reported under the rule
-        fail(label, "builds", f"building failed: {type(exc).__name__}: {exc}")
     if not callable(proc):
         fail(label, "callable", f"the factory returned {type(proc).__qualname__}, which is not "
                                 "callable like a transformers image processor")

@@ -30,6 +30,7 @@ strategy: ``packing: {name: first-fit-decreasing, options: {carry_over: true}}``
 
 import collections
 import logging
+import math
 from typing import Any
 
 import torch
@@ -41,6 +42,7 @@ from megatron.energon.wrappers.packing_dataset import PackingDataset
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.packing.carry import split_carry
 from energon_plugins.encoding.packing.options import PackingOptions
+from energon_plugins.encoding.packing.parallel import parallel_pad_multiple
 from energon_plugins.encoding.samples import EncodedSample
 
 __all__ = ["PackedSample", "PackingMixin", "packed_seq_params"]
@@ -155,12 +157,31 @@ class PackingMixin:
 
     @property
     def pad_to_multiple_of(self) -> int:
-        """Each sub-sequence is padded to a multiple of this (1: no padding)."""
-        multiple = int(self._packing_option("pad_to_multiple_of"))
-        if multiple < 1 or self.packing_capacity % multiple:
+        """Each sub-sequence is padded to a multiple of this (1: no padding).
+
+        The strategy's ``pad_to_multiple_of`` option, combined (least common multiple) with
+        what the run's context and sequence parallelism need
+        (:func:`~energon_plugins.encoding.packing.parallel.parallel_pad_multiple` of the build
+        context's ``cp_size``, ``tp_size`` and ``sequence_parallel``).
+        """
+        option = int(self._packing_option("pad_to_multiple_of"))
+        context = getattr(self, "context", None)
+        parallel = parallel_pad_multiple(
+            int(getattr(context, "cp_size", 1) or 1),
+            int(getattr(context, "tp_size", 1) or 1),
+            getattr(context, "sequence_parallel", None),
+        )
+        multiple = math.lcm(max(option, 1), parallel)
+        if option < 1 or self.packing_capacity % multiple:
+            source = f"pad_to_multiple_of ({option})"
+            if parallel > 1:
+                source += (
+                    f" and the context/sequence parallelism (cp_size {context.cp_size}, tp_size "
+                    f"{context.tp_size}: a multiple of {parallel})"
+                )
             raise ConfigError(
                 f"packing.options.pad_to_multiple_of: seq_length {self.packing_capacity} must be "
-                f"a multiple of pad_to_multiple_of ({multiple})"
+                f"a multiple of {multiple}, from {source}"
             )
         return multiple
 

@@ -99,6 +99,7 @@ def _datamodule(path, processor_dir, tokenizer, *, packed, seq_length=2048, **op
         shuffle_buffer_size=None,
         task_encoder={"name": "hf-processor",
                       "options": {"processor": str(processor_dir), "padding": "longest", **options}},
+        batch_format=None,  # the task encoder's own batch
         **kwargs,
     )
 

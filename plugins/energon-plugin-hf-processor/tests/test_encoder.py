@@ -187,6 +187,7 @@ def test_resume_with_packing_gives_the_same_batches(carry_over, demo_data, proce
             str(info.path), tok, None, seq_length=256, micro_batch_size=2, num_workers=0,
             shuffle_buffer_size=4, packing=strategy, packing_buffer_size=5,
             task_encoder={"name": "hf-processor", "options": {"padding": "longest"}},
+            batch_format=None,  # the task encoder's own batch
         ).train_dataloader()
 
     first = loader()

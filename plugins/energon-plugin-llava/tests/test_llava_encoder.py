@@ -88,6 +88,7 @@ def datamodule(info, tok, *, image_processor=None, seq_length=1024, batch=2, **o
         str(info.path), tok, image_processor, seq_length=seq_length, micro_batch_size=batch,
         num_workers=0, shuffle_buffer_size=8,
         task_encoder={"name": "llava", "options": options},
+        batch_format=None,  # the task encoder's own batch
     )
 
 
@@ -293,6 +294,7 @@ def test_tag_mismatch_raises_a_clear_error(mismatched, tok):
     dm = energon_plugins.EnergonMultiModalDataModule(
         str(path), tok, None, seq_length=1024, micro_batch_size=1, num_workers=0,
         task_encoder={"name": "llava", "options": {"on_error": "raise"}},
+        batch_format=None,  # the task encoder's own batch
     )
     with pytest.raises(Exception) as err:
         for _ in dm.val_dataloader().one_pass():
@@ -307,6 +309,7 @@ def test_tag_mismatch_is_skipped_and_counted(mismatched, tok):
     dm = energon_plugins.EnergonMultiModalDataModule(
         str(path), tok, None, seq_length=1024, micro_batch_size=1, num_workers=0,
         task_encoder={"name": "llava", "options": {"on_error": "skip"}},
+        batch_format=None,  # the task encoder's own batch
     )
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
@@ -328,6 +331,7 @@ def test_missing_conversations_fail_in_the_cooker_under_the_policy(data, tok):
         return energon_plugins.EnergonMultiModalDataModule(
             str(info.path), tok, None, seq_length=1024, micro_batch_size=1, num_workers=0,
             task_encoder={"name": "llava", "options": {"on_error": policy}},
+            batch_format=None,  # the task encoder's own batch
         )
 
     dm = loader("skip")

@@ -60,6 +60,7 @@ def test_packed_batches_carry_the_same_tokens(data, tok):
             str(info.path), tok, None, seq_length=2048, micro_batch_size=2, num_workers=0,
             shuffle_buffer_size=8, task_encoder={"name": "llava", "options": {"padding": "longest"}},
             **packing,
+            batch_format=None,  # the task encoder's own batch
         )
         found, packed_rows, loader = {}, 0, dm.train_dataloader()
         for _ in range(200):
@@ -95,6 +96,7 @@ def test_resume_with_packing_gives_the_same_batches(data, tok):
             str(info.path), tok, None, seq_length=2048, micro_batch_size=2, num_workers=0,
             shuffle_buffer_size=8, packing=strategy, packing_buffer_size=6,
             task_encoder={"name": "llava", "options": {"padding": "longest"}},
+            batch_format=None,  # the task encoder's own batch
         ).train_dataloader()
 
     first = loader()

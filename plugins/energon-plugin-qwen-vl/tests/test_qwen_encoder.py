@@ -82,6 +82,7 @@ def datamodule(info_path, tok, *, batch=2, seq_length=4096, image_processor="def
         str(info_path), tok, processor() if image_processor == "default" else image_processor,
         seq_length=seq_length, micro_batch_size=batch, num_workers=0, shuffle_buffer_size=8,
         task_encoder={"name": "qwen2-vl", "options": options},
+        batch_format=None,  # the task encoder's own batch
     )
 
 

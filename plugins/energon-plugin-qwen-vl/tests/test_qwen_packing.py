@@ -79,6 +79,7 @@ def test_packed_batches_carry_the_same_tokens(data, tok, ids):
             str(info.path), tok, processor(), seq_length=512, micro_batch_size=2, num_workers=0,
             shuffle_buffer_size=8, task_encoder={"name": "qwen2-vl", "options": {"padding": "longest"}},
             **packing,
+            batch_format=None,  # the task encoder's own batch
         )
         found, packed_rows, loader = {}, 0, dm.train_dataloader()
         for _ in range(200):
@@ -112,6 +113,7 @@ def test_overlong_cut_for_packing_keeps_no_open_vision_start(data, tok):
     dm = energon_plugins.EnergonMultiModalDataModule(
         str(info.path), tok, processor(), seq_length=4096, micro_batch_size=1, num_workers=0,
         task_encoder={"name": "qwen2-vl", "options": {"padding": "longest"}},
+        batch_format=None,  # the task encoder's own batch
     )
     batch = next(dm.train_dataloader())
     start_id = tok.convert_tokens_to_ids("<|vision_start|>")
@@ -143,6 +145,7 @@ def test_resume_with_packing_gives_the_same_batches(data, tok):
             str(info.path), tok, processor(), seq_length=512, micro_batch_size=2, num_workers=0,
             shuffle_buffer_size=8, packing=strategy, packing_buffer_size=6,
             task_encoder={"name": "qwen2-vl", "options": {"padding": "longest"}},
+            batch_format=None,  # the task encoder's own batch
         ).train_dataloader()
 
     first = loader()

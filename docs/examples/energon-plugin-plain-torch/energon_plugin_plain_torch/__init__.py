@@ -1,0 +1,1 @@
+"""A batch format for a hand-written PyTorch training loop."""
