@@ -364,7 +364,7 @@ def test_light_verbs_import_no_torch_transformers_or_megatron(site, tmp_path):
         "import sys, io, contextlib\n"
         "from energon_plugins.cli import main\n"
         f"for argv in (['list'], ['list', '--json'], ['show', 'multimodal'], ['show', 'ffd'],\n"
-        f"             ['validate', {str(config)!r}], ['schema', '--output', {str(tmp_path / 's.json')!r}]):\n"
+        f"             ['validate', '--quick', {str(config)!r}], ['schema', '--output', {str(tmp_path / 's.json')!r}]):\n"
         "    with contextlib.redirect_stdout(io.StringIO()):\n"
         "        try:\n"
         "            main(argv)\n"

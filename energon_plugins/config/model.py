@@ -15,7 +15,11 @@ from typing import Annotated, Any
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
-from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
+from energon_plugins.host.defaults import (
+    DEFAULT_BATCH_FORMAT,
+    DEFAULT_IMAGE_PROCESSOR,
+    DEFAULT_TASK_ENCODER,
+)
 from energon_plugins.loading.energon_arguments import (
     ENERGON_DATASET_ARGUMENTS,
     ENERGON_RESERVED,
@@ -24,8 +28,6 @@ from energon_plugins.loading.settings import LoaderSettings
 
 PluginName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
-DEFAULT_TASK_ENCODER = "multimodal"
-DEFAULT_IMAGE_PROCESSOR = "hf"
 """The default batch format, qualified: the built-in even when a plugin claims the plain name."""
 
 _STRICT = ConfigDict(extra="forbid")

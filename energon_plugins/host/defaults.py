@@ -15,3 +15,7 @@ def builtin(name: str) -> str:
 
 DEFAULT_BATCH_FORMAT = builtin("megatron-bridge")
 """The batch format a datamodule applies unless told otherwise: Megatron-Bridge's ``vlm_step``."""
+DEFAULT_TASK_ENCODER = builtin("multimodal")
+"""The task encoder a datamodule builds when none is selected."""
+DEFAULT_IMAGE_PROCESSOR = builtin("hf")
+"""The image processor a config builds when none is selected (transformers' CLIP processor)."""

@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from energon_plugins._quiet import import_quietly
-from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
+from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT, DEFAULT_TASK_ENCODER
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.errors import ConfigError, DatasetError
 from energon_plugins.host.context import BuildContext
@@ -317,7 +317,7 @@ class EnergonMultiModalDataModule:
             "task_encoder" if split == "train" else "validation_task_encoder", arg
         )
         if arg is None:
-            selection = ("multimodal", None)
+            selection = (DEFAULT_TASK_ENCODER, None)
         if selection is None:
             return arg  # an encoder object
         name, options = selection

@@ -66,12 +66,14 @@ def _folder_part(folder: Path, subflavors: Mapping[str, Any]) -> DatasetPart:
 
 
 def _metadataset_parts(
-    node: Any, base: Path, subflavors: Mapping[str, Any], seen: set[Path]
+    node: Any, source: Path, subflavors: Mapping[str, Any], seen: set[Path]
 ) -> Iterator[DatasetPart]:
-    """Every dataset folder under a metadataset node (``path`` entries, blends, nested YAML)."""
+    """Every dataset folder under a node of the metadataset ``source`` (``path`` entries,
+    blends, nested YAML); relative paths resolve against ``source``'s folder."""
+    base = source.parent
     if isinstance(node, list):
         for item in node:
-            yield from _metadataset_parts(item, base, subflavors, seen)
+            yield from _metadataset_parts(item, source, subflavors, seen)
         return
     if not isinstance(node, Mapping):
         return
@@ -82,13 +84,13 @@ def _metadataset_parts(
         target = target if target.is_absolute() else base / target
         if not target.exists():
             raise DatasetError(
-                f"the metadataset in {base} names path {raw!r}, which does not exist "
+                f"the metadataset {str(source)!r} names path {raw!r}, which does not exist "
                 f"({target})"
             )
         yield from dataset_parts(target, here, seen=seen)
     for key, value in node.items():
         if key not in ("path", "subflavors") and isinstance(value, (Mapping, list)):
-            yield from _metadataset_parts(value, base, here, seen)
+            yield from _metadataset_parts(value, source, here, seen)
 
 
 def dataset_parts(
@@ -119,7 +121,7 @@ def dataset_parts(
         if not isinstance(splits, Mapping):
             return []
         nodes = [splits[split]] if split is not None and split in splits else list(splits.values())
-        return list(_metadataset_parts(nodes, p.parent, subflavors, seen))
+        return list(_metadataset_parts(nodes, p, subflavors, seen))
     return []
 
 

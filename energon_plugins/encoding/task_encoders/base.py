@@ -155,6 +155,12 @@ class PluginTaskEncoder(
         if fn is not None and not getattr(fn, "__plugin_error_policy__", False):
             cls.encode_sample = _wrap_encode_sample(fn)  # type: ignore[method-assign]
 
+    def preflight_problems(self) -> list[str]:
+        """Problems this encoder can find without reading data (``energon-plugins validate``
+        reports them), each message starting with the config key it concerns
+        (``seq_length: ...``). The default finds none."""
+        return []
+
     # ------------------------------------------------------------------ error policy
     @property
     def ignore_index(self) -> int:

@@ -152,6 +152,33 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
             labels.append(eos)
         return self.finish_sample(sample, ids, labels, images)
 
+    # ------------------------------------------------------------------ set-up checks
+    #: The image ``preflight_problems`` sends through the image processor (width, height).
+    PREFLIGHT_IMAGE_SIZE = (224, 224)
+
+    def preflight_problems(self) -> list[str]:
+        """Problems found without data: ``seq_length`` shorter than the shortest sample with
+        one image (its image tokens plus the chat template around a one-word question and
+        answer). Each message starts with the key it concerns."""
+        width, height = self.PREFLIGHT_IMAGE_SIZE
+        image = torch.full((3, height, width), 0.5)
+        messages = build_messages(
+            self.sample_config.conversation_template,
+            [("user", self.user_text("?", 1)), ("assistant", "a")],
+        )
+        ids, _ = tokenize_conversation(self.tokenizer, messages, self.sample_config)
+        processed, _ = self._process_images([image])
+        [tokens] = self.image_token_counts(processed, 1)
+        total = len(ids) - 1 + tokens
+        if total <= self.seq_length:
+            return []
+        return [
+            f"seq_length: {self.seq_length} is too small for one image: the image processor "
+            f"gives {tokens} image tokens for a {width}x{height} image and the chat template "
+            f"with a one-word question and answer {len(ids) - 1} more ({total} in all); every "
+            "sample with an image would be cut or skipped"
+        ]
+
     # ------------------------------------------------------------------ images and length
     def image_token_counts(self, processed: Any, num_images: int) -> list[int]:
         """Image embeddings per image implied by the processor output (or the option)."""

@@ -234,12 +234,26 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         try:
             messages, images = self.sample_messages(sample)
             text, spans = self.renderer.render_conversation(messages)
-            self._encode(sample, text, spans, images, check_length=False)
+            #: Tokens of the shortest one-image sample (a 32x32 image, one-word turns).
+            self.shortest_sample = self._encode(sample, text, spans, images, check_length=False)
         except Exception as exc:  # noqa: BLE001 - reported with what was being set up
             raise ConfigError(
                 f"task_encoder hf-processor: {type(self.processor).__name__} failed on a test "
                 f"sample with processor_kwargs {self.call_kwargs}: {type(exc).__name__}: {exc}"
             ) from exc
+
+    def preflight_problems(self) -> list[str]:
+        """``seq_length`` shorter than the shortest one-image sample (a 32x32 image with one-
+        word turns, built when the encoder was): every sample with an image would be skipped."""
+        shortest = self.shortest_sample
+        if shortest.length <= self.seq_length:
+            return []
+        return [
+            f"seq_length: {self.seq_length} is too small for one image: "
+            f"{type(self.processor).__name__} makes a one-image sample of {shortest.length} "
+            f"tokens ({sum(shortest.image_token_counts or [0])} for a 32x32 image); every "
+            "sample with an image would be skipped"
+        ]
 
     # ------------------------------------------------------------------ dispatch
     @stateless
