@@ -8,7 +8,14 @@ A subclass implements ``encode_sample(sample) -> EncodedSample``; the base gives
   sub-sequences (several ``seq_lengths``) turned into megatron-core ``PackedSeqParams``,
 - sequence packing with the selected strategy (``select_samples_to_pack``,
   ``pack_selected_samples``, carry-over in ``build_batch``), from
-  :class:`~energon_plugins.encoding.task_encoders.packing.PackingMixin`.
+  :class:`~energon_plugins.encoding.task_encoders.packing.PackingMixin`;
+- Energon's decoder chosen for the image processor: a processor that declares
+  ``image_input`` (``"bytes"``, ``"uint8"``, ``"pil"``) gets its images in that form
+  (:mod:`energon_plugins.encoding.image_processors.inputs`); one that declares nothing gets
+  Energon's default float decode, as before;
+- deferred work: ``encode_sample`` may return a sample whose images are not processed yet
+  (its lengths known from the image headers); :meth:`PluginTaskEncoder.complete_sample`
+  finishes it after the packing stage chose its pack, or in ``batch`` without packing.
 
 Everything runs downstream of Energon's shuffle buffer, so every stage is ``@stateless``:
 ``encode_sample`` must be a pure function of the sample (use
@@ -24,8 +31,10 @@ from typing import Any, Generic, Literal, TypeVar
 import torch
 from megatron.energon import DefaultTaskEncoder, SkipSample, stateless
 from megatron.energon.errors import FatalSampleError
+from megatron.energon.task_encoder.base import TaskEncoder
 
 from energon_plugins.host.context import BuildContext
+from energon_plugins.encoding.image_processors.inputs import decoder_for
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
 from energon_plugins.encoding.task_encoders.packing import PackingMixin
@@ -135,6 +144,10 @@ class PluginTaskEncoder(
         self.max_consecutive_errors = max_consecutive_errors
         self._error_counts: collections.Counter[str] = collections.Counter()
         self._consecutive_errors = 0
+        # Decode images as the processor wants them, unless the subclass set its own decoder.
+        decoder = decoder_for(self.image_processor)
+        if decoder is not None and getattr(type(self), "decoder", None) is TaskEncoder.decoder:
+            self.decoder = decoder
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -206,6 +219,16 @@ class PluginTaskEncoder(
         except Exception as exc:  # noqa: BLE001 - the policy decides
             self.handle_error(exc, sample)
 
+    # ------------------------------------------------------------------ deferred work
+    def complete_sample(self, sample: EncodedSample) -> EncodedSample:
+        """Finish work ``encode_sample`` deferred (e.g. image pixels); return the full sample.
+
+        Called on every sample of a pack before it is packed, and in ``batch`` (so without
+        packing too). The default returns ``sample`` unchanged; an encoder that defers work
+        overrides it. Must be a pure function of the sample (restore replays it).
+        """
+        return sample
+
     # ------------------------------------------------------------------ batching
     def _padded_length(self, lengths: list[int]) -> int:
         longest = max(lengths)
@@ -224,6 +247,7 @@ class PluginTaskEncoder(
         """
         if not samples:
             raise ValueError("batch() got no samples")
+        samples = [self.complete_sample(s) for s in samples]
         lengths = [s.length for s in samples]
         width = self._padded_length(lengths)
         bsz = len(samples)
@@ -333,6 +357,8 @@ def _cat(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
     tensors = [p for p in parts if p is not None]
     if not tensors:
         return None
+    if len(tensors) == 1:  # one sample (or one pack) per batch: no copy
+        return tensors[0]
     return torch.cat(tensors, dim=0)
 
 

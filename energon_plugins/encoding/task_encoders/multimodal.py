@@ -5,6 +5,13 @@ answer), rendered with the tokenizer's chat template; only the answer tokens car
 Every image tag is expanded to as many image tokens as the image processor yields embeddings
 for that image. Samples are cut to ``seq_length`` (never inside an image) or dropped, per the
 ``truncation`` option.
+
+With packing, when the image processor can tell an image's output size or patch grid from the
+image's size alone (``output_size_for`` / ``grid_for``), ``encode_sample`` reads only the image
+headers and returns a :class:`~energon_plugins.encoding.samples.PendingImagesSample` with exact
+lengths; the pixels are processed in :meth:`MultimodalTaskEncoder.complete_sample`, after the
+packing stage has chosen the sample's pack. The packing buffer then fills from cheap work and
+holds no pixel tensors.
 """
 
 from typing import Any
@@ -16,7 +23,8 @@ from megatron.energon.errors import FatalSampleError
 
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
-from energon_plugins.encoding.samples import EncodedSample
+from energon_plugins.encoding.image_processors.inputs import image_size
+from energon_plugins.encoding.samples import EncodedSample, PendingImagesSample
 from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.conversation import (
     build_messages,
@@ -106,12 +114,12 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         for item in sample.sequence:
             if isinstance(item, str):
                 texts.append(item)
-            elif isinstance(item, torch.Tensor):
+            elif _is_image(item):
                 images.append(item)
             else:
                 raise TypeError(
                     f"InterleavedSample {sample.__key__!r}: sequence item of type "
-                    f"{type(item).__name__} (expected str or image tensor)"
+                    f"{type(item).__name__} (expected str or an image)"
                 )
         pieces = iter(tokenize_texts(self.tokenizer, texts))
         ids: list[int] = []
@@ -160,6 +168,78 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
             )
         return counts
 
+    def plan_images(self, images: list[Any]) -> tuple[list[int], torch.Tensor | None] | None:
+        """Token counts (and grids) of ``images`` from their sizes alone; None if unknowable.
+
+        Reads each image's size (an encoded image's header only) and asks the processor for
+        the patch grid (``grid_for(height, width)``) or the output size
+        (``output_size_for(height, width)``); the counts then come from
+        :meth:`image_token_counts` as they would from the processed output.
+        """
+        if not images:
+            return [], None
+        proc = self.image_processor
+        grid_for = getattr(proc, "grid_for", None)
+        size_for = getattr(proc, "output_size_for", None)
+        if not callable(grid_for) and not callable(size_for):
+            return None
+        sizes = [image_size(img) for img in images]
+        if callable(grid_for):
+            grids = [grid_for(h, w) for h, w in sizes]
+            if all(g is not None for g in grids):
+                grid = torch.tensor(grids, dtype=torch.long)
+                return self.image_token_counts({"image_grid_thw": grid}, len(images)), grid
+        if callable(size_for):
+            outputs = [size_for(h, w) for h, w in sizes]
+            if all(o is not None for o in outputs):
+                counts = []
+                for height, width in outputs:  # shapes only: meta tensors hold no memory
+                    pixels = torch.empty((1, 3, height, width), device="meta")
+                    counts += self.image_token_counts({"pixel_values": pixels}, 1)
+                return counts, None
+        return None
+
+    def _defer_images(self) -> bool:
+        """Whether to leave the pixels to :meth:`complete_sample`: with a packing strategy."""
+        return self.packing is not None
+
+    def complete_sample(self, sample: EncodedSample) -> EncodedSample:
+        """Process the pending images of a :class:`PendingImagesSample`; others pass through.
+
+        The processed output must give the token counts (and grids) planned from the image
+        sizes; a difference stops the loader, naming the sample (the plan was wrong).
+        """
+        if not isinstance(sample, PendingImagesSample):
+            return sample
+        images = list(sample.pending_images or [])
+        processed, pixel_values = self._process_images(images)
+        grid = _get(processed, "image_grid_thw") if processed is not None else None
+        counts = self.image_token_counts(processed, len(images)) if images else []
+        planned = sample.image_grid_thw
+        if counts != list(sample.image_token_counts or []) or (
+            planned is not None and (grid is None or not torch.equal(grid.to(planned.dtype), planned))
+        ):
+            raise FatalSampleError(
+                f"sample {sample.__key__!r}: the image processor's output gives image tokens "
+                f"{counts} (grids {None if grid is None else grid.tolist()}), but the sizes "
+                f"planned {sample.image_token_counts} (grids "
+                f"{None if planned is None else planned.tolist()})"
+            )
+        return EncodedSample.derive_from(
+            sample,
+            input_ids=sample.input_ids,
+            labels=sample.labels,
+            loss_mask=sample.loss_mask,
+            pixel_values=pixel_values,
+            image_grid_thw=grid,
+            num_images=sample.num_images,
+            seq_lengths=sample.seq_lengths,
+            truncated=sample.truncated,
+            visual=sample.visual,
+            token_fields=sample.token_fields,
+            image_token_counts=sample.image_token_counts,
+        )
+
     def _process_images(self, images: list[torch.Tensor]) -> tuple[Any, Any]:
         if not images:
             return None, None
@@ -177,11 +257,18 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         """Process ``images``, expand their tags, truncate to ``seq_length``, build the sample.
 
         ``ids``/``labels`` hold one image-tag token per image; subclasses that render their own
-        conversation format call this to finish the common part.
+        conversation format call this to finish the common part. With packing, when the
+        lengths are known from the image sizes, the pixels are left to :meth:`complete_sample`
+        (a :class:`PendingImagesSample` is returned).
         """
-        processed, pixel_values = self._process_images(images)
-        grid = _get(processed, "image_grid_thw") if processed is not None else None
-        counts = self.image_token_counts(processed, len(images))
+        plan = self.plan_images(images) if images and self._defer_images() else None
+        if plan is not None:
+            processed, pixel_values = None, None
+            counts, grid = plan
+        else:
+            processed, pixel_values = self._process_images(images)
+            grid = _get(processed, "image_grid_thw") if processed is not None else None
+            counts = self.image_token_counts(processed, len(images))
         ids, labels, runs = expand_image_tokens(
             ids,
             labels,
@@ -195,7 +282,9 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         if len(ids) > self.seq_length:
             ids, labels, kept_images = self.truncate(sample, ids, labels, runs)
             truncated = True
-            if kept_images < len(images):
+            if kept_images < len(images) and plan is not None:
+                grid = grid[:kept_images] if grid is not None and kept_images else None
+            elif kept_images < len(images):
                 pixel_values, grid = _keep_images(pixel_values, grid, kept_images)
         if labels.count(self.ignore_index) == len(labels):
             raise CountedSkip(
@@ -205,8 +294,13 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         # list -> int64 via numpy: a C loop, about 3.5x faster than torch.tensor(list).
         input_ids = torch.from_numpy(np.asarray(ids, dtype=np.int64))
         label_t = torch.from_numpy(np.asarray(labels, dtype=np.int64))
-        return EncodedSample.derive_from(
+        pending = {}
+        cls = EncodedSample
+        if plan is not None and kept_images:
+            cls, pending = PendingImagesSample, {"pending_images": list(images[:kept_images])}
+        return cls.derive_from(
             sample,
+            **pending,
             input_ids=input_ids,
             labels=label_t,
             loss_mask=(label_t != self.ignore_index).to(torch.float32),
@@ -238,6 +332,13 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
                 break
         kept = sum(1 for _, end in runs if end <= cut)
         return ids[:cut], labels[:cut], kept
+
+
+def _is_image(item: Any) -> bool:
+    """An image in an interleaved sequence: a tensor, an array, a PIL image or encoded bytes."""
+    return isinstance(item, (torch.Tensor, np.ndarray, bytes, bytearray, memoryview)) or (
+        type(item).__module__.startswith("PIL.")
+    )
 
 
 def _get(mapping: Any, key: str) -> Any:

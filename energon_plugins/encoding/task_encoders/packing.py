@@ -11,7 +11,9 @@
   ``packing_overlong_truncated``; ``packing_left_out`` for a fitting sample that a
   ``select``-only strategy put in no group) and logged. A strategy that fails, uses an index
   twice or overfills a pack stops the loader (``FatalSampleError``).
-- ``pack_selected_samples(samples)`` (``@stateless``) concatenates tokens, labels, loss masks,
+- ``pack_selected_samples(samples)`` (``@stateless``) first finishes each sample's deferred work
+  (``complete_sample``: the image pixels of a sample whose lengths were planned from the image
+  sizes), then concatenates tokens, labels, loss masks,
   pixel values, image grids and image counts into one :class:`PackedSample` whose
   ``seq_lengths`` are the sub-sequence lengths (each padded to ``pad_to_multiple_of``) and
   ``real_seq_lengths`` the unpadded ones.
@@ -346,6 +348,7 @@ class PackingMixin:
         capacity = self.packing_capacity
         multiple = self.pad_to_multiple_of
         pad_id, ignore = int(self.pad_token_id), int(self.ignore_index)  # type: ignore[attr-defined]
+        samples = [self.complete_sample(s) for s in samples]  # type: ignore[attr-defined]
         samples = [
             self.truncate_for_packing(s, capacity) if s.length > capacity else s for s in samples
         ]
