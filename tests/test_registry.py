@@ -269,12 +269,41 @@ def test_factory_errors_name_the_plugin(plugin_path):
         registry.create("task_encoder", "explodes")
 
 
+def test_options_named_as_a_string_are_imported_on_first_use_only(plugin_path):
+    """``options="module:attr"``: listing does not import the model; validating does; a bad
+    reference is an error naming the plugin."""
+    write_distribution(
+        plugin_path,
+        "energon-plugin-lazy",
+        modules={
+            "toy_pkg.plugin": "from energon_plugins import hookimpl\n"
+            "@hookimpl\ndef register_task_encoders(register):\n"
+            "    register('lazy', 'toy_pkg.heavy:build', options='toy_pkg.opts:LazyOptions')\n"
+            "    register('broken', 'toy_pkg.heavy:build', options='toy_pkg.opts:Missing')\n",
+            "toy_pkg.opts": "from pydantic import BaseModel\n"
+            "class LazyOptions(BaseModel):\n    size: int = 3\n",
+            "toy_pkg.heavy": "def build(options, context):\n    return options\n",
+        },
+        entry_points={"lazy": "toy_pkg.plugin"},
+    )
+    registry = load_registry()
+    assert {"lazy", "broken"} <= {r.name for r in registry.available("task_encoder")}
+    assert "toy_pkg.opts" not in sys.modules
+    assert registry.create("task_encoder", "lazy", {"size": 5}).size == 5
+    assert registry.resolve("task_encoder", "lazy").options.__name__ == "LazyOptions"
+    with pytest.raises(PluginOptionsError, match="size"):
+        registry.create("task_encoder", "lazy", {"size": "five"})
+    with pytest.raises(PluginLoadError, match=r"'broken' \(energon-plugin-lazy\): cannot import options"):
+        registry.create("task_encoder", "broken")
+
+
 def test_import_has_no_side_effects_and_listing_is_light():
     code = (
         "import sys, energon_plugins, energon_plugins.host.manager as m\n"
         "assert m._cached is None, 'loaded at import'\n"
         "rows = energon_plugins.available()\n"
-        "heavy = sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'transformers', 'megatron'})\n"
+        "heavy = sorted({n.split('.')[0] for n in sys.modules}\n"
+        "               & {'torch', 'transformers', 'megatron', 'pydantic'})\n"
         "print(len(rows), heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

@@ -63,7 +63,7 @@ class PendingImagesSample(EncodedSample):
 
     The tokens, labels and ``image_token_counts`` (and ``image_grid_thw`` for grid processors)
     are final, computed from the image sizes alone, so packing can plan with exact lengths;
-    ``pixel_values`` is ``None`` until the task encoder's ``complete_sample`` processes
+    ``pixel_values`` is ``None`` until the task encoder's ``complete_samples`` processes
     ``pending_images`` (after the sample's pack is chosen, or in ``batch``).
 
     Attributes:

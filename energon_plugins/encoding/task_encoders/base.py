@@ -13,9 +13,10 @@ A subclass implements ``encode_sample(sample) -> EncodedSample``; the base gives
   ``image_input`` (``"bytes"``, ``"uint8"``, ``"pil"``) gets its images in that form
   (:mod:`energon_plugins.encoding.image_processors.inputs`); one that declares nothing gets
   Energon's default float decode, as before;
-- deferred work: ``encode_sample`` may return a sample whose images are not processed yet
-  (its lengths known from the image headers); :meth:`PluginTaskEncoder.complete_sample`
-  finishes it after the packing stage chose its pack, or in ``batch`` without packing.
+- deferred work: in the loader, ``encode_sample`` may return a sample whose images are not
+  processed yet (its lengths known from the image headers);
+  :meth:`PluginTaskEncoder.complete_samples` finishes the samples of a pack (after the packing
+  stage chose it) or of a batch together, so their pixels land in one tensor without a copy.
 
 Everything runs downstream of Energon's shuffle buffer, so every stage is ``@stateless``:
 ``encode_sample`` must be a pure function of the sample (use
@@ -220,14 +221,18 @@ class PluginTaskEncoder(
             self.handle_error(exc, sample)
 
     # ------------------------------------------------------------------ deferred work
-    def complete_sample(self, sample: EncodedSample) -> EncodedSample:
-        """Finish work ``encode_sample`` deferred (e.g. image pixels); return the full sample.
+    def complete_samples(
+        self, samples: list[EncodedSample]
+    ) -> tuple[list[EncodedSample], torch.Tensor | None]:
+        """Finish the work ``encode_sample`` deferred (e.g. image pixels) for these samples.
 
-        Called on every sample of a pack before it is packed, and in ``batch`` (so without
-        packing too). The default returns ``sample`` unchanged; an encoder that defers work
-        overrides it. Must be a pure function of the sample (restore replays it).
+        Called with the samples of a pack before they are packed, and with the samples of a
+        batch in ``batch``. Returns the finished samples and, when the encoder processed their
+        images together, the pixel values of all of them in order (one tensor; each sample's
+        ``pixel_values`` is a view into it), else ``None``. The default finishes nothing. Must
+        be a pure function of the samples (restore replays it).
         """
-        return sample
+        return samples, None
 
     # ------------------------------------------------------------------ batching
     def _padded_length(self, lengths: list[int]) -> int:
@@ -247,7 +252,7 @@ class PluginTaskEncoder(
         """
         if not samples:
             raise ValueError("batch() got no samples")
-        samples = [self.complete_sample(s) for s in samples]
+        samples, all_pixels = self.complete_samples(samples)
         lengths = [s.length for s in samples]
         width = self._padded_length(lengths)
         bsz = len(samples)
@@ -279,7 +284,7 @@ class PluginTaskEncoder(
             segments.extend(sub)
             if width > n:
                 segments.append(width - n)
-        pixel_values = _cat([s.pixel_values for s in samples])
+        pixel_values = all_pixels if all_pixels is not None else _cat([s.pixel_values for s in samples])
         image_grid_thw = _cat([s.image_grid_thw for s in samples])
         num_images = torch.tensor([int(s.num_images) for s in samples], dtype=torch.long)
         packed_seq_params = build_packed_seq_params(segments) if packed else None

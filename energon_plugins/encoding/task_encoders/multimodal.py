@@ -6,20 +6,24 @@ Every image tag is expanded to as many image tokens as the image processor yield
 for that image. Samples are cut to ``seq_length`` (never inside an image) or dropped, per the
 ``truncation`` option.
 
-With packing, when the image processor can tell an image's output size or patch grid from the
-image's size alone (``output_size_for`` / ``grid_for``), ``encode_sample`` reads only the image
-headers and returns a :class:`~energon_plugins.encoding.samples.PendingImagesSample` with exact
-lengths; the pixels are processed in :meth:`MultimodalTaskEncoder.complete_sample`, after the
-packing stage has chosen the sample's pack. The packing buffer then fills from cheap work and
-holds no pixel tensors.
+In the loader, when the image processor can tell an image's output size or patch grid from
+the image's size alone (``output_size_for`` / ``grid_for``), the encoding stage reads only the
+image headers and returns a :class:`~energon_plugins.encoding.samples.PendingImagesSample` with
+exact lengths; :meth:`MultimodalTaskEncoder.complete_samples` processes the pixels of a whole
+pack (after the packing stage has chosen it) or batch in one processor call, into one tensor.
+The shuffle and packing buffers then hold no pixel tensors and fill from cheap work, and no
+copy concatenates the samples' pixels. ``encode_sample`` called directly still returns
+finished samples.
 """
 
+import inspect
 from typing import Any
 
 import numpy as np
 import torch
 from megatron.energon import CaptioningSample, InterleavedSample, VQASample, stateless
 from megatron.energon.errors import FatalSampleError
+from megatron.energon.task_encoder.base import get_failure_tolerance
 
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
@@ -62,6 +66,36 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         self.image_text_id, self.image_token_id = resolve_image_token_ids(
             self.tokenizer, self.sample_config
         )
+        self._deferring = False
+
+    # ------------------------------------------------------------------ the loader's stage
+    def build_encode_sample(self, dataset: Any, *, worker_config: Any) -> Any:
+        """Energon's encoding stage, running :meth:`encode_sample_deferring` in the loader."""
+        if self._is_overridden(self.preencode_sample) or inspect.isgeneratorfunction(
+            inspect.unwrap(type(self).encode_sample)
+        ):
+            return super().build_encode_sample(dataset, worker_config=worker_config)
+        from megatron.energon.wrappers import MapDataset
+
+        return MapDataset(
+            dataset,
+            self.encode_sample_deferring,
+            worker_config=worker_config,
+            stateless_map_fn=True,
+            failure_tolerance=get_failure_tolerance(
+                self.encode_sample, self.__default_failure_tolerance__
+            ),
+        )
+
+    @stateless
+    def encode_sample_deferring(self, sample: Any) -> EncodedSample:
+        """:meth:`encode_sample` with image pixels left to :meth:`complete_samples` when the
+        lengths are known from the image sizes (the loader's encoding stage)."""
+        self._deferring = True
+        try:
+            return self.encode_sample(sample)
+        finally:
+            self._deferring = False
 
     # ------------------------------------------------------------------ dispatch
     @stateless
@@ -200,21 +234,43 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         return None
 
     def _defer_images(self) -> bool:
-        """Whether to leave the pixels to :meth:`complete_sample`: with a packing strategy."""
-        return self.packing is not None
+        """Whether to leave the pixels to :meth:`complete_samples`: in the loader's stage."""
+        return self._deferring
 
-    def complete_sample(self, sample: EncodedSample) -> EncodedSample:
-        """Process the pending images of a :class:`PendingImagesSample`; others pass through.
+    def complete_samples(
+        self, samples: list[EncodedSample]
+    ) -> tuple[list[EncodedSample], torch.Tensor | None]:
+        """Process the pending images of the :class:`PendingImagesSample` among ``samples``.
 
-        The processed output must give the token counts (and grids) planned from the image
-        sizes; a difference stops the loader, naming the sample (the plan was wrong).
+        All their images go through the processor in one call, in order; each finished
+        sample's ``pixel_values`` is a view into the result, which is returned too when every
+        sample with images was pending (else ``None``: the caller concatenates). The output
+        must give the token counts (and grids) planned from the image sizes; a difference stops
+        the loader, naming the sample (the plan was wrong).
         """
-        if not isinstance(sample, PendingImagesSample):
-            return sample
-        images = list(sample.pending_images or [])
-        processed, pixel_values = self._process_images(images)
-        grid = _get(processed, "image_grid_thw") if processed is not None else None
-        counts = self.image_token_counts(processed, len(images)) if images else []
+        pending = [s for s in samples if isinstance(s, PendingImagesSample) and s.pending_images]
+        if not pending:
+            return samples, None
+        images = [img for s in pending for img in s.pending_images]
+        processed, pixels = self._process_images(images)
+        grid = _get(processed, "image_grid_thw")
+        counts = self.image_token_counts(processed, len(images))
+        done: dict[int, EncodedSample] = {}
+        image = row = 0
+        for sample in pending:
+            n = len(sample.pending_images)
+            own_grid = grid[image : image + n] if grid is not None else None
+            rows = int(own_grid.prod(dim=-1).sum()) if own_grid is not None else n
+            self._check_plan(sample, counts[image : image + n], own_grid)
+            done[id(sample)] = _finished(sample, pixels[row : row + rows], own_grid)
+            image, row = image + n, row + rows
+        out = [done.get(id(s), s) for s in samples]
+        all_pending = all(
+            id(s) in done or s.pixel_values is None for s in samples
+        ) and row == int(pixels.shape[0])
+        return out, pixels if all_pending else None
+
+    def _check_plan(self, sample: Any, counts: list[int], grid: torch.Tensor | None) -> None:
         planned = sample.image_grid_thw
         if counts != list(sample.image_token_counts or []) or (
             planned is not None and (grid is None or not torch.equal(grid.to(planned.dtype), planned))
@@ -225,20 +281,6 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
                 f"planned {sample.image_token_counts} (grids "
                 f"{None if planned is None else planned.tolist()})"
             )
-        return EncodedSample.derive_from(
-            sample,
-            input_ids=sample.input_ids,
-            labels=sample.labels,
-            loss_mask=sample.loss_mask,
-            pixel_values=pixel_values,
-            image_grid_thw=grid,
-            num_images=sample.num_images,
-            seq_lengths=sample.seq_lengths,
-            truncated=sample.truncated,
-            visual=sample.visual,
-            token_fields=sample.token_fields,
-            image_token_counts=sample.image_token_counts,
-        )
 
     def _process_images(self, images: list[torch.Tensor]) -> tuple[Any, Any]:
         if not images:
@@ -257,8 +299,8 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         """Process ``images``, expand their tags, truncate to ``seq_length``, build the sample.
 
         ``ids``/``labels`` hold one image-tag token per image; subclasses that render their own
-        conversation format call this to finish the common part. With packing, when the
-        lengths are known from the image sizes, the pixels are left to :meth:`complete_sample`
+        conversation format call this to finish the common part. In the loader, when the
+        lengths are known from the image sizes, the pixels are left to :meth:`complete_samples`
         (a :class:`PendingImagesSample` is returned).
         """
         plan = self.plan_images(images) if images and self._defer_images() else None
@@ -332,6 +374,24 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
                 break
         kept = sum(1 for _, end in runs if end <= cut)
         return ids[:cut], labels[:cut], kept
+
+
+def _finished(sample: PendingImagesSample, pixels: torch.Tensor, grid: Any) -> EncodedSample:
+    """``sample`` as a plain :class:`EncodedSample` with its processed pixels."""
+    return EncodedSample.derive_from(
+        sample,
+        input_ids=sample.input_ids,
+        labels=sample.labels,
+        loss_mask=sample.loss_mask,
+        pixel_values=pixels,
+        image_grid_thw=grid,
+        num_images=sample.num_images,
+        seq_lengths=sample.seq_lengths,
+        truncated=sample.truncated,
+        visual=sample.visual,
+        token_fields=sample.token_fields,
+        image_token_counts=sample.image_token_counts,
+    )
 
 
 def _is_image(item: Any) -> bool:

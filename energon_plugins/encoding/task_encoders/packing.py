@@ -11,9 +11,9 @@
   ``packing_overlong_truncated``; ``packing_left_out`` for a fitting sample that a
   ``select``-only strategy put in no group) and logged. A strategy that fails, uses an index
   twice or overfills a pack stops the loader (``FatalSampleError``).
-- ``pack_selected_samples(samples)`` (``@stateless``) first finishes each sample's deferred work
-  (``complete_sample``: the image pixels of a sample whose lengths were planned from the image
-  sizes), then concatenates tokens, labels, loss masks,
+- ``pack_selected_samples(samples)`` (``@stateless``) first finishes the samples' deferred work
+  (``complete_samples``: the image pixels of samples whose lengths were planned from the image
+  sizes, processed together into one tensor), then concatenates tokens, labels, loss masks,
   pixel values, image grids and image counts into one :class:`PackedSample` whose
   ``seq_lengths`` are the sub-sequence lengths (each padded to ``pad_to_multiple_of``) and
   ``real_seq_lengths`` the unpadded ones.
@@ -102,6 +102,12 @@ def packed_seq_params(real_segments: list[int], padded_segments: list[int],
         max_seqlen_q=max(padded_segments, default=0),
         max_seqlen_kv=max(padded_segments, default=0),
     )
+
+
+def _cat(parts: list[torch.Tensor]) -> torch.Tensor | None:
+    if not parts:
+        return None
+    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
 
 
 def _packed_token_fields(
@@ -348,10 +354,13 @@ class PackingMixin:
         capacity = self.packing_capacity
         multiple = self.pad_to_multiple_of
         pad_id, ignore = int(self.pad_token_id), int(self.ignore_index)  # type: ignore[attr-defined]
-        samples = [self.complete_sample(s) for s in samples]  # type: ignore[attr-defined]
-        samples = [
-            self.truncate_for_packing(s, capacity) if s.length > capacity else s for s in samples
-        ]
+        samples, all_pixels = self.complete_samples(samples)  # type: ignore[attr-defined]
+        if any(s.length > capacity for s in samples):
+            all_pixels = None  # a cut may drop images: concatenate what is kept
+            samples = [
+                self.truncate_for_packing(s, capacity) if s.length > capacity else s
+                for s in samples
+            ]
         ids, labels, masks, real, laid_out = [], [], [], [], []
         for sample in samples:
             n = sample.length
@@ -383,7 +392,7 @@ class PackingMixin:
             input_ids=torch.cat(ids),
             labels=torch.cat(labels),
             loss_mask=torch.cat(masks),
-            pixel_values=torch.cat(pixels, dim=0) if pixels else None,
+            pixel_values=all_pixels if all_pixels is not None else _cat(pixels),
             image_grid_thw=torch.cat(grids, dim=0) if grids else None,
             num_images=sum(int(s.num_images) for s in samples),
             seq_lengths=laid_out,
@@ -426,7 +435,12 @@ class PackingMixin:
     # ------------------------------------------------------------------ the packing stage
     def build_batch(self, dataset: Any, *, batch_size: Any, batch_drop_last: bool = False,
                     packing_buffer_size: int | None = None, worker_config: Any) -> Any:
-        """Energon's ``build_batch``; with ``carry_over`` the packing stage carries over."""
+        """Energon's ``build_batch``; with ``carry_over`` the packing stage carries over.
+
+        Without packing and batching (``batch_size=None``), a last stage finishes each
+        sample's deferred work (``complete_samples``), which packing or ``batch`` does otherwise.
+        """
+        unbatched = batch_size is None and packing_buffer_size is None
         if packing_buffer_size is not None:
             self._strategy()
             self.pad_to_multiple_of  # noqa: B018 - validates seq_length against the multiple
@@ -454,10 +468,21 @@ class PackingMixin:
                 ),
             )
             packing_buffer_size = None
-        return super().build_batch(  # type: ignore[misc]
+        dataset = super().build_batch(  # type: ignore[misc]
             dataset,
             batch_size=batch_size,
             batch_drop_last=batch_drop_last,
             packing_buffer_size=packing_buffer_size,
             worker_config=worker_config,
         )
+        if unbatched:
+            from megatron.energon.wrappers import MapDataset
+
+            dataset = MapDataset(dataset, self.complete_unbatched, worker_config=worker_config,
+                                 stateless_map_fn=True)
+        return dataset
+
+    @stateless
+    def complete_unbatched(self, sample: EncodedSample) -> EncodedSample:
+        """One sample with its deferred work done (the last stage of an unbatched loader)."""
+        return self.complete_samples([sample])[0][0]  # type: ignore[attr-defined]
