@@ -1,5 +1,6 @@
 """The plugin host: discovery through real entry points, isolation, names, options, env vars."""
 
+import pathlib
 import subprocess
 import sys
 
@@ -341,3 +342,24 @@ def test_a_pip_installed_distribution_is_found_in_a_fresh_process(tmp_path):
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.split() == ["energon-plugin-toy", "3.1", "5"]
+
+
+def test_the_light_entry_point_reader_agrees_with_importlib_metadata(plugin_path, monkeypatch, tmp_path):
+    """The dist-info reader on the listing path finds what importlib.metadata finds, and hands
+    over to it for layouts it does not read (an .egg-info distribution)."""
+    from energon_plugins.host import entry_points as reader
+
+    _toy(plugin_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path
+                                      if p and not any(pathlib.Path(p).glob("*.egg-info"))])
+    key = lambda e: (e.distribution, e.version, e.name, e.value)  # noqa: E731
+    for group in ("energon_plugins", "console_scripts", "pytest11"):
+        light = sorted(reader._scan(group), key=key)
+        assert light == sorted(reader._with_importlib_metadata(group), key=key), group
+    assert ("energon-plugin-toy", "2.3", "toy", "toy_pkg.plugin") in {key(e) for e in light} | {
+        key(e) for e in reader._scan("energon_plugins")}
+    (tmp_path / "legacy.egg-info").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(reader._Unusual):
+        reader._scan("energon_plugins")
+    assert {e.name for e in reader.entry_points("energon_plugins")} >= {"toy", "task_encoders"}

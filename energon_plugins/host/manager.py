@@ -10,7 +10,6 @@ Environment:
 """
 
 import contextlib
-import importlib.metadata
 import os
 import threading
 from collections.abc import Iterable, Iterator
@@ -22,6 +21,7 @@ import pluggy
 from energon_plugins.host import hookspecs
 from energon_plugins._suggest import did_you_mean
 from energon_plugins.host._markers import ENTRY_POINT_GROUP, PROJECT_NAME
+from energon_plugins.host.entry_points import entry_points
 from energon_plugins.host.kinds import HOOK_FOR_KIND
 from energon_plugins.host.registry import LoadFailure, Registry, canonical_distribution
 
@@ -70,13 +70,10 @@ class _Source:
 
 def _entry_point_sources(group: str) -> list[_Source]:
     sources = []
-    for ep in importlib.metadata.entry_points(group=group):
-        dist = ep.dist
-        distribution = dist.name if dist is not None else "<unknown>"
-        version = dist.version if dist is not None else "?"
-        if not wanted_distribution(distribution):
+    for ep in entry_points(group):
+        if not wanted_distribution(ep.distribution):
             continue
-        sources.append(_Source(distribution, version, f"{ep.name} = {ep.value}", ep.load))
+        sources.append(_Source(ep.distribution, ep.version, f"{ep.name} = {ep.value}", ep.load))
     # Core first, then alphabetical: a stable order for listings and for hook calls.
     sources.sort(key=lambda s: (canonical_distribution(s.distribution) != CORE_DISTRIBUTION,
                                 canonical_distribution(s.distribution), s.entry_point))

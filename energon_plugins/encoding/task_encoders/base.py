@@ -62,29 +62,44 @@ def _sample_key(sample: Any) -> str:
 
 
 def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a subclass's ``encode_sample`` with the error policy, keeping Energon's markers."""
+    """Wrap a subclass's ``encode_sample`` with the error policy, keeping Energon's markers.
+
+    A subclass's wrapped ``encode_sample`` that calls its parent's (wrapped too) counts one
+    sample: only the outermost call resets the consecutive-error count, so a sample that fails
+    after ``super().encode_sample`` succeeded still counts towards ``max_consecutive_errors``.
+    """
 
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
         def gen_wrapper(self: "PluginTaskEncoder", sample: Any):
+            depth = self.__dict__.get("_encode_depth", 0)
+            self._encode_depth = depth + 1
             try:
                 yield from fn(self, sample)
             except Exception as exc:  # noqa: BLE001 - the policy decides
                 self.handle_error(exc, sample)
             else:
-                self._consecutive_errors = 0
+                if not depth:
+                    self._consecutive_errors = 0
+            finally:
+                self._encode_depth = depth
 
         wrapper = gen_wrapper
     else:
 
         @functools.wraps(fn)
         def wrapper(self: "PluginTaskEncoder", sample: Any):
+            depth = self.__dict__.get("_encode_depth", 0)
+            self._encode_depth = depth + 1
             try:
                 result = fn(self, sample)
             except Exception as exc:  # noqa: BLE001 - the policy decides
                 self.handle_error(exc, sample)
-            self._consecutive_errors = 0
+            finally:
+                self._encode_depth = depth
+            if not depth:
+                self._consecutive_errors = 0
             return result
 
     # A PluginTaskEncoder's encode_sample is a pure function of the sample: mark it stateless

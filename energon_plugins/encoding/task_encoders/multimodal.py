@@ -55,6 +55,17 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         options: :class:`MultimodalOptions`.
     """
 
+    defer_images = True
+    """In the loader, leave image pixels to :meth:`complete_samples` when the lengths are known
+    from the image sizes. A subclass that overrides ``encode_sample`` gets ``False`` (its code
+    may read ``pixel_values``) unless its class body sets it: set ``defer_images = True`` when
+    its ``encode_sample`` returns what :meth:`finish_sample` built without touching the pixels."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "encode_sample" in cls.__dict__ and "defer_images" not in cls.__dict__:
+            cls.defer_images = False
+
     def __init__(self, context: BuildContext, options: MultimodalOptions | None = None) -> None:
         options = options if options is not None else MultimodalOptions()
         super().__init__(context, on_error=options.on_error, padding=options.padding)
@@ -71,8 +82,8 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
     # ------------------------------------------------------------------ the loader's stage
     def build_encode_sample(self, dataset: Any, *, worker_config: Any) -> Any:
         """Energon's encoding stage, running :meth:`encode_sample_deferring` in the loader."""
-        if self._is_overridden(self.preencode_sample) or inspect.isgeneratorfunction(
-            inspect.unwrap(type(self).encode_sample)
+        if not self.defer_images or self._is_overridden(self.preencode_sample) or (
+            inspect.isgeneratorfunction(inspect.unwrap(type(self).encode_sample))
         ):
             return super().build_encode_sample(dataset, worker_config=worker_config)
         from megatron.energon.wrappers import MapDataset

@@ -97,6 +97,9 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
         options: :class:`~energon_plugin_llava.options.LlavaOptions`.
     """
 
+    defer_images = True
+    """``encode_sample`` returns what ``finish_sample`` built: pixels may wait in the loader."""
+
     cookers = [Cooker(cook_llava, has_subflavors={"format": "llava"})]
 
     def __init__(self, context: BuildContext, options: LlavaOptions | None = None) -> None:

@@ -56,6 +56,9 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         options: :class:`~energon_plugin_qwen_vl.options.Qwen2VLOptions`.
     """
 
+    defer_images = True
+    """``encode_sample`` returns what ``finish_sample`` built: pixels may wait in the loader."""
+
     cookers = [Cooker(cook_chatml, has_subflavors={"format": "chatml"})]
 
     def __init__(self, context: BuildContext, options: Qwen2VLOptions | None = None) -> None:
