@@ -277,3 +277,27 @@ def to_pil(image: Any, min_size: tuple[int, int] | None = None, index: int | Non
 
     chw = to_uint8_chw(image, index=index)
     return Image.fromarray(np.ascontiguousarray(chw.permute(1, 2, 0).numpy()))
+
+
+# --------------------------------------------------------------------------- outputs
+
+
+def new_output(shape: tuple[int, ...], dtype: Any = None) -> Any:
+    """An empty tensor for a processor's output: in shared memory inside a loader worker.
+
+    A batch a worker hands to the main process is moved into shared memory (a copy of every
+    tensor not already there); allocating the pixel output there from the start saves that
+    copy, as torch's own ``default_collate`` does. Outside a worker: ``torch.empty``.
+    """
+    import torch
+
+    dtype = dtype or torch.float32
+    if torch.utils.data.get_worker_info() is None:
+        return torch.empty(shape, dtype=dtype)
+    numel = 1
+    for size in shape:
+        numel *= int(size)
+    storage = torch.empty(0, dtype=dtype).untyped_storage()._new_shared(
+        numel * torch.empty(0, dtype=dtype).element_size()
+    )
+    return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))

@@ -21,7 +21,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from energon_plugins.encoding.image_processors.inputs import decode_uint8, image_size, is_encoded
+from energon_plugins.encoding.image_processors.inputs import (
+    decode_uint8,
+    image_size,
+    is_encoded,
+    new_output,
+)
 
 from energon_plugin_fast_image.pil_resize import resize_batch, vertical_first
 from energon_plugin_fast_image.settings import ProcessorSettings, resolve_settings
@@ -308,7 +313,7 @@ class FastImageProcessor:
                 "do_center_crop with crop_size, or a fixed size {height, width}"
             )
         (c, h, w) = shapes.pop()
-        out = torch.empty((len(images), c, h, w), dtype=torch.float32)
+        out = new_output((len(images), c, h, w))  # shared memory in a loader worker
         scale, bias = self._scale[0], self._bias[0]
         for k, img in enumerate(images):
             if img.is_floating_point():

@@ -5,8 +5,9 @@ Per image: read the size (an encoded image's header), compute the target with
 or in PIL's draft mode with ``jpeg_draft``), resize with torch's uint8 antialiased bicubic
 kernel (the call transformers' default torchvision backend makes, so the same pixels), cut
 the patches in 8-bit (one numpy transpose), then rescale, normalize and repeat over the
-temporal patch in one pass into the ``(patches, C * T * p * p)`` float32 output, which holds
-every image of the call (no concatenation). ``image_grid_thw`` is ``(1, h / p, w / p)`` per
+temporal patch into the ``(patches, C * T * p * p)`` float32 output, which holds every image
+of the call (no concatenation) and, in a loader worker, is allocated in shared memory (the
+batch goes to the main process without another copy). ``image_grid_thw`` is ``(1, h / p, w / p)`` per
 image, as transformers gives it.
 """
 
@@ -16,7 +17,12 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from energon_plugins.encoding.image_processors.inputs import image_size, is_encoded, to_uint8_chw
+from energon_plugins.encoding.image_processors.inputs import (
+    image_size,
+    is_encoded,
+    new_output,
+    to_uint8_chw,
+)
 
 from energon_plugin_fast_image.processor import FastBatchFeature, _flatten
 from energon_plugin_fast_image.qwen_settings import QwenSettings, resolve_qwen_settings, smart_resize
@@ -149,7 +155,7 @@ class FastQwen2VLProcessor:
             grids = [(1, r.shape[-2] // p, r.shape[-1] // p) for r in resized]
             rows = [gh * gw for _, gh, gw in grids]
             width = CHANNELS * self.temporal_patch_size * p * p
-            pixel_values = torch.empty((sum(rows), width), dtype=torch.float32)
+            pixel_values = new_output((sum(rows), width))  # shared memory in a loader worker
             start = 0
             for chw, n in zip(resized, rows):
                 self._write_patches(chw, pixel_values[start : start + n])
