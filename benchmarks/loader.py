@@ -25,6 +25,7 @@ processed until their pack is chosen).
 import argparse
 import gc
 import os
+import statistics
 import sys
 import time
 import warnings
@@ -100,6 +101,24 @@ def one(path, tokenizer, workers, packing, setting, after) -> dict:
             "ratio": round(restore_s / fresh_s, 2), "restored_batch_is_the_next_one": exact}
 
 
+def checkpoint_cost(path, tokenizer, rounds: int, seconds: float = 3.0) -> dict:
+    """Samples/s at 2 workers with Energon's default checkpoints and with one every batch."""
+    rates: dict[str, list[float]] = {setting: [] for setting in SETTINGS}
+    for r in range(rounds):
+        for setting in list(SETTINGS)[r % 2:] + list(SETTINGS)[: r % 2]:
+            run = _Loader(path, tokenizer, 2, False, SETTINGS[setting])
+            for _ in range(5):  # workers started, prefetch queue drained
+                run.next()
+            samples, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                samples += len(run.next().__key__)
+            rates[setting].append(samples / (time.perf_counter() - start))
+            run.close()
+    medians = {k: round(statistics.median(v), 2) for k, v in rates.items()}
+    return {"samples_per_s": medians,
+            "ratio": round(medians["checkpoint every batch"] / medians["datamodule"], 3)}
+
+
 def main(argv=None) -> dict:
     """Measure, print, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -141,6 +160,10 @@ def main(argv=None) -> dict:
     for g in goals:
         print(goal_line(g["goal"], g["met"], g["detail"]))
     result = {"restore": rows, "goals": goals, "load_average": [round(v, 2) for v in os.getloadavg()]}
+    if "2" in args.workers.split(","):
+        cost = result["checkpoint_cost"] = checkpoint_cost(path, tokenizer, rounds=4)
+        print(f"throughput at 2 workers, samples/s: {cost['samples_per_s']} "
+              f"(checkpoint every batch / default: {cost['ratio']}x)")
     if args.json:
         print(f"wrote {write_json(args.json, 'loader', result)}")
     return result

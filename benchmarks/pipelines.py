@@ -18,8 +18,8 @@ torchvision backend + tokenizer), same prompts and outputs. Contenders, per mode
 
 Each round builds every contender's loader afresh (the order rotates between rounds), times
 the first batch (build to first batch: the time to first batch), pulls ``--warmup`` more
-batches (workers started, prefetch queues drained), then times samples over ``--batches``
-batches (packed rows: their sub-samples) by wall clock, and counts the CPU time this process
+batches (workers started, prefetch queues drained), then times samples over at least ``--batches``
+batches and 3 s (packed rows: their sub-samples) by wall clock, and counts the CPU time this process
 and its loader workers spent meanwhile (samples per CPU second: what the work costs, less
 disturbed by other processes on a shared machine than the wall clock). Each figure is the
 **median** of the rounds; ratios are medians of the same run (and the median of per-round
@@ -48,6 +48,8 @@ PACK_SEQ = 4096
 PACK_BUFFER = 100
 CLIP_336 = {"size": {"shortest_edge": 336}, "crop_size": {"height": 336, "width": 336}}
 GOALS = {"llava": 1.5, "qwen": 2.0}
+MIN_SECONDS = 3.0
+"""Each timed window lasts at least this long (a few batches at 2 workers pass in a blink)."""
 PACKING_GOAL = 0.95
 
 
@@ -130,7 +132,8 @@ def cpu_seconds() -> float:
     return total
 
 
-def one_round(spec, path, tokenizers, workers, batches, warmup) -> dict[str, float]:
+def one_round(spec, path, tokenizers, workers, batches, warmup,
+              min_seconds: float = MIN_SECONDS) -> dict[str, float]:
     """First-batch seconds, and samples per second of wall and of CPU time, of a fresh loader."""
     start = time.perf_counter()
     iterator = iter(build(spec, path, tokenizers, workers))
@@ -140,10 +143,9 @@ def one_round(spec, path, tokenizers, workers, batches, warmup) -> dict[str, flo
         next(iterator)
     samples = 0
     start, cpu = time.perf_counter(), cpu_seconds()
-    for _ in range(batches * (MBS if spec.get("packing") else 1)):
+    # At least ``batches`` batches' worth of samples and MIN_SECONDS of wall time.
+    while samples < batches * MBS or time.perf_counter() - start < min_seconds:
         samples += samples_in(next(iterator))
-        if spec.get("packing") and samples >= batches * MBS:
-            break
     seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     del iterator
     gc.collect()
@@ -151,7 +153,8 @@ def one_round(spec, path, tokenizers, workers, batches, warmup) -> dict[str, flo
             "samples_per_cpu_s": samples / max(cpu, 1e-9)}
 
 
-def measure(family_specs, path, tokenizers, workers, rounds, batches) -> dict[str, Any]:
+def measure(family_specs, path, tokenizers, workers, rounds, batches,
+            min_seconds: float = MIN_SECONDS) -> dict[str, Any]:
     """Interleaved rounds of every contender of one family at ``workers`` workers."""
     names = list(family_specs)
     per_round: dict[str, list[dict[str, float]]] = {n: [] for n in names}
@@ -160,7 +163,7 @@ def measure(family_specs, path, tokenizers, workers, rounds, batches) -> dict[st
         order = names[r % len(names):] + names[: r % len(names)]
         for name in order:
             per_round[name].append(one_round(family_specs[name], path, tokenizers, workers,
-                                             batches, warmup))
+                                             batches, warmup, min_seconds))
     baseline = names[0]
     out = {}
     for name in names:
@@ -210,11 +213,14 @@ def main(argv=None) -> dict:
     parser.add_argument("--workers", default="0,2")
     parser.add_argument("--samples", type=int, default=240, help="samples in the dataset")
     parser.add_argument("--families", default="llava,qwen", help="model families to measure")
+    parser.add_argument("--min-seconds", type=float, default=MIN_SECONDS,
+                        help="shortest timed window per round")
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     if args.quick:
         args.rounds, args.batches, args.workers, args.samples = 1, 1, "0", 48
+        args.min_seconds = 0.0
 
     import torch
     import torch.utils.data._utils as data_utils
@@ -234,7 +240,8 @@ def main(argv=None) -> dict:
     specs = {f: specs[f] for f in args.families.split(",")}
     for family, named in specs.items():
         for workers in (int(w) for w in args.workers.split(",")):
-            figures = measure(named, path, tokenizers, workers, args.rounds, args.batches)
+            figures = measure(named, path, tokenizers, workers, args.rounds, args.batches,
+                              args.min_seconds)
             result["families"].setdefault(family, {})[str(workers)] = figures
             print_table(
                 f"{family}, {workers} workers: median of {args.rounds} interleaved rounds "

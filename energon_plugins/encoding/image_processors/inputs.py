@@ -283,21 +283,60 @@ def to_pil(image: Any, min_size: tuple[int, int] | None = None, index: int | Non
 
 
 def new_output(shape: tuple[int, ...], dtype: Any = None) -> Any:
-    """An empty tensor for a processor's output: in shared memory inside a loader worker.
+    """An empty tensor for a processor's output, allocated where it is cheapest to fill.
 
-    A batch a worker hands to the main process is moved into shared memory (a copy of every
-    tensor not already there); allocating the pixel output there from the start saves that
-    copy, as torch's own ``default_collate`` does. Outside a worker: ``torch.empty``.
+    Inside a loader worker it lives in shared memory: a batch a worker hands to the main
+    process is moved into shared memory (a copy of every tensor not already there), and
+    allocating the pixel output there from the start saves that copy, as torch's own
+    ``default_collate`` does. Elsewhere it is ``torch.empty``, its pages faulted in by one
+    ``madvise(MADV_POPULATE_WRITE)`` call when it is large: a fresh multi-megabyte tensor
+    otherwise takes one page fault per 4 KiB page on first write (measured here: 23 MiB filled
+    in 67 ms instead of 19 ms). Without that call (kernels before 5.14, other systems) the
+    tensor is returned as is.
     """
     import torch
 
     dtype = dtype or torch.float32
     if torch.utils.data.get_worker_info() is None:
-        return torch.empty(shape, dtype=dtype)
+        out = torch.empty(shape, dtype=dtype)
+        if out.numel() * out.element_size() >= _PREFAULT_BYTES:
+            _prefault(out)
+        return out
     numel = 1
     for size in shape:
         numel *= int(size)
-    storage = torch.empty(0, dtype=dtype).untyped_storage()._new_shared(
-        numel * torch.empty(0, dtype=dtype).element_size()
-    )
+    element = torch.empty(0, dtype=dtype).element_size()
+    storage = torch.UntypedStorage._new_shared(numel * element)
     return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))
+
+
+_PREFAULT_BYTES = 1 << 20
+_MADV_POPULATE_WRITE = 23  # Linux 5.14+
+_madvise: Any = None
+
+
+def _prefault(tensor: Any) -> None:
+    """Fault in the whole pages of ``tensor``'s memory with one system call (best effort)."""
+    global _madvise
+    if _madvise is None:
+        import ctypes
+        import sys
+
+        _madvise = False
+        if sys.platform.startswith("linux"):
+            try:
+                libc = ctypes.CDLL(None, use_errno=True)
+                libc.madvise.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int]
+                _madvise = libc.madvise
+            except (OSError, AttributeError):  # pragma: no cover - no libc symbol
+                _madvise = False
+    if not _madvise:
+        return
+    import mmap
+
+    page = mmap.PAGESIZE
+    start = tensor.data_ptr()
+    end = start + tensor.numel() * tensor.element_size()
+    first, last = -(-start // page) * page, end // page * page
+    if last > first:
+        _madvise(first, last - first, _MADV_POPULATE_WRITE)  # an error leaves it to page faults

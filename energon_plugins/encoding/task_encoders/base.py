@@ -38,7 +38,7 @@ from energon_plugins.host.context import BuildContext
 from energon_plugins.encoding.image_processors.inputs import decoder_for
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
-from energon_plugins.encoding.task_encoders.packing import PackingMixin
+from energon_plugins.encoding.task_encoders.packing import PackingMixin, cat_parts
 
 T_sample = TypeVar("T_sample")
 
@@ -299,8 +299,9 @@ class PluginTaskEncoder(
             segments.extend(sub)
             if width > n:
                 segments.append(width - n)
-        pixel_values = all_pixels if all_pixels is not None else _cat([s.pixel_values for s in samples])
-        image_grid_thw = _cat([s.image_grid_thw for s in samples])
+        if all_pixels is None:
+            all_pixels = cat_parts([s.pixel_values for s in samples])
+        image_grid_thw = cat_parts([s.image_grid_thw for s in samples])
         num_images = torch.tensor([int(s.num_images) for s in samples], dtype=torch.long)
         packed_seq_params = build_packed_seq_params(segments) if packed else None
         batch = MultiModalBatch.from_samples(
@@ -310,7 +311,7 @@ class PluginTaskEncoder(
             loss_mask=loss_mask,
             position_ids=position_ids,
             attention_mask=None if packed else real,
-            pixel_values=pixel_values,
+            pixel_values=all_pixels,
             image_grid_thw=image_grid_thw,
             num_images=num_images,
             packed_seq_params=packed_seq_params,
@@ -371,15 +372,6 @@ def _token_counts(counts: list[list[int] | None]) -> torch.Tensor | None:
     if any(c is None for c in counts):
         return None
     return torch.tensor([n for c in counts for n in c], dtype=torch.long)  # type: ignore[union-attr]
-
-
-def _cat(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
-    tensors = [p for p in parts if p is not None]
-    if not tensors:
-        return None
-    if len(tensors) == 1:  # one sample (or one pack) per batch: no copy
-        return tensors[0]
-    return torch.cat(tensors, dim=0)
 
 
 def build_packed_seq_params(segment_lengths: list[int]) -> Any:

@@ -104,10 +104,13 @@ def packed_seq_params(real_segments: list[int], padded_segments: list[int],
     )
 
 
-def _cat(parts: list[torch.Tensor]) -> torch.Tensor | None:
-    if not parts:
+def cat_parts(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """The non-``None`` tensors concatenated along dim 0; one tensor is returned as is (no
+    copy); ``None`` when there are none."""
+    tensors = [p for p in parts if p is not None]
+    if not tensors:
         return None
-    return parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)
 
 
 def _packed_token_fields(
@@ -392,7 +395,7 @@ class PackingMixin:
             input_ids=torch.cat(ids),
             labels=torch.cat(labels),
             loss_mask=torch.cat(masks),
-            pixel_values=all_pixels if all_pixels is not None else _cat(pixels),
+            pixel_values=all_pixels if all_pixels is not None else cat_parts(pixels),
             image_grid_thw=torch.cat(grids, dim=0) if grids else None,
             num_images=sum(int(s.num_images) for s in samples),
             seq_lengths=laid_out,
