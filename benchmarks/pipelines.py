@@ -194,10 +194,16 @@ def check_outputs(path, tokenizers) -> dict[str, Any]:
         a = next(iter(build(hand, path, tokenizers, 0)))
         b = next(iter(build(project, path, tokenizers, 0)))
         same_keys = list(a.__key__) == list(b.__key__)
+        differ = (a.labels != b.labels) if same_keys else None
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(tokenizers["llava" if family == "llava" else "qwen2"])
         result[family] = {
             "same_samples": same_keys,
             "input_ids_identical": same_keys and bool((a.input_ids == b.input_ids).all()),
-            "labels_identical": same_keys and bool((a.labels == b.labels).all()),
+            "labels_identical": same_keys and not bool(differ.any()),
+            "labels_differ_on": sorted({tok.decode([int(t)]) for t in a.input_ids[differ]})
+            if same_keys else None,
             "pixel_values_max_abs_diff": round(float((a.pixel_values - b.pixel_values).abs().max()), 6)
             if a.pixel_values.shape == b.pixel_values.shape else "shapes differ",
         }

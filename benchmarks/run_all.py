@@ -119,7 +119,8 @@ def summary_rows(results: dict) -> list[list[str]]:
         for family, check in pl.get("outputs", {}).items():
             add("pipelines", f"{family}: same outputs as the hand-written pipeline (first batch)",
                 f"ids identical {check['input_ids_identical']}, labels identical "
-                f"{check['labels_identical']}, max pixel diff {check['pixel_values_max_abs_diff']}")
+                f"{check['labels_identical']} (differ on tokens {check.get('labels_differ_on')}), "
+                f"max pixel diff {check['pixel_values_max_abs_diff']}")
     ip = _get(results, "image_processors", "result")
     if ip:
         for row in ip.get("rows", []):

@@ -83,16 +83,7 @@ class PluginSpec:
         """
         if callable(self.factory):
             return self.factory
-        module_name, _, attr = self.factory.partition(":")
-        try:
-            target: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                target = getattr(target, part)
-        except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
-            raise PluginLoadError(
-                f"{self.label}: cannot import factory {self.factory!r}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+        target = _import_ref(self, self.factory, "factory")
         if not callable(target):
             raise PluginLoadError(f"{self.label}: factory {self.factory!r} is not callable")
         return target
@@ -413,10 +404,8 @@ def _check_options(options: Any) -> type[pydantic.BaseModel] | str | None:
     )
 
 
-def _import_options(spec: PluginSpec, ref: str) -> Any:
-    """The options model a ``"module:attr"`` string names (checked to be a pydantic model)."""
-    import pydantic
-
+def _import_ref(spec: PluginSpec, ref: str, what: str) -> Any:
+    """The object a ``"module:attr"`` string names; a failure names the plugin and ``what``."""
     module_name, _, attr = ref.partition(":")
     try:
         target: Any = importlib.import_module(module_name)
@@ -424,8 +413,16 @@ def _import_options(spec: PluginSpec, ref: str) -> Any:
             target = getattr(target, part)
     except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
         raise PluginLoadError(
-            f"{spec.label}: cannot import options {ref!r}: {type(exc).__name__}: {exc}"
+            f"{spec.label}: cannot import {what} {ref!r}: {type(exc).__name__}: {exc}"
         ) from exc
+    return target
+
+
+def _import_options(spec: PluginSpec, ref: str) -> Any:
+    """The options model a ``"module:attr"`` string names (checked to be a pydantic model)."""
+    import pydantic
+
+    target = _import_ref(spec, ref, "options")
     if not (isinstance(target, type) and issubclass(target, pydantic.BaseModel)):
         raise PluginLoadError(f"{spec.label}: options {ref!r} is not a pydantic model class")
     return target

@@ -36,6 +36,13 @@ def resample_name(value: int | str, where: str = "resample") -> ResampleName:
     raise ValueError(f"{where}: expected 'bicubic', 'bilinear', 'nearest' or 3/2/0, got {value!r}")
 
 
+def positive_std(value: list[float] | None) -> list[float] | None:
+    """Validator: every std > 0 (None passes)."""
+    if value is not None and any(v <= 0 for v in value):
+        raise ValueError("every std must be > 0")
+    return value
+
+
 class _FastImageOptions(BaseModel):
     """Settings shared by both processors; ``None`` keeps the file's value or the default."""
 
@@ -114,9 +121,7 @@ class _FastImageOptions(BaseModel):
     @field_validator("image_std")
     @classmethod
     def _check_std(cls, value):
-        if value is not None and any(v <= 0 for v in value):
-            raise ValueError("every std must be > 0")
-        return value
+        return positive_std(value)
 
     @field_validator("resample")
     @classmethod
@@ -174,9 +179,7 @@ class FastQwen2VLOptions(BaseModel):
     @field_validator("image_std")
     @classmethod
     def _check_std(cls, value):
-        if value is not None and any(v <= 0 for v in value):
-            raise ValueError("every std must be > 0")
-        return value
+        return positive_std(value)
 
     @model_validator(mode="after")
     def _range(self) -> "FastQwen2VLOptions":

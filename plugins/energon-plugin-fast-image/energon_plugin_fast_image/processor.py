@@ -14,8 +14,9 @@ batch. Resize kernels:
 - ``torch``: torch's uint8 kernel in Pillow's pass order.
 """
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -132,6 +133,34 @@ def _flatten(images: Any) -> list[Any]:
                 out.append(item)
         return out
     return [images]
+
+
+def call_items(name: str, images: Any, kwargs: dict[str, Any]) -> list[Any]:
+    """The images of a processor call as a list; unsupported keyword arguments are refused
+    with an error that names them, rather than silently ignored."""
+    if kwargs:
+        raise TypeError(
+            f"{name}: unsupported arguments {sorted(kwargs)}; set processor settings through the "
+            "plugin's options"
+        )
+    items = _flatten(images)
+    if not items:
+        raise ValueError("images: the list is empty")
+    return items
+
+
+@contextlib.contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``count`` inside the block (None: unchanged)."""
+    previous = torch.get_num_threads()
+    change = count is not None and count != previous
+    if change:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if change:
+            torch.set_num_threads(previous)
 
 
 @dataclasses.dataclass
@@ -332,26 +361,12 @@ class FastImageProcessor:
         of transformers processors (``text``, ``do_resize``...) are refused with an error that
         names them, rather than silently ignored.
         """
-        if kwargs:
-            raise TypeError(
-                f"fast-{self.family}: unsupported arguments {sorted(kwargs)}; set processor "
-                "settings through the plugin's options"
-            )
-        items = _flatten(images)
-        if not items:
-            raise ValueError("images: the list is empty")
-        previous = torch.get_num_threads()
-        change = self.torch_threads is not None and self.torch_threads != previous
-        if change:
-            torch.set_num_threads(self.torch_threads)
-        try:
+        items = call_items(f"fast-{self.family}", images, kwargs)
+        with torch_threads(self.torch_threads):
             prepared = [self._decode(img, i) for i, img in enumerate(items)]
             pixel_values = self.normalize(
                 self.process_uint8([hwc for hwc, _ in prepared], [t for _, t in prepared])
             )
-        finally:
-            if change:
-                torch.set_num_threads(previous)
         if return_tensors in (None, "pt"):
             return FastBatchFeature(pixel_values=pixel_values)
         if return_tensors == "np":

@@ -24,7 +24,7 @@ from energon_plugins.encoding.image_processors.inputs import (
     to_uint8_chw,
 )
 
-from energon_plugin_fast_image.processor import FastBatchFeature, _flatten
+from energon_plugin_fast_image.processor import FastBatchFeature, call_items, torch_threads
 from energon_plugin_fast_image.qwen_settings import QwenSettings, resolve_qwen_settings, smart_resize
 
 CHANNELS = 3
@@ -137,19 +137,8 @@ class FastQwen2VLProcessor:
         Other keyword arguments of transformers processors are refused with an error that
         names them, rather than silently ignored.
         """
-        if kwargs:
-            raise TypeError(
-                f"fast-qwen2-vl: unsupported arguments {sorted(kwargs)}; set processor "
-                "settings through the plugin's options"
-            )
-        items = _flatten(images)
-        if not items:
-            raise ValueError("images: the list is empty")
-        previous = torch.get_num_threads()
-        change = self.torch_threads is not None and self.torch_threads != previous
-        if change:
-            torch.set_num_threads(self.torch_threads)
-        try:
+        items = call_items("fast-qwen2-vl", images, kwargs)
+        with torch_threads(self.torch_threads):
             resized = [self._resized(img, i) for i, img in enumerate(items)]
             p = self.patch_size
             grids = [(1, r.shape[-2] // p, r.shape[-1] // p) for r in resized]
@@ -160,9 +149,6 @@ class FastQwen2VLProcessor:
             for chw, n in zip(resized, rows):
                 self._write_patches(chw, pixel_values[start : start + n])
                 start += n
-        finally:
-            if change:
-                torch.set_num_threads(previous)
         grid = torch.tensor(grids, dtype=torch.long)
         if return_tensors in (None, "pt"):
             return FastBatchFeature(pixel_values=pixel_values, image_grid_thw=grid)
