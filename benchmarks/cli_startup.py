@@ -1,9 +1,10 @@
-"""CLI start-up cost: ``energon-plugins list`` against ``python -c "import pluggy, pydantic, yaml"``.
+"""CLI start-up cost: ``energon-plugins list`` against ``python -c pass``.
 
 Both are run as fresh processes in the same session, alternating, several times each; the
-medians and their ratio are printed (goal: ratio < 2). ``list`` loads every installed plugin's
-registration (entry points, options models) but must not import torch, transformers or
-megatron; the script also checks that with a third probe.
+medians and their ratio are printed (goal: ratio <= 3). ``list`` loads every installed plugin's
+registration (entry points, names, descriptions) but must not import torch, transformers,
+megatron or pydantic (options models are imported when a plugin is built, validated or
+shown); the script also checks that with a third probe.
 
 Usage: python benchmarks/cli_startup.py [--runs N] [--json]
 """
@@ -19,7 +20,7 @@ import sys
 import time
 from pathlib import Path
 
-HEAVY = ("torch", "transformers", "megatron")
+HEAVY = ("torch", "transformers", "megatron", "pydantic")
 
 
 def _cli() -> list[str]:
@@ -62,7 +63,9 @@ def heavy_modules_after_list(env: dict[str, str]) -> list[str]:
 
 BREAKDOWN = {
     "python -c pass": "pass",
-    "+ pydantic.BaseModel": "import pluggy, pydantic, yaml; from pydantic import BaseModel",
+    "import click, rich.table": "import click, rich.console, rich.table",
+    "import importlib.metadata": "import importlib.metadata",
+    "import pydantic (not on the list path)": "import pydantic",
     "import energon_plugins": "import energon_plugins",
     "+ load the registry": "import energon_plugins; energon_plugins.get_registry()",
 }
@@ -72,7 +75,7 @@ BREAKDOWN = {
 def measure(runs: int = 7) -> dict:
     """Median wall times of both commands over ``runs`` alternating runs, and their ratio."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
-    baseline_cmd = [sys.executable, "-c", "import pluggy, pydantic, yaml"]
+    baseline_cmd = [sys.executable, "-c", "pass"]
     cli_cmd = [*_cli(), "list"]
     probes = {label: [sys.executable, "-c", code] for label, code in BREAKDOWN.items()}
     _time(baseline_cmd, env)  # warm the file-system cache for both
@@ -101,7 +104,7 @@ def measure(runs: int = 7) -> dict:
         "baseline_median_s": round(base_median, 4),
         "cli_median_s": round(cli_median, 4),
         "ratio": round(cli_median / base_median, 2),
-        "goal_ratio": 2.0,
+        "goal_ratio": 3.0,
         "heavy_modules_imported_by_list": heavy_modules_after_list(env),
     }
 
@@ -119,8 +122,8 @@ def main() -> None:
     print(f"CLI start-up, median of {result['runs']} runs each:")
     print(f"  {result['baseline_command']:<60} {result['baseline_median_s'] * 1000:8.1f} ms")
     print(f"  {result['cli_command'][-60:]:<60} {result['cli_median_s'] * 1000:8.1f} ms")
-    verdict = "meets" if result["ratio"] < result["goal_ratio"] else "misses"
-    print(f"  ratio {result['ratio']:.2f} ({verdict} the goal < {result['goal_ratio']:.0f})")
+    verdict = "meets" if result["ratio"] <= result["goal_ratio"] else "misses"
+    print(f"  ratio {result['ratio']:.2f} ({verdict} the goal <= {result['goal_ratio']:.0f})")
     print(f"  CPU time (user+sys), less sensitive to a busy machine: "
           f"{result['baseline_cpu_median_s'] * 1000:.1f} ms vs {result['cli_cpu_median_s'] * 1000:.1f} ms, "
           f"ratio {result['cpu_ratio']:.2f}")

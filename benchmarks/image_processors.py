@@ -1,28 +1,25 @@
-"""Image-processor benchmark: transformers' PIL path against fast-clip / fast-siglip.
+"""Image processors per image: fast-clip / fast-siglip / fast-qwen2-vl against transformers.
 
-Run: ``python benchmarks/image_processors.py [--images 256] [--repeats 3] [--json out.json]``.
+Run: ``python benchmarks/image_processors.py [--per-size 6] [--rounds 5] [--json FILE] [--quick]``.
 
-One seeded set of natural-looking images (gradients, shapes, noise) with sides drawn from
-200-640 px. transformers' ``CLIPImageProcessor()`` / ``SiglipImageProcessor()`` (its default
-PIL backend; torchvision is not installed) is fed PIL images, and in a second column uint8 CHW
-tensors (Energon's ``torchrgb8`` decode); ``fast-clip`` / ``fast-siglip`` (built through the
-plugin registry) are fed the uint8 CHW tensors. Two call patterns, each timed in this run:
-
-- ``batch``: one call with all images (the batched path: one output tensor of N images);
-- ``per-sample``: one call per image, as a task encoder's ``encode_sample`` makes it.
-
-A last column times ``resize_kernel: torch`` (torch's uint8 resize kernel instead of Pillow's
-arithmetic) with one thread, and its max difference from transformers.
-
-The fast processors are timed with torch's default thread count (option ``torch_threads:
-null``) and with one thread (the option's default, and what a DataLoader worker uses);
-transformers' PIL path is single-threaded either way. Each figure is
-the best of ``--repeats`` interleaved rounds after a warm-up round; a ratio is fast images/s over
-transformers' images/s with PIL input, in the same call pattern.
+Images: photographs-like JPEGs (:func:`_realistic.photo`) whose long side is 224, 448, 800,
+1200 and 1600 px (aspect ratios 1:1 to 2:1), ``--per-size`` of each. Every processor is called
+once per image (as a task encoder calls it), on the same decoded ``uint8 (3, H, W)`` tensors
+(decoding excluded), in interleaved rounds; the figure is the median over rounds of the time
+per image, and a ratio is transformers' time over the fast processor's, per size. Baselines:
+transformers' default backend (``CLIPImageProcessor``, ``SiglipImageProcessor``,
+``Qwen2VLImageProcessor``: torchvision) and, for CLIP/SigLIP, the PIL backend
+(``*ImageProcessorPil``, fed PIL images) that ``resize_kernel: pillow`` reproduces. Torch
+threads: 1 (as in a loader worker). A last column times the fast processors from the encoded
+JPEG bytes (decoding included, as in the loader), against PIL decode + transformers.
+Accuracy: max / mean absolute difference of the pixel values from the reference each option
+reproduces, and whether the Qwen grids are identical.
 """
 
 import argparse
+import io
 import os
+import statistics
 import sys
 import time
 import warnings
@@ -31,144 +28,150 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from _common import goal_line, print_table, write_json  # noqa: E402
+from _realistic import photo  # noqa: E402
 
-GOAL_RATIO = 5.0
-
-
-def _interleaved_rates(contenders: dict, n_images: int, repeats: int) -> dict[str, float]:
-    """Images/s of each ``name -> (fn, torch_threads)``, best of ``repeats`` interleaved rounds.
-
-    Every round runs each contender once in turn, so a burst of load from other processes on
-    this shared machine hits all of them alike; one warm-up round comes first.
-    """
-    import torch
-
-    default_threads = torch.get_num_threads()
-    best = {name: float("inf") for name in contenders}
-    for round_index in range(repeats + 1):
-        for name, (fn, threads) in contenders.items():
-            torch.set_num_threads(threads)
-            try:
-                start = time.perf_counter()
-                fn()
-                elapsed = time.perf_counter() - start
-            finally:
-                torch.set_num_threads(default_threads)
-            if round_index:
-                best[name] = min(best[name], elapsed)
-    return {name: n_images / seconds for name, seconds in best.items()}
+SIDES = (224, 448, 800, 1200, 1600)
+QWEN_GOAL = 3.0
 
 
-def _runner(proc, images, pattern):
-    if pattern == "batch":
-        return lambda: proc(images=images, return_tensors="pt")
-    return lambda: [proc(images=[image], return_tensors="pt") for image in images]
+def images(per_size: int, seed: int = 0) -> dict[int, list[bytes]]:
+    """``long side -> JPEG bytes`` of photographs-like images."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    out = {}
+    for side in SIDES:
+        jpegs = []
+        for _ in range(per_size):
+            short = int(round(side * rng.uniform(0.5, 1.0)))
+            w, h = (side, short) if rng.random() < 0.6 else (short, side)
+            buf = io.BytesIO()
+            photo(rng, w, h).save(buf, "JPEG", quality=90)
+            jpegs.append(buf.getvalue())
+        out[side] = jpegs
+    return out
 
 
-def main(argv: list[str] | None = None) -> dict:
-    """Measure and print; return the results mapping (also written with ``--json``)."""
+def per_image_ms(contenders: dict, inputs: dict, rounds: int) -> dict[str, float]:
+    """Median over interleaved rounds of ms per image, one call per image."""
+    names = list(contenders)
+    times: dict[str, list[float]] = {n: [] for n in names}
+    for r in range(rounds + 1):  # the first round warms up
+        for name in names[r % len(names):] + names[: r % len(names)]:
+            fn, items = contenders[name], inputs[name]
+            start = time.perf_counter()
+            for item in items:
+                fn(item)
+            if r:
+                times[name].append((time.perf_counter() - start) / len(items) * 1000)
+    return {n: statistics.median(v) for n, v in times.items()}
+
+
+def main(argv=None) -> dict:
+    """Measure, print, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--images", type=int, default=256)
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--json", metavar="FILE", help="write the results to FILE")
+    parser.add_argument("--per-size", type=int, default=6)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.per_size, args.rounds = 1, 1
 
     import PIL.Image
     import torch
     import transformers
 
     import energon_plugins
-    from energon_plugin_fast_image.testing import mixed_size_images
+    from energon_plugins.encoding.image_processors.inputs import decode_uint8
 
-    arrays = mixed_size_images(args.images, seed=args.seed, min_side=200, max_side=640)
-    pils = [PIL.Image.fromarray(a) for a in arrays]
-    tensors = [torch.from_numpy(a).permute(2, 0, 1).contiguous() for a in arrays]
-    threads = torch.get_num_threads()
-    results = {"images": args.images, "sides": [200, 640], "torch_threads": threads,
-               "load_average_before": [round(v, 2) for v in os.getloadavg()], "rows": []}
-    table = []
-    n = len(arrays)
-    for family, hf_class in (("clip", "CLIPImageProcessor"), ("siglip", "SiglipImageProcessor")):
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            hf = getattr(transformers, hf_class)()
-        fast = energon_plugins.create("image_processor", f"fast-{family}")  # torch_threads: 1
-        fast_torch = energon_plugins.create(  # torch's uint8 kernel: faster, a rare 2-level pixel
-            "image_processor", f"fast-{family}", {"resize_kernel": "torch"}
-        )
-        fast_pool = energon_plugins.create(  # torch's thread count left as it is
-            "image_processor", f"fast-{family}", {"torch_threads": None}
-        )
-        ref = hf(images=pils, return_tensors="pt")["pixel_values"]
-        diff = (fast(images=tensors)["pixel_values"] - ref).abs()
-        torch_diff = (fast_torch(images=tensors)["pixel_values"] - ref).abs()
-        for pattern in ("batch", "per-sample"):
-            rates = _interleaved_rates(
-                {
-                    "hf_pil": (_runner(hf, pils, pattern), threads),
-                    "hf_tensor": (_runner(hf, tensors, pattern), threads),
-                    "fast": (_runner(fast_pool, tensors, pattern), threads),
-                    "fast_1": (_runner(fast, tensors, pattern), 1),
-                    "fast_torch_1": (_runner(fast_torch, tensors, pattern), 1),
-                },
-                n,
-                args.repeats,
-            )
-            hf_pil, hf_tensor = rates["hf_pil"], rates["hf_tensor"]
-            fast_rate, fast_1 = rates["fast"], rates["fast_1"]
-            row = {
-                "family": family,
-                "pattern": pattern,
-                "hf_class": type(hf).__name__,
-                "hf_pil_images_per_s": round(hf_pil, 1),
-                "hf_tensor_images_per_s": round(hf_tensor, 1),
-                "fast_images_per_s": round(fast_rate, 1),
-                "ratio": round(fast_rate / hf_pil, 2),
-                "fast_1_thread_images_per_s": round(fast_1, 1),
-                "ratio_1_thread": round(fast_1 / hf_pil, 2),
-                "torch_kernel_1_thread_images_per_s": round(rates["fast_torch_1"], 1),
-                "ratio_torch_kernel_1_thread": round(rates["fast_torch_1"] / hf_pil, 2),
-                "torch_kernel_max_abs_diff": round(float(torch_diff.max()), 4),
-                "max_abs_diff": round(float(diff.max()), 4),
-                "mean_abs_diff": round(float(diff.mean()), 6),
+    torch.set_num_threads(1)
+    warnings.filterwarnings("ignore")
+    by_side = images(args.per_size)
+    clip_kw = {"size": {"shortest_edge": 336}, "crop_size": {"height": 336, "width": 336}}
+    families = {
+        "clip": (transformers.CLIPImageProcessor(**clip_kw), transformers.CLIPImageProcessorPil(**clip_kw),
+                 energon_plugins.create("image_processor", "fast-clip",
+                                        {"size": {"shortest_edge": 336}, "crop_size": 336}),
+                 energon_plugins.create("image_processor", "fast-clip",
+                                        {"size": {"shortest_edge": 336}, "crop_size": 336,
+                                         "resize_kernel": "pillow"})),
+        "siglip": (transformers.SiglipImageProcessor(), transformers.SiglipImageProcessorPil(),
+                   energon_plugins.create("image_processor", "fast-siglip"),
+                   energon_plugins.create("image_processor", "fast-siglip", {"resize_kernel": "pillow"})),
+        "qwen2-vl": (transformers.Qwen2VLImageProcessor(), None,
+                     energon_plugins.create("image_processor", "fast-qwen2-vl"), None),
+    }
+    result = {"sides": list(SIDES), "per_size": args.per_size, "rounds": args.rounds,
+              "load_average_before": [round(v, 2) for v in os.getloadavg()], "rows": []}
+    rows = []
+    for family, (hf, hf_pil, fast, fast_pil) in families.items():
+        for side, jpegs in by_side.items():
+            u8 = [decode_uint8(j) for j in jpegs]
+            pils = [PIL.Image.open(io.BytesIO(j)).convert("RGB") for j in jpegs]
+            contenders = {
+                "hf": lambda x, p=hf: p(images=[x], return_tensors="pt"),
+                "fast": lambda x, p=fast: p(images=[x]),
+                "hf_from_jpeg": lambda j, p=hf: p(images=[PIL.Image.open(io.BytesIO(j)).convert("RGB")],
+                                                  return_tensors="pt"),
+                "fast_from_jpeg": lambda j, p=fast: p(images=[j]),
             }
-            results["rows"].append(row)
-            table.append([
-                f"{family} {pattern}", row["hf_pil_images_per_s"], row["hf_tensor_images_per_s"],
-                row["fast_images_per_s"], f"{row['ratio']}x", row["fast_1_thread_images_per_s"],
-                f"{row['ratio_1_thread']}x", f"{row['max_abs_diff']} / {row['mean_abs_diff']}",
-                f"{row['torch_kernel_1_thread_images_per_s']} ({row['ratio_torch_kernel_1_thread']}x, "
-                f"max {row['torch_kernel_max_abs_diff']})",
-            ])
+            inputs = {"hf": u8, "fast": u8, "hf_from_jpeg": jpegs, "fast_from_jpeg": jpegs}
+            if hf_pil is not None:
+                contenders.update({"hf_pil": lambda x, p=hf_pil: p(images=[x], return_tensors="pt"),
+                                   "fast_pillow": lambda x, p=fast_pil: p(images=[x])})
+                inputs.update({"hf_pil": pils, "fast_pillow": u8})
+            ms = per_image_ms(contenders, inputs, args.rounds)
+            ref = hf(images=u8, return_tensors="pt")
+            out = fast(images=u8)
+            diff = (out["pixel_values"] - ref["pixel_values"]).abs()
+            row = {
+                "family": family, "long_side": side,
+                "hf_ms": round(ms["hf"], 2), "fast_ms": round(ms["fast"], 2),
+                "ratio": round(ms["hf"] / ms["fast"], 2),
+                "from_jpeg_hf_ms": round(ms["hf_from_jpeg"], 2),
+                "from_jpeg_fast_ms": round(ms["fast_from_jpeg"], 2),
+                "from_jpeg_ratio": round(ms["hf_from_jpeg"] / ms["fast_from_jpeg"], 2),
+                "max_abs_diff": round(float(diff.max()), 6), "mean_abs_diff": float(f"{float(diff.mean()):.2e}"),
+            }
+            if "image_grid_thw" in ref:
+                row["grids_identical"] = bool(torch.equal(ref["image_grid_thw"], out["image_grid_thw"]))
+            if hf_pil is not None:
+                pil_ref = hf_pil(images=pils, return_tensors="pt")["pixel_values"]
+                pil_diff = (fast_pil(images=u8)["pixel_values"] - pil_ref).abs()
+                default_vs_pil = (out["pixel_values"] - pil_ref).abs()
+                row.update(pil_hf_ms=round(ms["hf_pil"], 2), pillow_kernel_ms=round(ms["fast_pillow"], 2),
+                           pillow_kernel_ratio=round(ms["hf_pil"] / ms["fast_pillow"], 2),
+                           pillow_kernel_max_abs_diff_vs_pil=round(float(pil_diff.max()), 6),
+                           default_max_abs_diff_vs_pil=round(float(default_vs_pil.max()), 6),
+                           default_mean_abs_diff_vs_pil=float(f"{float(default_vs_pil.mean()):.2e}"))
+            result["rows"].append(row)
+            rows.append([family, side, row["hf_ms"], row["fast_ms"], f"{row['ratio']}x",
+                         f"{row['max_abs_diff']} / {row['mean_abs_diff']}",
+                         f"{row['from_jpeg_hf_ms']} / {row['from_jpeg_fast_ms']} ({row['from_jpeg_ratio']}x)",
+                         f"{row.get('pil_hf_ms', '-')} / {row.get('pillow_kernel_ms', '-')} "
+                         f"({row.get('pillow_kernel_ratio', '-')}x)"])
     print_table(
-        f"Image processors: {n} images, sides 200-640 px, torch threads {threads} "
-        "(transformers: CLIPImageProcessorPil / SiglipImageProcessorPil)",
-        ["processor, calls", "hf img/s (PIL in)", "hf img/s (uint8 in)", "fast img/s",
-         "ratio", "fast img/s (1 thread)", "ratio (1 thread)", "max / mean |diff|",
-         "resize_kernel torch, 1 thread"],
-        table,
+        f"Image processors, ms per image (median of {args.rounds} interleaved rounds, "
+        f"{args.per_size} photos per size, 1 torch thread)",
+        ["family", "long side px", "transformers (torchvision) ms", "fast ms", "ratio",
+         "max / mean |diff|", "from JPEG: PIL+hf / fast ms", "PIL backend / pillow kernel ms"],
+        rows,
     )
-    goals = []
-    for row in results["rows"]:
-        if row["family"] != "clip":
-            continue
-        ok = row["ratio_1_thread"] >= GOAL_RATIO  # the processors' default: torch_threads 1
-        goals.append(ok)
-        print(goal_line(
-            f"fast-clip ({row['pattern']} calls, default options) >= {GOAL_RATIO}x transformers' PIL path",
-            ok,
-            f"{row['ratio_1_thread']}x ({row['fast_1_thread_images_per_s']} vs {row['hf_pil_images_per_s']} "
-            f"images/s; {row['ratio']}x with torch's {threads} threads)",
-        ))
-    results["goal_met"] = all(goals)
-    results["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
-    print(f"load average before/after: {results['load_average_before']} / "
-          f"{results['load_average_after']} on {os.cpu_count()} CPUs (other processes skew "
-          "absolute figures; the interleaved ratios less so)")
+    qwen = [r for r in result["rows"] if r["family"] == "qwen2-vl"]
+    result["goals"] = [{
+        "goal": f"fast-qwen2-vl >= {QWEN_GOAL}x transformers' default backend per image, 224-1600 px",
+        "met": all(r["ratio"] >= QWEN_GOAL for r in qwen),
+        "detail": ", ".join(f"{r['long_side']} px {r['ratio']}x" for r in qwen)
+        + f"; grids identical: {all(r.get('grids_identical') for r in qwen)}; "
+          f"max diff {max(r['max_abs_diff'] for r in qwen)}",
+    }]
+    for g in result["goals"]:
+        print(goal_line(g["goal"], g["met"], g["detail"]))
+    result["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
     if args.json:
-        print(f"wrote {write_json(args.json, 'image_processors', results)}")
-    return results
+        print(f"wrote {write_json(args.json, 'image_processors', result)}")
+    return result
 
 
 if __name__ == "__main__":

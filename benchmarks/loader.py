@@ -1,175 +1,173 @@
-"""Loader benchmark: samples/s of the datamodule with 0, 1 and 2 workers, and the time a
-restore takes after 1,000 batches, in one run.
+"""Restore latency on realistic data: restore to the first batch against a fresh start's.
 
-Run: ``python benchmarks/loader.py [--batches 200] [--restore-after 1000] [--json out.json]``.
+Run: ``python benchmarks/loader.py [--after 40] [--workers 0,2] [--json FILE] [--quick]``.
 
-A VQA demo dataset (32x32 PNG + JSON, written with Energon's prepare API) is read through
-``EnergonMultiModalDataModule`` with the built-in ``multimodal`` encoder and a default
-``CLIPImageProcessor`` (224x224 output). Throughput: one warm-up batch (worker start and first
-shard open not counted), then ``--batches`` timed batches. Restore: a loader is advanced by
-``--restore-after`` batches and saved; a fresh datamodule restores the state, and the time
-from ``restore_state`` to its first batch is compared with a fresh start's first batch. The
-restored batch is checked to be the one the uninterrupted loader yields next.
+The ``qwen2-vl`` + ``fast-qwen2-vl`` pipeline on the realistic dataset (:mod:`_realistic`),
+without packing (micro batch 4) and with first-fit-decreasing packing (buffer 100, capacity
+4,096), at 0 and 2 workers. A loader is advanced ``--after`` batches and its state saved; then
+(a) a fresh loader's first batch is timed (build to first batch), (b) a fresh loader restores
+the state and its first batch is timed (build + restore to first batch) and checked to be the
+batch the uninterrupted loader gives next. Two loader settings:
 
-``--threads`` sets torch's intra-op threads of the main process (default 1, as torch gives
-every DataLoader worker). On a small shared machine the default thread count made the
-0-worker figure 3-4x lower (41 against 149 samples/s measured here) through oversubscription.
-With workers, a restore replays the samples read since each worker's last internal checkpoint
-(Energon takes one every ``checkpoint_every_sec`` = 60 s), so its time grows with that.
+- ``datamodule``: ``EnergonMultiModalDataModule.train_dataloader()`` as it is (Energon's
+  defaults: a worker checkpoint every 60 s, so a restore replays every batch each worker made
+  since its start, up to 60 s of work);
+- ``checkpoint every batch``: the datamodule's dataset in ``get_savable_loader(dataset,
+  checkpoint_every_sec=0, checkpoint_every_min_n_samples=1)`` (a worker checkpoint after every
+  batch: a restore replays none).
+
+With workers, what a restore costs beyond a fresh start: the replayed batches, plus refilling
+the shuffle buffer and the packing buffer from their restore keys (random reads of the saved
+samples and, with packing, their cheap pre-encoding: the images of a packing buffer are not
+processed until their pack is chosen).
 """
 
 import argparse
 import gc
 import os
+import statistics
 import sys
-import tempfile
 import time
+import warnings
 from pathlib import Path
 
-os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, write_json  # noqa: E402
+from _common import goal_line, print_table, write_json  # noqa: E402
+from _realistic import realistic_dataset, saved_tokenizers  # noqa: E402
+from memory import config  # noqa: E402
+
+GOAL = 1.5
+SETTINGS = {"datamodule": None,
+            "checkpoint every batch": {"checkpoint_every_sec": 0, "checkpoint_every_min_n_samples": 1}}
 
 
-def build(path: str, workers: int, mbs: int, seq: int):
-    """A datamodule over ``path`` with ``workers`` training workers."""
-    import transformers
+class _Loader:
+    """One loader: the datamodule's, or its dataset in ``get_savable_loader(**checkpoints)``."""
 
-    import energon_plugins
-    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+    def __init__(self, path, tokenizer, workers, packing, checkpoints):
+        from megatron.energon import get_savable_loader
 
-    cls = getattr(transformers, "CLIPImageProcessorPil", None) or transformers.CLIPImageProcessor
-    return energon_plugins.EnergonMultiModalDataModule(
-        path, build_demo_tokenizer(), cls(), seq_length=seq, micro_batch_size=mbs,
-        num_workers=workers, shuffle_buffer_size=100, pin_memory=True,
-        task_encoder={"name": "multimodal", "options": {"image_tokens": 16}},
-    )
+        from energon_plugins import EnergonMultiModalDataModule
 
+        self.dm = EnergonMultiModalDataModule.from_config(
+            config(path, tokenizer, workers=workers, packing=packing))
+        if checkpoints is None:
+            self.loader = self.dm.train_dataloader()
+            self.save, self.restore = self.loader.save_state, self.loader.restore_state
+        else:
+            dataset = self.dm.datasets_provider(self.dm._build_worker_config(workers, split="train"),
+                                                split="train")
+            self.loader = get_savable_loader(dataset, **checkpoints)
+            self.save, self.restore = self.loader.save_state_rank, self.loader.restore_state_rank
+        self.iterator = None
 
-def throughput(path: str, workers: int, batches: int, mbs: int, seq: int) -> dict:
-    """Samples/s over ``batches`` batches after one warm-up batch."""
-    dm = build(path, workers, mbs, seq)
-    loader = dm.train_dataloader()
-    started = time.perf_counter()
-    next(loader)
-    warmup = time.perf_counter() - started
-    samples = 0
-    started = time.perf_counter()
-    for _ in range(batches):
-        samples += len(next(loader)["__keys__"])
-    elapsed = time.perf_counter() - started
-    return {
-        "workers": workers,
-        "batches": batches,
-        "samples": samples,
-        "seconds": round(elapsed, 3),
-        "warmup_seconds": round(warmup, 3),
-        "samples_per_second": round(samples / elapsed, 1),
-        "skip_counts": loader.skip_counts(),
-    }
+    def next(self):
+        if self.iterator is None:
+            self.iterator = iter(self.loader)
+        return next(self.iterator)
+
+    def close(self):
+        self.iterator = None
+        self.dm.train_dataloader_object = None
+        self.loader = self.dm = None
+        gc.collect()
 
 
-def restore_time(path: str, workers: int, after: int, mbs: int, seq: int) -> dict:
-    """Advance ``after`` batches, save, restore into a fresh datamodule, time its first batch."""
-    dm = build(path, workers, mbs, seq)
-    loader = dm.train_dataloader()
-    started = time.perf_counter()
+def one(path, tokenizer, workers, packing, setting, after) -> dict:
+    checkpoints = SETTINGS[setting]
+    run = _Loader(path, tokenizer, workers, packing, checkpoints)
     for _ in range(after):
-        next(loader)
-    advance = time.perf_counter() - started
-    started = time.perf_counter()
-    state = loader.save_state()
-    save = time.perf_counter() - started
-    expected = next(loader)["__keys__"]
-    del loader, dm
+        run.next()
+    state = run.save()
+    expected = run.next()
+    run.close()
 
-    fresh = build(path, workers, mbs, seq)
-    started = time.perf_counter()
-    first_fresh = next(fresh.train_dataloader())
-    fresh_first = time.perf_counter() - started
-    del fresh, first_fresh
+    start = time.perf_counter()
+    fresh = _Loader(path, tokenizer, workers, packing, checkpoints)
+    fresh.next()
+    fresh_s = time.perf_counter() - start
+    fresh.close()
 
-    restored = build(path, workers, mbs, seq)
-    started = time.perf_counter()
-    loader = restored.train_dataloader()
-    loader.restore_state(state)
-    batch = next(loader)
-    restore = time.perf_counter() - started
-    return {
-        "workers": workers,
-        "after_batches": after,
-        "advance_seconds": round(advance, 2),
-        "save_seconds": round(save, 4),
-        "restore_to_first_batch_seconds": round(restore, 3),
-        "fresh_first_batch_seconds": round(fresh_first, 3),
-        "restored_batch_is_the_next_one": list(batch["__keys__"]) == list(expected),
-    }
+    start = time.perf_counter()
+    restored = _Loader(path, tokenizer, workers, packing, checkpoints)
+    restored.restore(state)
+    batch = restored.next()
+    restore_s = time.perf_counter() - start
+    restored.close()
+    exact = list(batch.__key__) == list(expected.__key__) and bool((batch.input_ids == expected.input_ids).all())
+    return {"workers": workers, "packing": packing, "setting": setting, "after_batches": after,
+            "fresh_first_batch_s": round(fresh_s, 2), "restore_to_first_batch_s": round(restore_s, 2),
+            "ratio": round(restore_s / fresh_s, 2), "restored_batch_is_the_next_one": exact}
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Run the benchmark; print the tables; optionally write JSON."""
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--data", help="an existing prepared VQA dataset (default: write one)")
-    parser.add_argument("--samples", type=int, default=600, help="samples in the written dataset")
-    parser.add_argument("--batches", type=int, default=200, help="timed batches per worker count")
-    parser.add_argument("--workers", default="0,1,2", help="worker counts, comma-separated")
-    parser.add_argument("--restore-after", type=int, default=1000)
-    parser.add_argument("--restore-workers", default="0,2", help="worker counts for the restore")
-    parser.add_argument("--micro-batch-size", type=int, default=2)
-    parser.add_argument("--seq-length", type=int, default=128)
-    parser.add_argument("--threads", type=int, default=1,
-                        help="torch threads in the main process (0: leave torch's default)")
-    parser.add_argument("--json", help="write the figures to this file")
+def checkpoint_cost(path, tokenizer, rounds: int, seconds: float = 3.0) -> dict:
+    """Samples/s at 2 workers with Energon's default checkpoints and with one every batch."""
+    rates: dict[str, list[float]] = {setting: [] for setting in SETTINGS}
+    for r in range(rounds):
+        for setting in list(SETTINGS)[r % 2:] + list(SETTINGS)[: r % 2]:
+            run = _Loader(path, tokenizer, 2, False, SETTINGS[setting])
+            for _ in range(5):  # workers started, prefetch queue drained
+                run.next()
+            samples, start = 0, time.perf_counter()
+            while time.perf_counter() - start < seconds:
+                samples += len(run.next().__key__)
+            rates[setting].append(samples / (time.perf_counter() - start))
+            run.close()
+    medians = {k: round(statistics.median(v), 2) for k, v in rates.items()}
+    return {"samples_per_s": medians,
+            "ratio": round(medians["checkpoint every batch"] / medians["datamodule"], 3)}
+
+
+def main(argv=None) -> dict:
+    """Measure, print, optionally write JSON."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--after", type=int, default=40, help="batches before the save")
+    parser.add_argument("--workers", default="0,2")
+    parser.add_argument("--samples", type=int, default=240)
+    parser.add_argument("--quick", action="store_true")
+    parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.after, args.workers, args.samples = 3, "0", 48
 
     import torch
-
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-
     import torch.utils.data._utils as data_utils
 
-    data_utils.MP_STATUS_CHECK_INTERVAL = 0.1  # loaders with workers shut down in 0.1 s
-
-    with tempfile.TemporaryDirectory() as tmp:
-        path = args.data
-        if path is None:
-            from energon_plugins.demo.data import write_dataset
-
-            path = str(write_dataset(Path(tmp) / "vqa", kind="vqa", num_samples=args.samples,
-                                     samples_per_shard=20).path)
-        mbs, seq = args.micro_batch_size, args.seq_length
-        speed, restores = [], []
-        for workers in args.workers.split(","):
-            speed.append(throughput(path, int(workers), args.batches, mbs, seq))
-            gc.collect()  # shut the last loader's workers down before the next one forks
-        for workers in args.restore_workers.split(","):
-            restores.append(restore_time(path, int(workers), args.restore_after, mbs, seq))
-            gc.collect()
-
-    print_table(
-        f"datamodule throughput (micro batch {mbs}, {args.batches} batches, CLIP 224x224, "
-        f"{torch.get_num_threads()} main-process torch threads)",
-        ["workers", "samples/s", "seconds", "warm-up s"],
-        [(r["workers"], r["samples_per_second"], r["seconds"], r["warmup_seconds"])
-         for r in speed],
-    )
-    print_table(
-        f"restore after {args.restore_after} batches",
-        ["workers", "restore to 1st batch s", "fresh 1st batch s", "save s", "exact"],
-        [(r["workers"], r["restore_to_first_batch_seconds"], r["fresh_first_batch_seconds"],
-          r["save_seconds"], r["restored_batch_is_the_next_one"]) for r in restores],
-    )
-    ok = all(r["restored_batch_is_the_next_one"] for r in restores)
+    torch.set_num_threads(1)
+    data_utils.MP_STATUS_CHECK_INTERVAL = 0.1
+    warnings.filterwarnings("ignore")
+    path = str(realistic_dataset(args.samples))
+    tokenizer = saved_tokenizers()["qwen2"]
+    rows = []
+    for workers in (int(w) for w in args.workers.split(",")):
+        for packing in (False, True):
+            for setting in SETTINGS:
+                if workers == 0 and setting != "datamodule":
+                    continue  # checkpoints apply to workers only
+                rows.append(one(path, tokenizer, workers, packing, setting, args.after))
+    print_table(f"Restore after {args.after} batches: s to the first batch (qwen2-vl + fast-qwen2-vl)",
+                ["workers", "packing", "loader", "fresh start", "restore", "ratio", "exact"],
+                [[r["workers"], "FFD 100" if r["packing"] else "none", r["setting"],
+                  r["fresh_first_batch_s"], r["restore_to_first_batch_s"], r["ratio"],
+                  r["restored_batch_is_the_next_one"]] for r in rows])
+    goals = [{"goal": f"restore to first batch <= {GOAL}x a fresh start ({r['workers']} workers, "
+                      f"{'packing' if r['packing'] else 'no packing'}, {r['setting']})",
+              "met": r["ratio"] <= GOAL and r["restored_batch_is_the_next_one"],
+              "detail": f"{r['restore_to_first_batch_s']} s vs {r['fresh_first_batch_s']} s "
+                        f"({r['ratio']}x), exact: {r['restored_batch_is_the_next_one']}"}
+             for r in rows]
+    for g in goals:
+        print(goal_line(g["goal"], g["met"], g["detail"]))
+    result = {"restore": rows, "goals": goals, "load_average": [round(v, 2) for v in os.getloadavg()]}
+    if "2" in args.workers.split(","):
+        cost = result["checkpoint_cost"] = checkpoint_cost(path, tokenizer, rounds=4)
+        print(f"throughput at 2 workers, samples/s: {cost['samples_per_s']} "
+              f"(checkpoint every batch / default: {cost['ratio']}x)")
     if args.json:
-        write_json(args.json, "loader", {
-            "micro_batch_size": mbs, "seq_length": seq, "cpu_count": os.cpu_count(),
-            "main_process_threads": torch.get_num_threads(),
-            "throughput": speed, "restore": restores,
-        })
-    return 0 if ok else 1
+        print(f"wrote {write_json(args.json, 'loader', result)}")
+    return result
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,139 +1,177 @@
-"""Peak memory of loading: resident set of this process and of the loader workers, and the
-Python-side allocation peak.
+"""Loader memory on realistic data: worker RSS with Qwen packing, and RSS over rebuilt loaders.
 
-Run: ``python benchmarks/memory.py [--batches 60] [--workers 2] [--json out.json] [--quick]``.
+Run: ``python benchmarks/memory.py [--batches 30] [--rebuilds 20] [--json FILE] [--quick]``.
 
-Three phases over the demo pipeline (``multimodal`` encoder, ``hf`` CLIP processor, batch 8):
-
-1. after imports and building the datamodule: this process's resident set (``VmRSS``);
-2. ``--batches`` batches with 0 workers: the peak resident set of this process (``VmHWM``,
-   else ``ru_maxrss`` of ``RUSAGE_SELF``), and, with ``tracemalloc`` on during a further
-   ``--batches`` batches, the peak of Python-side allocations (numpy buffers included; torch's
-   tensor storage is not traced);
-3. ``--batches`` batches with ``--workers`` workers: the largest peak resident set of a
-   worker (its ``VmHWM`` while alive; else ``ru_maxrss`` of ``RUSAGE_CHILDREN``). A forked
-   worker's resident set counts the pages it shares with the main process.
+1. **Worker RSS**: ``qwen2-vl`` + ``fast-qwen2-vl`` with first-fit-decreasing packing (buffer
+   100, capacity 4,096) and without packing (micro batch 4), 2 workers, ``shuffle_buffer_size``
+   100, on the realistic dataset (:mod:`_realistic`); after ``--batches`` batches, the peak
+   resident set of each worker (``VmHWM``) and of the main process. A forked worker's resident
+   set counts the pages it shares with the main process (imports).
+2. **Rebuilt loaders**: ``--rebuilds`` times, a datamodule and its training loader are built
+   at 0 workers, 3 batches pulled, and everything dropped (``gc.collect()``); this process's
+   resident set (``VmRSS``) after each. The same for a hand-wired Energon loader over the same
+   dataset and encoder (``get_savable_loader(dataset)``), and with Energon's watchdog off
+   (``watchdog_timeout_seconds=None``). Energon 7.4.1's ``WatchdogDataset.__iter__`` starts a
+   ``Watchdog`` daemon thread and never calls its ``finish()``: the thread lives on with a
+   reference to the whole dataset chain, shuffle buffer included, so every discarded loader
+   that was iterated stays in memory (its shuffle buffer's images: 100 float32 photos, about
+   1 GB, with Energon's default decode; 100 encoded JPEGs, about 30 MB, with ``image_input =
+   "bytes"``).
 """
 
 import argparse
+import gc
 import os
-import resource
 import sys
-import tracemalloc
+import time
+import warnings
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, write_json  # noqa: E402
-from _pipeline import load_average, prepare, quiet_loading, timed_batches  # noqa: E402
+from _common import goal_line, print_table, write_json  # noqa: E402
+from _realistic import realistic_dataset, saved_tokenizers  # noqa: E402
 
 MB = 1024 * 1024
+RSS_GOAL_MB = 2048
 
 
-def _status_kb(field: str) -> int | None:
+def _status_kb(pid: int | str, field: str) -> int | None:
     try:
-        with open("/proc/self/status") as f:
-            for line in f:
-                if line.startswith(field + ":"):
-                    return int(line.split()[1])
-    except OSError:  # pragma: no cover - not Linux
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith(field + ":"):
+                return int(line.split()[1])
+    except OSError:
         return None
     return None
 
 
-def rss_mb() -> float | None:
-    """This process's current resident set in MiB (Linux), else None."""
-    kb = _status_kb("VmRSS")
+def rss_mb(pid: int | str = "self", field: str = "VmRSS") -> float | None:
+    """Resident set (or ``VmHWM``) of a process in MiB (Linux), else None."""
+    kb = _status_kb(pid, field)
     return round(kb / 1024, 1) if kb is not None else None
 
 
-def peak_rss_mb(who: int = resource.RUSAGE_SELF) -> float:
-    """Peak resident set in MiB: ``VmHWM`` for this process, ``ru_maxrss`` otherwise."""
-    if who == resource.RUSAGE_SELF:
-        kb = _status_kb("VmHWM")
-        if kb is not None:
-            return round(kb / 1024, 1)
-    maxrss = resource.getrusage(who).ru_maxrss  # KiB on Linux, bytes on macOS
-    return round(maxrss / (MB if sys.platform == "darwin" else 1024), 1)
-
-
-def child_peak_rss_mb() -> list[float]:
-    """Peak resident set (``VmHWM``, MiB) of each live child process (Linux), e.g. loader workers."""
+def children() -> list[int]:
     pid = os.getpid()
-    peaks = []
     try:
-        children = Path(f"/proc/{pid}/task/{pid}/children").read_text().split()
-    except OSError:  # pragma: no cover - not Linux
+        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+    except OSError:
         return []
-    for child in children:
-        try:
-            for line in Path(f"/proc/{child}/status").read_text().splitlines():
-                if line.startswith("VmHWM:"):
-                    peaks.append(round(int(line.split()[1]) / 1024, 1))
-        except OSError:
-            continue
-    return peaks
 
 
-def measure(batches: int, workers: int, cache_dir: str | None = None) -> dict:
-    """Run the three phases; figures in MiB."""
-    import torch.utils.data._utils as data_utils
+def config(path: str, tokenizer: str, *, workers: int, packing: bool) -> dict:
+    """The Qwen2-VL datamodule config of the measurements."""
+    cfg = {"path": path, "seq_length": 2048, "micro_batch_size": 4, "global_batch_size": 4,
+           "num_workers": workers, "shuffle_buffer_size": 100, "tokenizer": {"path": tokenizer},
+           "image_processor": {"name": "fast-qwen2-vl"}, "task_encoder": {"name": "qwen2-vl"},
+           "batch_format": None}  # batches read as the encoder's (benchmarks/batch_formats.py)
+    if packing:
+        cfg.update(seq_length=4096, micro_batch_size=1, global_batch_size=1,
+                   packing_buffer_size=100, packing={"name": "first-fit-decreasing"})
+    return cfg
 
+
+def worker_rss(path: str, tokenizer: str, batches: int, packing: bool) -> dict:
+    """Peak RSS of the workers and of the main process after ``batches`` batches."""
     from energon_plugins import EnergonMultiModalDataModule
 
-    data_utils.MP_STATUS_CHECK_INTERVAL = 0.1  # quick worker shutdown
-    config = prepare(cache_dir)
-    result: dict = {"batches": batches, "workers": workers, "load_average": load_average()}
-    with quiet_loading(1):
-        dm = EnergonMultiModalDataModule.from_config(config)
-        iterator = iter(dm.train_dataloader())
-        result["rss_after_build_mb"] = rss_mb()
-        timed_batches(iterator, batches)
-        result["peak_rss_0_workers_mb"] = peak_rss_mb()
-        tracemalloc.start()
-        timed_batches(iterator, batches)
-        _, peak = tracemalloc.get_traced_memory()
-        tracemalloc.stop()
-        result["python_alloc_peak_mb"] = round(peak / MB, 1)
-        del iterator, dm
-        if workers:
-            dm = EnergonMultiModalDataModule.from_config({**config, "num_workers": workers})
-            iterator = iter(dm.train_dataloader())
-            timed_batches(iterator, batches)
-            result["peak_rss_main_with_workers_mb"] = peak_rss_mb()
-            workers_peak = child_peak_rss_mb()  # while the workers are alive
-            del iterator
-            dm.train_dataloader_object = None
-            del dm
-            import gc
-
-            gc.collect()
-            result["peak_rss_worker_mb"] = max(
-                workers_peak or [peak_rss_mb(resource.RUSAGE_CHILDREN)])
+    dm = EnergonMultiModalDataModule.from_config(config(path, tokenizer, workers=2, packing=packing))
+    iterator = iter(dm.train_dataloader())
+    start = time.perf_counter()
+    for _ in range(batches):
+        next(iterator)
+    seconds = time.perf_counter() - start
+    workers = [rss_mb(pid, "VmHWM") for pid in children()]
+    workers = [w for w in workers if w is not None]
+    result = {"packing": packing, "batches": batches, "seconds": round(seconds, 1),
+              "worker_peak_rss_mb": workers, "main_rss_mb": rss_mb()}
+    del iterator
+    dm.train_dataloader_object = None
+    del dm
+    gc.collect()
     return result
 
 
+def rebuilt(path: str, tokenizer: str, rebuilds: int, kind: str) -> dict:
+    """This process's RSS after each of ``rebuilds`` built, used and dropped loaders."""
+    from megatron.energon import get_savable_loader
+
+    from energon_plugins import EnergonMultiModalDataModule
+
+    series = []
+    for _ in range(rebuilds):
+        dm = EnergonMultiModalDataModule.from_config(config(path, tokenizer, workers=0, packing=False))
+        if kind == "datamodule":
+            loader = dm.train_dataloader()
+        else:
+            dataset = dm.datasets_provider(dm._build_worker_config(0, split="train"), split="train")
+            watchdog = {} if kind == "hand-wired" else {"watchdog_timeout_seconds": None}
+            loader = get_savable_loader(dataset, **watchdog)
+        iterator = iter(loader)
+        for _ in range(3):
+            next(iterator)
+        del iterator, loader, dm
+        gc.collect()
+        series.append(rss_mb())
+    return {"kind": kind, "rss_mb": series,
+            "growth_mb": round(series[-1] - series[0], 1),
+            "growth_per_loader_mb": round((series[-1] - series[0]) / max(1, len(series) - 1), 1)}
+
+
 def main(argv=None) -> dict:
-    """Measure, print a table, optionally write JSON."""
+    """Measure, print, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--batches", type=int, default=40)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--cache-dir")
-    parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
+    parser.add_argument("--batches", type=int, default=30)
+    parser.add_argument("--rebuilds", type=int, default=20)
+    parser.add_argument("--samples", type=int, default=240)
+    parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     if args.quick:
-        args.batches, args.workers = 2, 1
-    result = measure(args.batches, args.workers, args.cache_dir)
-    labels = {
-        "rss_after_build_mb": "resident after imports + datamodule",
-        "peak_rss_0_workers_mb": f"peak resident, {args.batches} batches, 0 workers",
-        "python_alloc_peak_mb": "peak Python-side allocations (tracemalloc)",
-        "peak_rss_main_with_workers_mb": f"peak resident of main process, {args.workers} workers",
-        "peak_rss_worker_mb": "peak resident of the largest worker",
-    }
-    rows = [[label, result[key]] for key, label in labels.items() if key in result]
-    print_table(f"Memory (MiB, load {result['load_average']})", ["figure", "MiB"], rows)
+        args.batches, args.rebuilds, args.samples = 3, 2, 48
+
+    import torch
+    import torch.utils.data._utils as data_utils
+
+    torch.set_num_threads(1)
+    data_utils.MP_STATUS_CHECK_INTERVAL = 0.1
+    warnings.filterwarnings("ignore")
+    path = str(realistic_dataset(args.samples))
+    tokenizer = saved_tokenizers()["qwen2"]
+    result = {"rss_after_imports_mb": None, "workers": [], "rebuilt": []}
+    import energon_plugins  # noqa: F401 - imports counted in the baseline RSS
+
+    result["rss_after_imports_mb"] = rss_mb()
+    for packing in (True,) if args.quick else (True, False):
+        result["workers"].append(worker_rss(path, tokenizer, args.batches, packing))
+    kinds = ("datamodule", "hand-wired", "hand-wired, watchdog_timeout_seconds=None")
+    for kind in kinds[:1] if args.quick else kinds:
+        result["rebuilt"].append(rebuilt(path, tokenizer, args.rebuilds, kind))
+    print_table("Worker RSS, qwen2-vl + fast-qwen2-vl, 2 workers, shuffle buffer 100 (MiB)",
+                ["packing", "batches", "worker peak RSS", "main RSS"],
+                [["FFD, buffer 100" if r["packing"] else "none (micro batch 4)", r["batches"],
+                  ", ".join(str(w) for w in r["worker_peak_rss_mb"]), r["main_rss_mb"]]
+                 for r in result["workers"]])
+    print_table(f"RSS of this process over {args.rebuilds} rebuilt loaders, 0 workers (MiB)",
+                ["loader", "first", "last", "growth per loader"],
+                [[r["kind"], r["rss_mb"][0], r["rss_mb"][-1], r["growth_per_loader_mb"]]
+                 for r in result["rebuilt"]])
+    packed = next(r for r in result["workers"] if r["packing"])
+    peak = max(packed["worker_peak_rss_mb"] or [0])
+    dm = result["rebuilt"][0]
+    result["goals"] = [
+        {"goal": f"worker RSS with Qwen packing (buffer 100) <= {RSS_GOAL_MB} MiB",
+         "met": bool(packed["worker_peak_rss_mb"]) and peak <= RSS_GOAL_MB,
+         "detail": f"peak {peak} MiB per worker"},
+        {"goal": f"RSS flat over {args.rebuilds} rebuilt datamodule loaders (growth <= 10 MiB per loader)",
+         "met": dm["growth_per_loader_mb"] <= 10,
+         "detail": f"{dm['rss_mb'][0]} -> {dm['rss_mb'][-1]} MiB ({dm['growth_per_loader_mb']} MiB per "
+                   f"loader; {result['rebuilt'][-1]['kind']}: "
+                   f"{result['rebuilt'][-1]['growth_per_loader_mb']} MiB per loader)"},
+    ]
+    for g in result["goals"]:
+        print(goal_line(g["goal"], g["met"], g["detail"]))
     if args.json:
         print(f"wrote {write_json(args.json, 'memory', result)}")
     return result

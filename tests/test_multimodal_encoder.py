@@ -441,3 +441,26 @@ def test_gpt_turns_maps_roles_and_names_bad_turns():
         gpt_turns([turns[0], {"from": "bot", "value": "x"}], "k")
     with pytest.raises(ValueError, match=r"conversations\[0\]\.value is not a string"):
         gpt_turns([{"from": "gpt", "value": 3}], "k")
+
+
+def test_a_subclass_failing_after_super_still_counts_consecutive_errors(tokenizer, hf_proc, vqa_dataset):
+    """The parent's successful (wrapped) encode_sample must not reset the count of samples the
+    subclass fails on, or a loader whose every sample fails would spin forever."""
+    from energon_plugins.encoding.task_encoders.multimodal import MultimodalTaskEncoder
+    from energon_plugins.encoding.task_encoders.options import MultimodalOptions
+
+    class FailsAfterSuper(MultimodalTaskEncoder):
+        def encode_sample(self, sample):
+            super().encode_sample(sample)
+            raise ValueError("post-processing failed")
+
+    ctx = BuildContext(tokenizer=tokenizer, image_processor=hf_proc, seq_length=512)
+    enc = FailsAfterSuper(ctx, MultimodalOptions(image_tokens=4))
+    assert FailsAfterSuper.defer_images is False  # it may read pixel values: nothing deferred
+    enc.max_consecutive_errors = 3
+    sample = vqa("k", "What?", "A shape.", read_png(vqa_dataset, vqa_dataset.split_keys["train"][0]))
+    for _ in range(2):
+        with pytest.raises(SkipSample):
+            enc.encode_sample(sample)
+    with pytest.raises(FatalSampleError, match="3 samples in a row"):
+        enc.encode_sample(sample)

@@ -1,5 +1,6 @@
 """The plugin host: discovery through real entry points, isolation, names, options, env vars."""
 
+import pathlib
 import subprocess
 import sys
 
@@ -303,12 +304,41 @@ def test_factory_errors_name_the_plugin(plugin_path):
         registry.create("task_encoder", "explodes")
 
 
+def test_options_named_as_a_string_are_imported_on_first_use_only(plugin_path):
+    """``options="module:attr"``: listing does not import the model; validating does; a bad
+    reference is an error naming the plugin."""
+    write_distribution(
+        plugin_path,
+        "energon-plugin-lazy",
+        modules={
+            "toy_pkg.plugin": "from energon_plugins import hookimpl\n"
+            "@hookimpl\ndef register_task_encoders(register):\n"
+            "    register('lazy', 'toy_pkg.heavy:build', options='toy_pkg.opts:LazyOptions')\n"
+            "    register('broken', 'toy_pkg.heavy:build', options='toy_pkg.opts:Missing')\n",
+            "toy_pkg.opts": "from pydantic import BaseModel\n"
+            "class LazyOptions(BaseModel):\n    size: int = 3\n",
+            "toy_pkg.heavy": "def build(options, context):\n    return options\n",
+        },
+        entry_points={"lazy": "toy_pkg.plugin"},
+    )
+    registry = load_registry()
+    assert {"lazy", "broken"} <= {r.name for r in registry.available("task_encoder")}
+    assert "toy_pkg.opts" not in sys.modules
+    assert registry.create("task_encoder", "lazy", {"size": 5}).size == 5
+    assert registry.resolve("task_encoder", "lazy").options.__name__ == "LazyOptions"
+    with pytest.raises(PluginOptionsError, match="size"):
+        registry.create("task_encoder", "lazy", {"size": "five"})
+    with pytest.raises(PluginLoadError, match=r"'broken' \(energon-plugin-lazy\): cannot import options"):
+        registry.create("task_encoder", "broken")
+
+
 def test_import_has_no_side_effects_and_listing_is_light():
     code = (
         "import sys, energon_plugins, energon_plugins.host.manager as m\n"
         "assert m._cached is None, 'loaded at import'\n"
         "rows = energon_plugins.available()\n"
-        "heavy = sorted({n.split('.')[0] for n in sys.modules} & {'torch', 'transformers', 'megatron'})\n"
+        "heavy = sorted({n.split('.')[0] for n in sys.modules}\n"
+        "               & {'torch', 'transformers', 'megatron', 'pydantic'})\n"
         "print(len(rows), heavy)\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -409,3 +439,24 @@ def test_load_time_is_measured_and_a_slow_plugin_is_pointed_out(plugin_path, mon
         result = CliRunner().invoke(cli, ["list"], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
     assert "energon-plugin-slow takes 0.6 s to load" in " ".join(result.output.split())
+
+
+def test_the_light_entry_point_reader_agrees_with_importlib_metadata(plugin_path, monkeypatch, tmp_path):
+    """The dist-info reader on the listing path finds what importlib.metadata finds, and hands
+    over to it for layouts it does not read (an .egg-info distribution)."""
+    from energon_plugins.host import entry_points as reader
+
+    _toy(plugin_path)
+    monkeypatch.setattr(sys, "path", [p for p in sys.path
+                                      if p and not any(pathlib.Path(p).glob("*.egg-info"))])
+    key = lambda e: (e.distribution, e.version, e.name, e.value)  # noqa: E731
+    for group in ("energon_plugins", "console_scripts", "pytest11"):
+        light = sorted(reader._scan(group), key=key)
+        assert light == sorted(reader._with_importlib_metadata(group), key=key), group
+    assert ("energon-plugin-toy", "2.3", "toy", "toy_pkg.plugin") in {key(e) for e in light} | {
+        key(e) for e in reader._scan("energon_plugins")}
+    (tmp_path / "legacy.egg-info").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(reader._Unusual):
+        reader._scan("energon_plugins")
+    assert {e.name for e in reader.entry_points("energon_plugins")} >= {"toy", "task_encoders"}

@@ -1,7 +1,6 @@
 """Registers the built-in image processor ``hf``."""
 
 from energon_plugins.host._markers import hookimpl
-from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
 
 
 @hookimpl
@@ -10,7 +9,7 @@ def register_image_processors(register):
     register(
         "hf",
         "energon_plugins.encoding.image_processors.hf:build_hf_image_processor",
-        options=HFImageProcessorOptions,
+        options="energon_plugins.encoding.image_processors.options:HFImageProcessorOptions",
         description="A transformers image processor from a local directory or a class name",
         aliases=("transformers",),
     )

@@ -1,14 +1,9 @@
 """Registers the built-in packing strategies."""
 
 from energon_plugins.host._markers import hookimpl
-from energon_plugins.encoding.packing.options import (
-    BestFitDecreasingOptions,
-    FirstFitDecreasingOptions,
-    GreedyKnapsackOptions,
-    NoPackingOptions,
-)
 
 _MODULE = "energon_plugins.encoding.packing.strategies"
+_OPTIONS = "energon_plugins.encoding.packing.options"
 
 
 @hookimpl
@@ -17,28 +12,28 @@ def register_packing_strategies(register):
     register(
         "none",
         f"{_MODULE}:make_none",
-        options=NoPackingOptions,
+        options=f"{_OPTIONS}:NoPackingOptions",
         description="No packing: every sample is its own sequence",
         aliases=("no-packing",),
     )
     register(
         "first-fit-decreasing",
         f"{_MODULE}:make_first_fit_decreasing",
-        options=FirstFitDecreasingOptions,
+        options=f"{_OPTIONS}:FirstFitDecreasingOptions",
         description="Longest first, each into the first pack where it fits (segment tree)",
         aliases=("ffd",),
     )
     register(
         "best-fit-decreasing",
         f"{_MODULE}:make_best_fit_decreasing",
-        options=BestFitDecreasingOptions,
+        options=f"{_OPTIONS}:BestFitDecreasingOptions",
         description="Longest first, each into the fullest pack where it fits (sorted list)",
         aliases=("bfd",),
     )
     register(
         "greedy-knapsack",
         f"{_MODULE}:make_greedy_knapsack",
-        options=GreedyKnapsackOptions,
+        options=f"{_OPTIONS}:GreedyKnapsackOptions",
         description="Reference: fill one pack at a time with the longest sample that fits",
         aliases=("knapsack",),
     )

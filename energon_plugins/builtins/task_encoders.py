@@ -1,7 +1,6 @@
 """Registers the built-in task encoder ``multimodal``."""
 
 from energon_plugins.host._markers import hookimpl
-from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 
 
 @hookimpl
@@ -10,7 +9,7 @@ def register_task_encoders(register):
     register(
         "multimodal",
         "energon_plugins.encoding.task_encoders.multimodal:build_multimodal_task_encoder",
-        options=MultimodalOptions,
+        options="energon_plugins.encoding.task_encoders.options:MultimodalOptions",
         description="VQA, captioning, interleaved and conversation (crude chatml) samples through "
         "the tokenizer's chat template",
         aliases=("default",),

@@ -62,6 +62,23 @@ class EncodedSample(Sample):
 
 
 @edataclass
+class PendingImagesSample(EncodedSample):
+    """An encoded sample whose image pixels are not processed yet.
+
+    The tokens, labels and ``image_token_counts`` (and ``image_grid_thw`` for grid processors)
+    are final, computed from the image sizes alone, so packing can plan with exact lengths;
+    ``pixel_values`` is ``None`` until the task encoder's ``complete_samples`` processes
+    ``pending_images`` (after the sample's pack is chosen, or in ``batch``).
+
+    Attributes:
+        pending_images: the images as Energon decoded them for the processor (encoded bytes,
+            8-bit tensors or PIL images), in order.
+    """
+
+    pending_images: list[Any] | None = None
+
+
+@edataclass
 class MultiModalBatch(Batch):
     """A collated batch, ready for a Megatron vision-language model.
 

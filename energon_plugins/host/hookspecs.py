@@ -8,7 +8,9 @@ Each hook is handed a ``register`` callable with the signature::
 - ``factory``: ``factory(options, context) -> component``, or a ``"module:attr"`` string
   naming such a callable. A string is imported only when the component is built, so listing
   plugins stays cheap (no torch, transformers or Energon import).
-- ``options``: a pydantic model class for the plugin's own settings, or ``None``.
+- ``options``: a pydantic model class for the plugin's own settings, a ``"module:attr"``
+  string naming one (imported when the plugin is built, validated or shown, so listing
+  plugins imports no pydantic), or ``None``.
 - ``description``: one line shown by ``energon-plugins list``.
 - ``aliases``: other names that resolve to this plugin.
 

@@ -16,7 +16,6 @@ shows it), so a slow plugin is visible.
 """
 
 import contextlib
-import importlib.metadata
 import os
 import threading
 import time
@@ -32,6 +31,7 @@ from energon_plugins.errors import ConfigError
 from energon_plugins.host import hookspecs
 from energon_plugins.host._markers import ENTRY_POINT_GROUP, PROJECT_NAME
 from energon_plugins.host.defaults import CORE_DISTRIBUTION
+from energon_plugins.host.entry_points import entry_points
 from energon_plugins.host.kinds import HOOK_FOR_KIND
 from energon_plugins.host.registry import LoadFailure, PluginSpec, Registry, canonical_distribution
 
@@ -109,14 +109,11 @@ def _entry_point_sources(group: str) -> list[_Source]:
     """
     sources = []
     installed = set()
-    for ep in importlib.metadata.entry_points(group=group):
-        dist = ep.dist
-        distribution = dist.name if dist is not None else "<unknown>"
-        version = dist.version if dist is not None else "?"
-        installed.add(distribution)
-        if not wanted_distribution(distribution):
+    for ep in entry_points(group):
+        installed.add(ep.distribution)
+        if not wanted_distribution(ep.distribution):
             continue
-        sources.append(_Source(distribution, version, f"{ep.name} = {ep.value}", ep.load))
+        sources.append(_Source(ep.distribution, ep.version, f"{ep.name} = {ep.value}", ep.load))
     problems = environment_problems(installed)
     if problems:
         raise ConfigError("energon-plugins environment: " + "; ".join(problems))

@@ -2,17 +2,20 @@
 
 A :class:`Registry` is filled by :mod:`energon_plugins.host.manager` from the entry points of the
 installed distributions (or, in tests, from modules handed to it). It holds data only; nothing
-here imports torch, transformers or Energon.
+here imports torch, transformers or Energon, and pydantic only when options are validated: a
+plugin may register its options model as a ``"module:attr"`` string, imported on first use of
+:attr:`PluginSpec.options`, so listing plugins imports no options models.
 """
+
+from __future__ import annotations
 
 import dataclasses
 import importlib
 import re
+import sys
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
-
-import pydantic
+from typing import TYPE_CHECKING, Any
 
 from energon_plugins._suggest import did_you_mean
 from energon_plugins.host.context import BuildContext
@@ -25,7 +28,11 @@ from energon_plugins.errors import (
 )
 from energon_plugins.host.kinds import KINDS, Kind, component_problem, normalize_kind
 
+if TYPE_CHECKING:  # pragma: no cover
+    import pydantic
+
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+_REF_RE = re.compile(r"^[\w.]+:[\w.]+$")
 
 Factory = Callable[[Any, BuildContext], Any]
 
@@ -43,11 +50,20 @@ class PluginSpec:
     kind: Kind
     factory: Factory | str
     options: type[pydantic.BaseModel] | None
+    """The options model (None: no options). Registered as a ``"module:attr"`` string, it is
+    imported on first access (a failure raises :class:`PluginLoadError` naming the plugin)."""
     description: str
     aliases: tuple[str, ...]
     distribution: str
     version: str
     module: str
+
+    def __getattribute__(self, name: str) -> Any:
+        value = object.__getattribute__(self, name)
+        if name == "options" and isinstance(value, str):
+            value = _import_options(self, value)
+            object.__setattr__(self, "options", value)
+        return value
 
     @property
     def qualified_name(self) -> str:
@@ -67,16 +83,7 @@ class PluginSpec:
         """
         if callable(self.factory):
             return self.factory
-        module_name, _, attr = self.factory.partition(":")
-        try:
-            target: Any = importlib.import_module(module_name)
-            for part in attr.split("."):
-                target = getattr(target, part)
-        except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
-            raise PluginLoadError(
-                f"{self.label}: cannot import factory {self.factory!r}: "
-                f"{type(exc).__name__}: {exc}"
-            ) from exc
+        target = _import_ref(self, self.factory, "factory")
         if not callable(target):
             raise PluginLoadError(f"{self.label}: factory {self.factory!r} is not callable")
         return target
@@ -96,6 +103,8 @@ class PluginSpec:
             if options:
                 raise PluginOptionsError(f"{self.label} takes no options, got {path}={options!r}")
             return None
+        import pydantic
+
         if isinstance(options, self.options):
             return options
         if isinstance(options, pydantic.BaseModel):
@@ -213,7 +222,7 @@ class Registry:
             name: str,
             factory: Factory | str,
             *,
-            options: type[pydantic.BaseModel] | None = None,
+            options: type[pydantic.BaseModel] | str | None = None,
             description: str = "",
             aliases: Iterable[str] = (),
         ) -> None:
@@ -426,7 +435,37 @@ def _check_factory(factory: Any) -> Factory | str:
     raise ValueError(f"factory must be a callable or a 'module:attr' string, got {factory!r}")
 
 
-def _check_options(options: Any) -> type[pydantic.BaseModel] | None:
-    if options is None or (isinstance(options, type) and issubclass(options, pydantic.BaseModel)):
+def _check_options(options: Any) -> type[pydantic.BaseModel] | str | None:
+    if options is None or isinstance(options, str) and _REF_RE.match(options):
         return options
-    raise ValueError(f"options must be a pydantic model class or None, got {options!r}")
+    pydantic = sys.modules.get("pydantic")  # a class given: its module imported pydantic
+    if pydantic is not None and isinstance(options, type) and issubclass(options, pydantic.BaseModel):
+        return options
+    raise ValueError(
+        f"options must be a pydantic model class, a 'module:attr' string naming one, or None, "
+        f"got {options!r}"
+    )
+
+
+def _import_ref(spec: PluginSpec, ref: str, what: str) -> Any:
+    """The object a ``"module:attr"`` string names; a failure names the plugin and ``what``."""
+    module_name, _, attr = ref.partition(":")
+    try:
+        target: Any = importlib.import_module(module_name)
+        for part in attr.split("."):
+            target = getattr(target, part)
+    except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
+        raise PluginLoadError(
+            f"{spec.label}: cannot import {what} {ref!r}: {type(exc).__name__}: {exc}"
+        ) from exc
+    return target
+
+
+def _import_options(spec: PluginSpec, ref: str) -> Any:
+    """The options model a ``"module:attr"`` string names (checked to be a pydantic model)."""
+    import pydantic
+
+    target = _import_ref(spec, ref, "options")
+    if not (isinstance(target, type) and issubclass(target, pydantic.BaseModel)):
+        raise PluginLoadError(f"{spec.label}: options {ref!r} is not a pydantic model class")
+    return target

@@ -1,10 +1,19 @@
 """The built-in ``hf`` image processor: any transformers image processor.
 
-Energon decodes images to CHW float tensors in ``[0, 1]``. A transformers processor given
-such a tensor would rescale it by 1/255 a second time (or guess the channel layout), so the
-processor is wrapped in :class:`HFImageProcessor`, which turns each tensor back into the
-8-bit PIL image it was decoded from before calling the processor. The result equals calling
-the processor on the original image. transformers is imported only when a processor is built.
+The processor is wrapped in :class:`HFImageProcessor`, which declares ``image_input =
+"bytes"``: Energon leaves images encoded (the shuffle and packing buffers hold the compressed
+files), and the wrapper decodes each one to what the transformers class takes best: an RGB
+``uint8`` tensor for the torchvision backend (transformers' default; JPEGs decoded by
+torchvision), a PIL image for the PIL backend. The result equals calling the processor on the
+original image as Energon's ``pil`` decode gives it. Images in other forms (Energon's float
+tensors from a dataset decoded elsewhere, PIL images, arrays) are converted to 8-bit first, so
+transformers never rescales a float image twice.
+
+The wrapper also tells a task encoder, before any pixel is processed, the output size or
+patch grid of an image of a given size (:meth:`HFImageProcessor.output_size_for`,
+:meth:`HFImageProcessor.grid_for`), for the transformers classes in :data:`SIZE_PLANNERS` and
+:data:`GRID_PLANNERS`; packing uses it to know sample lengths from cheap work.
+transformers is imported only when a processor is built.
 """
 
 import difflib
@@ -57,25 +66,111 @@ def energon_image_to_pil(image: Any) -> Any:
     raise ValueError(f"expected 1, 3 or 4 channels, got {channels}")
 
 
-class HFImageProcessor:
-    """A transformers image processor that accepts Energon's image tensors.
+def torchvision_backend(processor: Any) -> bool:
+    """Whether a transformers image processor works on torch tensors (torchvision backend)."""
+    backend = getattr(processor, "backend", None)
+    if isinstance(backend, str):
+        return backend == "torchvision"
+    return type(processor).__name__.endswith("ImageProcessorFast")
 
-    Call it like the wrapped processor: ``proc(images=[...], return_tensors="pt")``.
-    Attribute access (``size``, ``merge_size``, ``patch_size``, ...) falls through to it.
+
+def _fixed_output_size(processor: Any, height: int, width: int) -> tuple[int, int] | None:
+    """The crop size, or a fixed ``{height, width}`` resize; None when the size varies."""
+    def hw(size: Any) -> tuple[int, int] | None:
+        if size is None:
+            return None
+        get = size.get if isinstance(size, dict) else lambda key: getattr(size, key, None)
+        h, w = get("height"), get("width")
+        return (int(h), int(w)) if h and w else None
+
+    if getattr(processor, "do_center_crop", False):
+        crop = hw(getattr(processor, "crop_size", None))
+        if crop:
+            return crop
+    if getattr(processor, "do_resize", True):
+        return hw(getattr(processor, "size", None))
+    return None
+
+
+def _qwen2_vl_grid(processor: Any, height: int, width: int) -> tuple[int, int, int]:
+    """Qwen2-VL's ``(1, h, w)`` patch grid: transformers' own ``smart_resize``, then patches."""
+    import importlib
+
+    module = importlib.import_module(type(processor).__module__)
+    smart_resize = getattr(module, "smart_resize", None)
+    if smart_resize is None:
+        from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+    patch, merge = int(processor.patch_size), int(processor.merge_size)
+    size = getattr(processor, "size", None) or {}
+    get = size.get if isinstance(size, dict) else lambda key: getattr(size, key, None)
+    min_pixels = get("shortest_edge") or getattr(processor, "min_pixels", None)
+    max_pixels = get("longest_edge") or getattr(processor, "max_pixels", None)
+    rh, rw = smart_resize(height, width, factor=patch * merge, min_pixels=min_pixels,
+                          max_pixels=max_pixels)
+    return 1, rh // patch, rw // patch
+
+
+SIZE_PLANNERS: dict[str, Any] = {
+    name: _fixed_output_size
+    for base in ("CLIPImageProcessor", "SiglipImageProcessor")
+    for name in (base, base + "Pil", base + "Fast")
+}
+"""transformers class name -> ``fn(processor, height, width) -> (H, W) | None``: the pixel
+size each image comes out at. Extend it for another class whose output size is known."""
+
+GRID_PLANNERS: dict[str, Any] = {
+    name: _qwen2_vl_grid
+    for name in ("Qwen2VLImageProcessor", "Qwen2VLImageProcessorPil", "Qwen2VLImageProcessorFast")
+}
+"""transformers class name -> ``fn(processor, height, width) -> (t, h, w)``: the patch grid
+(``image_grid_thw`` row) of an image of that size. Qwen2.5-VL and Qwen3-VL use the Qwen2-VL
+class with their own settings."""
+
+
+def _planner(table: dict[str, Any], processor: Any) -> Any:
+    for cls in type(processor).__mro__:
+        if cls.__name__ in table:
+            return table[cls.__name__]
+    return None
+
+
+class HFImageProcessor:
+    """A transformers image processor that takes the encoded images Energon hands over.
+
+    Call it like the wrapped processor: ``proc(images=[...], return_tensors="pt")``; images
+    may be encoded files (bytes), PIL images, arrays, uint8 or float tensors. Attribute access
+    (``size``, ``merge_size``, ``patch_size``, ...) falls through to it.
     """
 
     accepts_energon_images = True
+    image_input = "bytes"
+    """Energon leaves images encoded; the wrapper decodes them for the wrapped class."""
 
     def __init__(self, processor: Any) -> None:
         """Wrap ``processor`` (a transformers image processor instance)."""
         self.processor = processor
+        self.decodes_to = "uint8" if torchvision_backend(processor) else "pil"
+        """What images are handed to the wrapped class: ``uint8`` tensors or ``pil`` images."""
 
     def __call__(self, images: Any = None, *args: Any, **kwargs: Any) -> Any:
+        from energon_plugins.encoding.image_processors.inputs import to_pil, to_uint8_chw
+
+        convert = to_uint8_chw if self.decodes_to == "uint8" else to_pil
         if isinstance(images, (list, tuple)):
-            images = [energon_image_to_pil(img) for img in images]
+            images = [convert(img, index=i) for i, img in enumerate(images)]
         elif images is not None:
-            images = energon_image_to_pil(images)
+            images = convert(images)
         return self.processor(images=images, *args, **kwargs)
+
+    def output_size_for(self, height: int, width: int) -> tuple[int, int] | None:
+        """``(H, W)`` of the pixels an image of this size comes out at, when known in advance."""
+        planner = _planner(SIZE_PLANNERS, self.processor)
+        return planner(self.processor, height, width) if planner is not None else None
+
+    def grid_for(self, height: int, width: int) -> tuple[int, int, int] | None:
+        """The ``image_grid_thw`` row of an image of this size, when known in advance."""
+        planner = _planner(GRID_PLANNERS, self.processor)
+        return planner(self.processor, height, width) if planner is not None else None
 
     def __getattr__(self, name: str) -> Any:
         if name == "processor":  # not yet set (e.g. during unpickling)

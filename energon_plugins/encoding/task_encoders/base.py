@@ -8,7 +8,15 @@ A subclass implements ``encode_sample(sample) -> EncodedSample``; the base gives
   sub-sequences (several ``seq_lengths``) turned into megatron-core ``PackedSeqParams``,
 - sequence packing with the selected strategy (``select_samples_to_pack``,
   ``pack_selected_samples``, carry-over in ``build_batch``), from
-  :class:`~energon_plugins.encoding.task_encoders.packing.PackingMixin`.
+  :class:`~energon_plugins.encoding.task_encoders.packing.PackingMixin`;
+- Energon's decoder chosen for the image processor: a processor that declares
+  ``image_input`` (``"bytes"``, ``"uint8"``, ``"pil"``) gets its images in that form
+  (:mod:`energon_plugins.encoding.image_processors.inputs`); one that declares nothing gets
+  Energon's default float decode, as before;
+- deferred work: in the loader, ``encode_sample`` may return a sample whose images are not
+  processed yet (its lengths known from the image headers);
+  :meth:`PluginTaskEncoder.complete_samples` finishes the samples of a pack (after the packing
+  stage chose it) or of a batch together, so their pixels land in one tensor without a copy.
 
 Everything runs downstream of Energon's shuffle buffer, so every stage is ``@stateless``:
 ``encode_sample`` must be a pure function of the sample (use
@@ -24,11 +32,13 @@ from typing import Any, Generic, Literal, TypeVar
 import torch
 from megatron.energon import DefaultTaskEncoder, SkipSample, stateless
 from megatron.energon.errors import FatalSampleError
+from megatron.energon.task_encoder.base import TaskEncoder
 
 from energon_plugins.host.context import BuildContext
+from energon_plugins.encoding.image_processors.inputs import decoder_for
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
-from energon_plugins.encoding.task_encoders.packing import PackingMixin
+from energon_plugins.encoding.task_encoders.packing import PackingMixin, cat_parts
 
 T_sample = TypeVar("T_sample")
 
@@ -59,29 +69,44 @@ def _sample_key(sample: Any) -> str:
 
 
 def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Wrap a subclass's ``encode_sample`` with the error policy, keeping Energon's markers."""
+    """Wrap a subclass's ``encode_sample`` with the error policy, keeping Energon's markers.
+
+    A subclass's wrapped ``encode_sample`` that calls its parent's (wrapped too) counts one
+    sample: only the outermost call resets the consecutive-error count, so a sample that fails
+    after ``super().encode_sample`` succeeded still counts towards ``max_consecutive_errors``.
+    """
 
     if inspect.isgeneratorfunction(fn):
 
         @functools.wraps(fn)
         def gen_wrapper(self: "PluginTaskEncoder", sample: Any):
+            depth = self.__dict__.get("_encode_depth", 0)
+            self._encode_depth = depth + 1
             try:
                 yield from fn(self, sample)
             except Exception as exc:  # noqa: BLE001 - the policy decides
                 self.handle_error(exc, sample)
             else:
-                self._consecutive_errors = 0
+                if not depth:
+                    self._consecutive_errors = 0
+            finally:
+                self._encode_depth = depth
 
         wrapper = gen_wrapper
     else:
 
         @functools.wraps(fn)
         def wrapper(self: "PluginTaskEncoder", sample: Any):
+            depth = self.__dict__.get("_encode_depth", 0)
+            self._encode_depth = depth + 1
             try:
                 result = fn(self, sample)
             except Exception as exc:  # noqa: BLE001 - the policy decides
                 self.handle_error(exc, sample)
-            self._consecutive_errors = 0
+            finally:
+                self._encode_depth = depth
+            if not depth:
+                self._consecutive_errors = 0
             return result
 
     # A PluginTaskEncoder's encode_sample is a pure function of the sample: mark it stateless
@@ -148,6 +173,10 @@ class PluginTaskEncoder(
         self.max_consecutive_errors = max_consecutive_errors
         self._error_counts: collections.Counter[str] = collections.Counter()
         self._consecutive_errors = 0
+        # Decode images as the processor wants them, unless the subclass set its own decoder.
+        decoder = decoder_for(self.image_processor)
+        if decoder is not None and getattr(type(self), "decoder", None) is TaskEncoder.decoder:
+            self.decoder = decoder
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -230,6 +259,20 @@ class PluginTaskEncoder(
         except Exception as exc:  # noqa: BLE001 - the policy decides
             self.handle_error(exc, sample)
 
+    # ------------------------------------------------------------------ deferred work
+    def complete_samples(
+        self, samples: list[EncodedSample]
+    ) -> tuple[list[EncodedSample], torch.Tensor | None]:
+        """Finish the work ``encode_sample`` deferred (e.g. image pixels) for these samples.
+
+        Called with the samples of a pack before they are packed, and with the samples of a
+        batch in ``batch``. Returns the finished samples and, when the encoder processed their
+        images together, the pixel values of all of them in order (one tensor; each sample's
+        ``pixel_values`` is a view into it), else ``None``. The default finishes nothing. Must
+        be a pure function of the samples (restore replays it).
+        """
+        return samples, None
+
     # ------------------------------------------------------------------ batching
     def _padded_length(self, lengths: list[int]) -> int:
         longest = max(lengths)
@@ -248,6 +291,7 @@ class PluginTaskEncoder(
         """
         if not samples:
             raise ValueError("batch() got no samples")
+        samples, all_pixels = self.complete_samples(samples)
         lengths = [s.length for s in samples]
         width = self._padded_length(lengths)
         bsz = len(samples)
@@ -279,7 +323,7 @@ class PluginTaskEncoder(
             segments.extend(sub)
             if width > n:
                 segments.append(width - n)
-        pixel_values = self.combine_parts("pixel_values", [s.pixel_values for s in samples])
+        all_pixels = self.combined_pixels(samples, all_pixels)
         image_grid_thw = self.combine_parts("image_grid_thw", [s.image_grid_thw for s in samples])
         num_images = torch.tensor([int(s.num_images) for s in samples], dtype=torch.long)
         packed_seq_params = build_packed_seq_params(segments) if packed else None
@@ -290,7 +334,7 @@ class PluginTaskEncoder(
             loss_mask=loss_mask,
             position_ids=position_ids,
             attention_mask=None if packed else real,
-            pixel_values=pixel_values,
+            pixel_values=all_pixels,
             image_grid_thw=image_grid_thw,
             num_images=num_images,
             packed_seq_params=packed_seq_params,
@@ -316,6 +360,16 @@ class PluginTaskEncoder(
         if not tensors:
             return None
         return self.collate_visual(key, tensors)
+
+    def combined_pixels(
+        self, samples: list[EncodedSample], completed: torch.Tensor | None
+    ) -> torch.Tensor | None:
+        """The samples' ``pixel_values`` as one tensor: ``completed`` (the one tensor
+        :meth:`complete_samples` built, a dim-0 concatenation) where ``collate_visual`` keeps
+        the default layout, else :meth:`combine_parts`."""
+        if completed is not None and type(self).collate_visual is PluginTaskEncoder.collate_visual:
+            return completed
+        return self.combine_parts("pixel_values", [s.pixel_values for s in samples])
 
     def combine_visual(
         self, visuals: list[dict[str, torch.Tensor] | None]

@@ -6,19 +6,31 @@ writes), rendered with the tokenizer's chat template; only the answer tokens car
 Every image tag is expanded to as many image tokens as the image processor yields embeddings
 for that image. Samples are cut to ``seq_length`` (never inside an image) or dropped, per the
 ``truncation`` option.
+
+In the loader, when the image processor can tell an image's output size or patch grid from
+the image's size alone (``output_size_for`` / ``grid_for``), the encoding stage reads only the
+image headers and returns a :class:`~energon_plugins.encoding.samples.PendingImagesSample` with
+exact lengths; :meth:`MultimodalTaskEncoder.complete_samples` processes the pixels of a whole
+pack (after the packing stage has chosen it) or batch in one processor call, into one tensor.
+The shuffle and packing buffers then hold no pixel tensors and fill from cheap work, and no
+copy concatenates the samples' pixels. ``encode_sample`` called directly still returns
+finished samples.
 """
 
+import inspect
 from typing import Any
 
 import numpy as np
 import torch
 from megatron.energon import CaptioningSample, InterleavedSample, VQASample, stateless
 from megatron.energon.errors import FatalSampleError
+from megatron.energon.task_encoder.base import get_failure_tolerance
 
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.chatml import ChatMLSample, conversation_cookers, text_turns
-from energon_plugins.encoding.samples import EncodedSample
+from energon_plugins.encoding.image_processors.inputs import image_size
+from energon_plugins.encoding.samples import EncodedSample, PendingImagesSample
 from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.conversation import (
     build_messages,
@@ -50,6 +62,16 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
 
     supported_sample_types = SUPPORTED
     cookers = conversation_cookers()
+    defer_images = True
+    """In the loader, leave image pixels to :meth:`complete_samples` when the lengths are known
+    from the image sizes. A subclass that overrides ``encode_sample`` gets ``False`` (its code
+    may read ``pixel_values``) unless its class body sets it: set ``defer_images = True`` when
+    its ``encode_sample`` returns what :meth:`finish_sample` built without touching the pixels."""
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if "encode_sample" in cls.__dict__ and "defer_images" not in cls.__dict__:
+            cls.defer_images = False
 
     def __init__(self, context: BuildContext, options: MultimodalOptions | None = None) -> None:
         options = options if options is not None else MultimodalOptions()
@@ -70,6 +92,36 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         template = self.sample_config.conversation_template
         if uses_plain_rendering(self.tokenizer, template):
             end_of_turn(self.tokenizer, template)  # refused now, not on every sample
+        self._deferring = False
+
+    # ------------------------------------------------------------------ the loader's stage
+    def build_encode_sample(self, dataset: Any, *, worker_config: Any) -> Any:
+        """Energon's encoding stage, running :meth:`encode_sample_deferring` in the loader."""
+        if not self.defer_images or self._is_overridden(self.preencode_sample) or (
+            inspect.isgeneratorfunction(inspect.unwrap(type(self).encode_sample))
+        ):
+            return super().build_encode_sample(dataset, worker_config=worker_config)
+        from megatron.energon.wrappers import MapDataset
+
+        return MapDataset(
+            dataset,
+            self.encode_sample_deferring,
+            worker_config=worker_config,
+            stateless_map_fn=True,
+            failure_tolerance=get_failure_tolerance(
+                self.encode_sample, self.__default_failure_tolerance__
+            ),
+        )
+
+    @stateless
+    def encode_sample_deferring(self, sample: Any) -> EncodedSample:
+        """:meth:`encode_sample` with image pixels left to :meth:`complete_samples` when the
+        lengths are known from the image sizes (the loader's encoding stage)."""
+        self._deferring = True
+        try:
+            return self.encode_sample(sample)
+        finally:
+            self._deferring = False
 
     # ------------------------------------------------------------------ dispatch
     @stateless
@@ -127,12 +179,12 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         for item in sample.sequence:
             if isinstance(item, str):
                 texts.append(item)
-            elif isinstance(item, torch.Tensor):
+            elif _is_image(item):
                 images.append(item)
             else:
                 raise TypeError(
                     f"InterleavedSample {sample.__key__!r}: sequence item of type "
-                    f"{type(item).__name__} (expected str or image tensor)"
+                    f"{type(item).__name__} (expected str or an image)"
                 )
         pieces = iter(tokenize_texts(self.tokenizer, texts))
         ids: list[int] = []
@@ -208,6 +260,86 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
             )
         return counts
 
+    def plan_images(self, images: list[Any]) -> tuple[list[int], torch.Tensor | None] | None:
+        """Token counts (and grids) of ``images`` from their sizes alone; None if unknowable.
+
+        Reads each image's size (an encoded image's header only) and asks the processor for
+        the patch grid (``grid_for(height, width)``) or the output size
+        (``output_size_for(height, width)``); the counts then come from
+        :meth:`image_token_counts` as they would from the processed output.
+        """
+        if not images:
+            return [], None
+        proc = self.image_processor
+        grid_for = getattr(proc, "grid_for", None)
+        size_for = getattr(proc, "output_size_for", None)
+        if not callable(grid_for) and not callable(size_for):
+            return None
+        sizes = [image_size(img) for img in images]
+        if callable(grid_for):
+            grids = [grid_for(h, w) for h, w in sizes]
+            if all(g is not None for g in grids):
+                grid = torch.tensor(grids, dtype=torch.long)
+                return self.image_token_counts({"image_grid_thw": grid}, len(images)), grid
+        if callable(size_for):
+            outputs = [size_for(h, w) for h, w in sizes]
+            if all(o is not None for o in outputs):
+                counts = []
+                for height, width in outputs:  # shapes only: meta tensors hold no memory
+                    pixels = torch.empty((1, 3, height, width), device="meta")
+                    counts += self.image_token_counts({"pixel_values": pixels}, 1)
+                return counts, None
+        return None
+
+    def _defer_images(self) -> bool:
+        """Whether to leave the pixels to :meth:`complete_samples`: in the loader's stage."""
+        return self._deferring
+
+    def complete_samples(
+        self, samples: list[EncodedSample]
+    ) -> tuple[list[EncodedSample], torch.Tensor | None]:
+        """Process the pending images of the :class:`PendingImagesSample` among ``samples``.
+
+        All their images go through the processor in one call, in order; each finished
+        sample's ``pixel_values`` is a view into the result, which is returned too when every
+        sample with images was pending (else ``None``: the caller concatenates). The output
+        must give the token counts (and grids) planned from the image sizes; a difference stops
+        the loader, naming the sample (the plan was wrong).
+        """
+        pending = [s for s in samples if isinstance(s, PendingImagesSample) and s.pending_images]
+        if not pending:
+            return samples, None
+        images = [img for s in pending for img in s.pending_images]
+        processed, pixels = self._process_images(images)
+        grid = _get(processed, "image_grid_thw")
+        counts = self.image_token_counts(processed, len(images))
+        done: dict[int, EncodedSample] = {}
+        image = row = 0
+        for sample in pending:
+            n = len(sample.pending_images)
+            own_grid = grid[image : image + n] if grid is not None else None
+            rows = int(own_grid.prod(dim=-1).sum()) if own_grid is not None else n
+            self._check_plan(sample, counts[image : image + n], own_grid)
+            done[id(sample)] = _finished(sample, pixels[row : row + rows], own_grid)
+            image, row = image + n, row + rows
+        out = [done.get(id(s), s) for s in samples]
+        all_pending = all(
+            id(s) in done or s.pixel_values is None for s in samples
+        ) and row == int(pixels.shape[0])
+        return out, pixels if all_pending else None
+
+    def _check_plan(self, sample: Any, counts: list[int], grid: torch.Tensor | None) -> None:
+        planned = sample.image_grid_thw
+        if counts != list(sample.image_token_counts or []) or (
+            planned is not None and (grid is None or not torch.equal(grid.to(planned.dtype), planned))
+        ):
+            raise FatalSampleError(
+                f"sample {sample.__key__!r}: the image processor's output gives image tokens "
+                f"{counts} (grids {None if grid is None else grid.tolist()}), but the sizes "
+                f"planned {sample.image_token_counts} (grids "
+                f"{None if planned is None else planned.tolist()})"
+            )
+
     def _process_images(self, images: list[torch.Tensor]) -> tuple[Any, Any]:
         if not images:
             return None, None
@@ -225,11 +357,18 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         """Process ``images``, expand their tags, truncate to ``seq_length``, build the sample.
 
         ``ids``/``labels`` hold one image-tag token per image; subclasses that render their own
-        conversation format call this to finish the common part.
+        conversation format call this to finish the common part. In the loader, when the
+        lengths are known from the image sizes, the pixels are left to :meth:`complete_samples`
+        (a :class:`PendingImagesSample` is returned).
         """
-        processed, pixel_values = self._process_images(images)
-        grid = _get(processed, "image_grid_thw") if processed is not None else None
-        counts = self.image_token_counts(processed, len(images))
+        plan = self.plan_images(images) if images and self._defer_images() else None
+        if plan is not None:
+            processed, pixel_values = None, None
+            counts, grid = plan
+        else:
+            processed, pixel_values = self._process_images(images)
+            grid = _get(processed, "image_grid_thw") if processed is not None else None
+            counts = self.image_token_counts(processed, len(images))
         ids, labels, runs = expand_image_tokens(
             ids,
             labels,
@@ -243,7 +382,9 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         if len(ids) > self.seq_length:
             ids, labels, kept_images = self.truncate(sample, ids, labels, runs)
             truncated = True
-            if kept_images < len(images):
+            if kept_images < len(images) and plan is not None:
+                grid = grid[:kept_images] if grid is not None and kept_images else None
+            elif kept_images < len(images):
                 pixel_values, grid = _keep_images(pixel_values, grid, kept_images)
         if labels.count(self.ignore_index) == len(labels):
             raise CountedSkip(
@@ -253,8 +394,13 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         # list -> int64 via numpy: a C loop, about 3.5x faster than torch.tensor(list).
         input_ids = torch.from_numpy(np.asarray(ids, dtype=np.int64))
         label_t = torch.from_numpy(np.asarray(labels, dtype=np.int64))
-        return EncodedSample.derive_from(
+        pending = {}
+        cls = EncodedSample
+        if plan is not None and kept_images:
+            cls, pending = PendingImagesSample, {"pending_images": list(images[:kept_images])}
+        return cls.derive_from(
             sample,
+            **pending,
             input_ids=input_ids,
             labels=label_t,
             loss_mask=(label_t != self.ignore_index).to(torch.float32),
@@ -286,6 +432,31 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
                 break
         kept = sum(1 for _, end in runs if end <= cut)
         return ids[:cut], labels[:cut], kept
+
+
+def _finished(sample: PendingImagesSample, pixels: torch.Tensor, grid: Any) -> EncodedSample:
+    """``sample`` as a plain :class:`EncodedSample` with its processed pixels."""
+    return EncodedSample.derive_from(
+        sample,
+        input_ids=sample.input_ids,
+        labels=sample.labels,
+        loss_mask=sample.loss_mask,
+        pixel_values=pixels,
+        image_grid_thw=grid,
+        num_images=sample.num_images,
+        seq_lengths=sample.seq_lengths,
+        truncated=sample.truncated,
+        visual=sample.visual,
+        token_fields=sample.token_fields,
+        image_token_counts=sample.image_token_counts,
+    )
+
+
+def _is_image(item: Any) -> bool:
+    """An image in an interleaved sequence: a tensor, an array, a PIL image or encoded bytes."""
+    return isinstance(item, (torch.Tensor, np.ndarray, bytes, bytearray, memoryview)) or (
+        type(item).__module__.startswith("PIL.")
+    )
 
 
 def _get(mapping: Any, key: str) -> Any:

@@ -11,7 +11,9 @@
   ``packing_overlong_truncated``; ``packing_left_out`` for a fitting sample that a
   ``select``-only strategy put in no group) and logged. A strategy that fails, uses an index
   twice or overfills a pack stops the loader (``FatalSampleError``).
-- ``pack_selected_samples(samples)`` (``@stateless``) concatenates tokens, labels, loss masks,
+- ``pack_selected_samples(samples)`` (``@stateless``) first finishes the samples' deferred work
+  (``complete_samples``: the image pixels of samples whose lengths were planned from the image
+  sizes, processed together into one tensor), then concatenates tokens, labels, loss masks,
   pixel values, image grids and image counts into one :class:`PackedSample` whose
   ``seq_lengths`` are the sub-sequence lengths (each padded to ``pad_to_multiple_of``) and
   ``real_seq_lengths`` the unpadded ones.
@@ -105,6 +107,15 @@ def packed_seq_params(real_segments: list[int], padded_segments: list[int],
         max_seqlen_q=max(padded_segments, default=0),
         max_seqlen_kv=max(padded_segments, default=0),
     )
+
+
+def cat_parts(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
+    """The non-``None`` tensors concatenated along dim 0; one tensor is returned as is (no
+    copy); ``None`` when there are none."""
+    tensors = [p for p in parts if p is not None]
+    if not tensors:
+        return None
+    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)
 
 
 def _packed_token_fields(
@@ -370,9 +381,13 @@ class PackingMixin:
         capacity = self.packing_capacity
         multiple = self.pad_to_multiple_of
         pad_id, ignore = int(self.pad_token_id), int(self.ignore_index)  # type: ignore[attr-defined]
-        samples = [
-            self.truncate_for_packing(s, capacity) if s.length > capacity else s for s in samples
-        ]
+        samples, all_pixels = self.complete_samples(samples)  # type: ignore[attr-defined]
+        if any(s.length > capacity for s in samples):
+            all_pixels = None  # a cut may drop images: concatenate what is kept
+            samples = [
+                self.truncate_for_packing(s, capacity) if s.length > capacity else s
+                for s in samples
+            ]
         ids, labels, masks, real, laid_out = [], [], [], [], []
         for sample in samples:
             n = sample.length
@@ -402,9 +417,7 @@ class PackingMixin:
             input_ids=torch.cat(ids),
             labels=torch.cat(labels),
             loss_mask=torch.cat(masks),
-            pixel_values=self.combine_parts(  # type: ignore[attr-defined]
-                "pixel_values", [s.pixel_values for s in samples]
-            ),
+            pixel_values=self.combined_pixels(samples, all_pixels),  # type: ignore[attr-defined]
             image_grid_thw=self.combine_parts(  # type: ignore[attr-defined]
                 "image_grid_thw", [s.image_grid_thw for s in samples]
             ),
@@ -449,7 +462,12 @@ class PackingMixin:
     # ------------------------------------------------------------------ the packing stage
     def build_batch(self, dataset: Any, *, batch_size: Any, batch_drop_last: bool = False,
                     packing_buffer_size: int | None = None, worker_config: Any) -> Any:
-        """Energon's ``build_batch``; with ``carry_over`` the packing stage carries over."""
+        """Energon's ``build_batch``; with ``carry_over`` the packing stage carries over.
+
+        Without packing and batching (``batch_size=None``), a last stage finishes each
+        sample's deferred work (``complete_samples``), which packing or ``batch`` does otherwise.
+        """
+        unbatched = batch_size is None and packing_buffer_size is None
         if packing_buffer_size is not None:
             self._strategy()
             self.pad_to_multiple_of  # noqa: B018 - validates seq_length against the multiple
@@ -477,15 +495,25 @@ class PackingMixin:
                 ),
             )
             packing_buffer_size = None
-        batched = super().build_batch(  # type: ignore[misc]
+        dataset = super().build_batch(  # type: ignore[misc]
             dataset,
             batch_size=batch_size,
             batch_drop_last=batch_drop_last,
             packing_buffer_size=packing_buffer_size,
             worker_config=worker_config,
         )
-        _quiet_packing_stages(batched)
-        return batched
+        _quiet_packing_stages(dataset)
+        if unbatched:
+            from megatron.energon.wrappers import MapDataset
+
+            dataset = MapDataset(dataset, self.complete_unbatched, worker_config=worker_config,
+                                 stateless_map_fn=True)
+        return dataset
+
+    @stateless
+    def complete_unbatched(self, sample: EncodedSample) -> EncodedSample:
+        """One sample with its deferred work done (the last stage of an unbatched loader)."""
+        return self.complete_samples([sample])[0][0]  # type: ignore[attr-defined]
 
 
 def _quiet_packing_stages(dataset: Any) -> None:

@@ -1,19 +1,33 @@
 """The fast image processor: batched torch preprocessing on uint8, like a transformers processor.
 
-Pipeline per call: convert every input to a uint8 HWC tensor (zero-copy where possible), group
-the images by size and resize each group with Pillow's own arithmetic (``pil_resize``: its
-fixed-point bicubic/bilinear taps, pass order and rounding, as two banded matrix products per
-group), computing only the pixels that survive the center crop, then one fused
-rescale+normalize into a float32 ``(N, 3, H, W)`` batch.
+Pipeline per call: decode encoded images (the form Energon hands over: ``image_input =
+"bytes"``; JPEGs by torchvision, or in PIL's draft mode at a reduced scale with ``jpeg_draft``)
+or convert other inputs to uint8 HWC tensors (zero-copy where possible), group the images by
+size, resize each group, then one fused rescale+normalize into a float32 ``(N, 3, H, W)``
+batch. Resize kernels:
+
+- ``torchvision`` (default): torch's uint8 antialiased kernel in one call, exactly what
+  transformers' default (torchvision) backend does;
+- ``pillow``: Pillow's own arithmetic (``pil_resize``: its fixed-point bicubic/bilinear taps,
+  pass order and rounding, as two banded matrix products per group), what transformers' PIL
+  backend does, computing only the pixels that survive the center crop;
+- ``torch``: torch's uint8 kernel in Pillow's pass order.
 """
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from energon_plugins.encoding.image_processors.inputs import (
+    decode_uint8,
+    image_size,
+    is_encoded,
+    new_output,
+)
 
 from energon_plugin_fast_image.pil_resize import resize_batch, vertical_first
 from energon_plugin_fast_image.settings import ProcessorSettings, resolve_settings
@@ -51,6 +65,8 @@ def to_uint8_hwc(image: Any, index: int = 0) -> torch.Tensor:
     Raises:
         TypeError, ValueError: naming ``images[index]`` and what is wrong with it.
     """
+    if is_encoded(image):
+        return decode_uint8(image, index=index).permute(1, 2, 0)
     if _is_pil(image):
         if image.mode != "RGB":
             image = image.convert("RGB")
@@ -102,7 +118,7 @@ def to_uint8_hwc(image: Any, index: int = 0) -> torch.Tensor:
 def _flatten(images: Any) -> list[Any]:
     if images is None:
         raise ValueError("images: no images given")
-    if _is_pil(images) or isinstance(images, np.ndarray) and images.ndim <= 3:
+    if _is_pil(images) or is_encoded(images) or isinstance(images, np.ndarray) and images.ndim <= 3:
         return [images]
     if torch.is_tensor(images):
         return [images] if images.ndim <= 3 else list(images)
@@ -119,6 +135,34 @@ def _flatten(images: Any) -> list[Any]:
     return [images]
 
 
+def call_items(name: str, images: Any, kwargs: dict[str, Any]) -> list[Any]:
+    """The images of a processor call as a list; unsupported keyword arguments are refused
+    with an error that names them, rather than silently ignored."""
+    if kwargs:
+        raise TypeError(
+            f"{name}: unsupported arguments {sorted(kwargs)}; set processor settings through the "
+            "plugin's options"
+        )
+    items = _flatten(images)
+    if not items:
+        raise ValueError("images: the list is empty")
+    return items
+
+
+@contextlib.contextmanager
+def torch_threads(count: int | None) -> Iterator[None]:
+    """torch's intra-op thread count set to ``count`` inside the block (None: unchanged)."""
+    previous = torch.get_num_threads()
+    change = count is not None and count != previous
+    if change:
+        torch.set_num_threads(count)
+    try:
+        yield
+    finally:
+        if change:
+            torch.set_num_threads(previous)
+
+
 @dataclasses.dataclass
 class FastImageProcessor:
     """A callable image processor with the settings and call shape of a transformers one.
@@ -131,6 +175,8 @@ class FastImageProcessor:
 
     accepts_energon_images = True
     """Energon's image tensors (CHW float in [0, 1] or uint8) are accepted as they are."""
+    image_input = "bytes"
+    """Energon hands over the encoded images; they are decoded here (torchvision for JPEGs)."""
 
     settings: ProcessorSettings
     family: str = "clip"
@@ -192,10 +238,23 @@ class FastImageProcessor:
             return (new_long, edge) if width <= height else (edge, new_long)
         return size["height"], size["width"]
 
-    resize_kernel: str = "pillow"
-    """``"pillow"`` (Pillow's arithmetic, ``pil_resize``) or ``"torch"`` (torch's uint8 kernel)."""
+    resize_kernel: str = "torchvision"
+    """``"torchvision"`` (torch's uint8 kernel in one call, as transformers' default backend),
+    ``"pillow"`` (Pillow's arithmetic, ``pil_resize``) or ``"torch"`` (torch's uint8 kernel in
+    Pillow's pass order)."""
+    jpeg_draft: bool = False
+    """Decode JPEGs at 1/2, 1/4 or 1/8 scale in the DCT domain when the resize target allows."""
     resize_dtype: torch.dtype = dataclasses.field(default=torch.float32, repr=False)
     """float32 (fast; a rare pixel one level off Pillow) or float64 (Pillow's result exactly)."""
+
+    def output_size_for(self, height: int, width: int) -> tuple[int, int]:
+        """``(H, W)`` of the pixels an image of this size comes out at (known before decoding)."""
+        s = self.settings
+        if s.do_center_crop and s.crop_size:
+            return s.crop_size["height"], s.crop_size["width"]
+        if s.do_resize:
+            return self.resize_target(height, width)
+        return height, width
 
     def _crop_window(self, height: int, width: int) -> tuple[int, int, int, int] | None:
         """``(top, left, h, w)`` of the center crop inside a ``height x width`` image, if it fits."""
@@ -218,6 +277,8 @@ class FastImageProcessor:
         mode = self.settings.resample
         if mode == "nearest":
             return F.interpolate(batch, size=target, mode="nearest-exact")
+        if self.resize_kernel == "torchvision":  # one call, as torchvision's resize makes it
+            return F.interpolate(batch, size=target, mode=mode, antialias=True, align_corners=False)
         if self.resize_kernel == "torch":
             height, width = batch.shape[-2:]
             if vertical_first(height, width, *target):  # Pillow's pass order
@@ -235,27 +296,35 @@ class FastImageProcessor:
             return image[..., top : top + ch, left : left + cw]
         nh, nw = max(h, ch), max(w, cw)
         padded = image.new_zeros((*image.shape[:-2], nh, nw))
-        top, left = (nh - h + 1) // 2, (nw - w + 1) // 2
+        if self.resize_kernel == "torchvision":  # torchvision pads the smaller half first
+            top, left = (nh - h) // 2, (nw - w) // 2
+        else:  # transformers' numpy center_crop
+            top, left = (nh - h + 1) // 2, (nw - w + 1) // 2
         padded[..., top : top + h, left : left + w] = image
         return self._center_crop(padded)
 
-    def process_uint8(self, images: Sequence[torch.Tensor]) -> list[torch.Tensor]:
+    def process_uint8(
+        self, images: Sequence[torch.Tensor], targets: Sequence[tuple[int, int] | None] | None = None
+    ) -> list[torch.Tensor]:
         """Resize and crop uint8 ``(H, W, 3)`` tensors; return ``(3, h, w)`` views in order.
 
-        Images of the same size are stacked and resized together (one pair of matrix products).
-        A view is uint8, or float holding integer values 0-255 when it was resized.
+        ``targets[i]`` is the resize target of image ``i`` when it was decoded at a reduced
+        scale (computed from its original size); None: from its own size. Images of the same
+        size and target are stacked and resized together. A view is uint8, or float holding
+        integer values 0-255 when the ``pillow`` kernel resized it.
         """
         out: list[torch.Tensor | None] = [None] * len(images)
-        groups: dict[tuple[int, int], list[int]] = {}
+        groups: dict[tuple[Any, ...], list[int]] = {}
         for i, image in enumerate(images):
-            groups.setdefault(tuple(image.shape[:2]), []).append(i)
-        for (height, width), indices in groups.items():
+            target = targets[i] if targets is not None else None
+            groups.setdefault((*image.shape[:2], target), []).append(i)
+        for (height, width, target), indices in groups.items():
             if len(indices) == 1:
                 batch = images[indices[0]].permute(2, 0, 1)[None]
             else:
                 batch = torch.stack([images[i].permute(2, 0, 1) for i in indices])
             if self.settings.do_resize:
-                target = self.resize_target(height, width)
+                target = target or self.resize_target(height, width)
                 if (height, width) != target:
                     batch = self._resize_group(batch, target)
             if self.settings.do_center_crop:
@@ -273,7 +342,7 @@ class FastImageProcessor:
                 "do_center_crop with crop_size, or a fixed size {height, width}"
             )
         (c, h, w) = shapes.pop()
-        out = torch.empty((len(images), c, h, w), dtype=torch.float32)
+        out = new_output((len(images), c, h, w))  # shared memory in a loader worker
         scale, bias = self._scale[0], self._bias[0]
         for k, img in enumerate(images):
             if img.is_floating_point():
@@ -292,24 +361,12 @@ class FastImageProcessor:
         of transformers processors (``text``, ``do_resize``...) are refused with an error that
         names them, rather than silently ignored.
         """
-        if kwargs:
-            raise TypeError(
-                f"fast-{self.family}: unsupported arguments {sorted(kwargs)}; set processor "
-                "settings through the plugin's options"
+        items = call_items(f"fast-{self.family}", images, kwargs)
+        with torch_threads(self.torch_threads):
+            prepared = [self._decode(img, i) for i, img in enumerate(items)]
+            pixel_values = self.normalize(
+                self.process_uint8([hwc for hwc, _ in prepared], [t for _, t in prepared])
             )
-        items = _flatten(images)
-        if not items:
-            raise ValueError("images: the list is empty")
-        previous = torch.get_num_threads()
-        change = self.torch_threads is not None and self.torch_threads != previous
-        if change:
-            torch.set_num_threads(self.torch_threads)
-        try:
-            uint8 = [to_uint8_hwc(img, i) for i, img in enumerate(items)]
-            pixel_values = self.normalize(self.process_uint8(uint8))
-        finally:
-            if change:
-                torch.set_num_threads(previous)
         if return_tensors in (None, "pt"):
             return FastBatchFeature(pixel_values=pixel_values)
         if return_tensors == "np":
@@ -318,6 +375,13 @@ class FastImageProcessor:
 
     preprocess = __call__
 
+    def _decode(self, image: Any, index: int) -> tuple[torch.Tensor, tuple[int, int] | None]:
+        """``(uint8 HWC tensor, resize target)``; encoded JPEGs in draft mode when allowed."""
+        if not (self.jpeg_draft and is_encoded(image) and self.settings.do_resize):
+            return to_uint8_hwc(image, index), None
+        target = self.resize_target(*image_size(image))
+        return decode_uint8(image, min_size=target, index=index).permute(1, 2, 0), target
+
 
 def _threads(options: Any) -> int | None:
     """``options.torch_threads``; 1 (the option's default) when no options were given."""
@@ -325,19 +389,27 @@ def _threads(options: Any) -> int | None:
 
 
 def _kernel(options: Any) -> str:
-    """``options.resize_kernel``; ``"pillow"`` when no options were given."""
-    return getattr(options, "resize_kernel", "pillow") if options is not None else "pillow"
+    """``options.resize_kernel``; ``"torchvision"`` when no options were given."""
+    return getattr(options, "resize_kernel", "torchvision") if options is not None else "torchvision"
+
+
+def _draft(options: Any) -> bool:
+    """``options.jpeg_draft``; False when no options were given."""
+    return bool(getattr(options, "jpeg_draft", False)) if options is not None else False
+
+
+def _build(family: str, options: Any) -> FastImageProcessor:
+    return FastImageProcessor(
+        resolve_settings(family, options), family, _threads(options),
+        resize_kernel=_kernel(options), jpeg_draft=_draft(options),
+    )
 
 
 def build_fast_clip(options: Any, context: Any = None) -> FastImageProcessor:
     """Factory of ``fast-clip``: CLIPImageProcessor settings, overridden by ``options``."""
-    return FastImageProcessor(
-        resolve_settings("clip", options), "clip", _threads(options), resize_kernel=_kernel(options)
-    )
+    return _build("clip", options)
 
 
 def build_fast_siglip(options: Any, context: Any = None) -> FastImageProcessor:
     """Factory of ``fast-siglip``: SiglipImageProcessor settings, overridden by ``options``."""
-    return FastImageProcessor(
-        resolve_settings("siglip", options), "siglip", _threads(options), resize_kernel=_kernel(options)
-    )
+    return _build("siglip", options)

@@ -102,10 +102,8 @@ def _triple(value: Any, where: str) -> tuple[float, float, float]:
     return tuple(float(v) for v in value)  # type: ignore[return-value]
 
 
-def read_preprocessor_config(path: str) -> dict[str, Any]:
-    """Read the processor settings from ``path/preprocessor_config.json`` (or a JSON file path).
-
-    Only the settings this processor uses are returned; other keys are ignored.
+def read_json_config(path: str) -> dict[str, Any]:
+    """The JSON object in ``path/preprocessor_config.json`` (or in the JSON file ``path``).
 
     Raises:
         FileNotFoundError, ValueError: naming the directory or file.
@@ -122,6 +120,16 @@ def read_preprocessor_config(path: str) -> dict[str, Any]:
         raise ValueError(f"{file}: not valid JSON: {exc}") from exc
     if not isinstance(data, dict):
         raise ValueError(f"{file}: expected a JSON object, got {type(data).__name__}")
+    return data
+
+
+def read_preprocessor_config(path: str) -> dict[str, Any]:
+    """The CLIP/SigLIP settings in ``path``'s preprocessor_config.json (other keys ignored).
+
+    Raises:
+        FileNotFoundError, ValueError: naming the directory or file.
+    """
+    data = read_json_config(path)
     return {key: data[key] for key in SETTING_KEYS if key in data}
 
 

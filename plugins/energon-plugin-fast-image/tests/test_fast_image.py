@@ -1,5 +1,6 @@
 """Tests of fast-clip / fast-siglip, built through the installed distribution's entry point."""
 
+import io
 import json
 import math
 import sys
@@ -21,14 +22,19 @@ transformers = pytest.importorskip("transformers")
 
 # One 0-255 level after normalisation is 1/255/std: 0.0146 (CLIP, worst channel), 0.0078 (SigLIP).
 TOLERANCE = 0.02
+# The torchvision kernel is transformers' default backend's own resize: only float rounding of
+# the normalisation differs.
+EXACT = 1e-5
+
+KERNELS = {"pillow": "Pil", "torchvision": ""}
+"""resize_kernel -> the transformers backend it reproduces (class name suffix)."""
 
 
-def _hf(family):
+def _hf(family, kernel="pillow", **kwargs):
+    name = ("CLIPImageProcessor" if family == "clip" else "SiglipImageProcessor") + KERNELS[kernel]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        if family == "clip":
-            return transformers.CLIPImageProcessorPil()
-        return transformers.SiglipImageProcessorPil()
+        return getattr(transformers, name)(**kwargs)
 
 
 def _hf_pixels(proc, arrays):
@@ -72,11 +78,11 @@ DOWNSCALE = [(480, 640), (640, 480), (333, 611), (613, 257), (224, 224), (225, 3
 UPSCALE = [(200, 300), (150, 100), (64, 64), (100, 900), (900, 90), (210, 222)]
 
 
-def _compare(family, sizes, seed):
+def _compare(family, sizes, seed, kernel):
     rng = np.random.default_rng(seed)
     arrays = [natural_image(rng, h, w) for h, w in sizes]
-    ref = _hf_pixels(_hf(family), arrays)
-    proc = energon_plugins.create("image_processor", f"fast-{family}")
+    ref = _hf_pixels(_hf(family, kernel), arrays)
+    proc = energon_plugins.create("image_processor", f"fast-{family}", {"resize_kernel": kernel})
     results = {}
     inputs = {
         "pil": [PIL.Image.fromarray(a) for a in arrays],
@@ -84,6 +90,7 @@ def _compare(family, sizes, seed):
         "uint8_hwc": [torch.from_numpy(a) for a in arrays],
         "float_chw": [torch.from_numpy(a).permute(2, 0, 1).float() / 255 for a in arrays],
         "numpy": arrays,
+        "png_bytes": [_encode(a, "PNG") for a in arrays],
     }
     for kind, images in inputs.items():
         out = proc(images=images, return_tensors="pt")["pixel_values"]
@@ -93,26 +100,65 @@ def _compare(family, sizes, seed):
     return results
 
 
+def _encode(array, fmt, **kwargs):
+    buf = io.BytesIO()
+    PIL.Image.fromarray(array).save(buf, fmt, **kwargs)
+    return buf.getvalue()
+
+
 @pytest.mark.parametrize("family", ["clip", "siglip"])
 @pytest.mark.parametrize("sizes, seed", [(DOWNSCALE, 1), (UPSCALE, 2)], ids=["downscale", "upscale"])
-def test_matches_transformers_within_tolerance(family, sizes, seed):
-    """Every pixel within 0.02, and almost all identical (float32 near-ties: a rare level)."""
-    for kind, per_image in _compare(family, sizes, seed=seed).items():
+def test_pillow_kernel_matches_the_pil_backend_within_tolerance(family, sizes, seed):
+    """resize_kernel pillow against transformers' PIL backend: every pixel within 0.02, almost
+    all identical (float32 near-ties: a rare level)."""
+    for kind, per_image in _compare(family, sizes, seed, "pillow").items():
         for (h, w), (mx, mean) in zip(sizes, per_image):
             assert mx <= TOLERANCE, f"{family} {kind} {h}x{w}: max {mx:.4f}"
             assert mean < 1e-4, f"{family} {kind} {h}x{w}: mean {mean:.6f}"
 
 
 @pytest.mark.parametrize("family", ["clip", "siglip"])
-def test_mixed_sizes_within_tolerance(family):
-    """64 images, sides 100-640 (up- and downscaled, both pass orders), batched: all within 0.02."""
+@pytest.mark.parametrize("sizes, seed", [(DOWNSCALE, 1), (UPSCALE, 2)], ids=["downscale", "upscale"])
+def test_default_kernel_equals_the_default_torchvision_backend(family, sizes, seed):
+    """The default (torchvision) kernel against transformers' default backend: the same pixels
+    from every input type (encoded PNG bytes included)."""
+    assert energon_plugins.create("image_processor", f"fast-{family}").resize_kernel == "torchvision"
+    for kind, per_image in _compare(family, sizes, seed, "torchvision").items():
+        for (h, w), (mx, _) in zip(sizes, per_image):
+            assert mx <= EXACT, f"{family} {kind} {h}x{w}: max {mx:.6f}"
+
+
+@pytest.mark.parametrize("family", ["clip", "siglip"])
+@pytest.mark.parametrize("kernel, tolerance", [("pillow", TOLERANCE), ("torchvision", EXACT)])
+def test_mixed_sizes_within_tolerance(family, kernel, tolerance):
+    """64 images, sides 100-640 (up- and downscaled, both pass orders), batched, against the
+    backend each kernel reproduces."""
     arrays = mixed_size_images(64, seed=11, min_side=100, max_side=640)
-    proc = energon_plugins.create("image_processor", f"fast-{family}")
+    proc = energon_plugins.create("image_processor", f"fast-{family}", {"resize_kernel": kernel})
     out = proc(images=[torch.from_numpy(a).permute(2, 0, 1) for a in arrays])["pixel_values"]
-    diff = (out - _hf_pixels(_hf(family), arrays)).abs()
+    diff = (out - _hf_pixels(_hf(family, kernel), arrays)).abs()
     worst = diff.flatten(1).max(1).values
-    assert float(worst.max()) <= TOLERANCE, [(a.shape, float(m)) for a, m in zip(arrays, worst) if m > TOLERANCE]
+    assert float(worst.max()) <= tolerance, [(a.shape, float(m)) for a, m in zip(arrays, worst) if m > tolerance]
     assert float(diff.mean()) < 1e-5
+
+
+def test_jpeg_bytes_decode_like_pil_and_draft_mode_stays_close():
+    """Encoded JPEGs give the pixels of PIL's decode; jpeg_draft decodes at a reduced scale to
+    at least the resize target, within a few levels on average."""
+    rng = np.random.default_rng(21)
+    arrays = [natural_image(rng, 900, 1300), natural_image(rng, 1100, 700), natural_image(rng, 300, 260)]
+    jpegs = [_encode(a, "JPEG", quality=90) for a in arrays]
+    decoded = [np.asarray(PIL.Image.open(io.BytesIO(j)).convert("RGB")) for j in jpegs]
+    proc = energon_plugins.create("image_processor", "fast-clip")
+    assert proc.image_input == "bytes"
+    ref = _hf_pixels(_hf("clip", "torchvision"), decoded)
+    assert (proc(images=jpegs)["pixel_values"] - ref).abs().max() <= EXACT
+    draft = energon_plugins.create("image_processor", "fast-clip", {"jpeg_draft": True})
+    out = draft(images=jpegs)["pixel_values"]
+    assert out.shape == ref.shape
+    diff = (out - ref).abs()
+    assert float(diff[:2].mean()) < 0.05 and float(diff[2].max()) <= EXACT  # 300 px: no draft
+    assert proc.output_size_for(900, 1300) == (224, 224)
 
 
 @pytest.mark.parametrize("mode, code", [("bicubic", PIL.Image.BICUBIC), ("bilinear", PIL.Image.BILINEAR)])
@@ -135,15 +181,16 @@ def test_resize_equals_pillow_bit_for_bit_in_float64(mode, code):
     assert vertical_first_seen == {True, False}
 
 
-def test_mixed_batch_shapes_and_order():
+@pytest.mark.parametrize("kernel", ["pillow", "torchvision"])
+def test_mixed_batch_shapes_and_order(kernel):
     arrays = mixed_size_images(12, seed=3)
     arrays += [arrays[0].copy(), arrays[1].copy()]  # same sizes: grouped into one interpolate
-    proc = energon_plugins.create("image_processor", "fast-clip")
+    proc = energon_plugins.create("image_processor", "fast-clip", {"resize_kernel": kernel})
     batch = proc(images=[torch.from_numpy(a).permute(2, 0, 1) for a in arrays])["pixel_values"]
     assert batch.shape == (14, 3, 224, 224)
     one_by_one = torch.cat([proc(images=[a])["pixel_values"] for a in arrays])
     assert torch.equal(batch, one_by_one)
-    ref = _hf_pixels(_hf("clip"), arrays)
+    ref = _hf_pixels(_hf("clip", kernel), arrays)
     assert (batch - ref).abs().mean() < 1e-3
 
 
@@ -184,15 +231,10 @@ def test_unknown_option_suggests_the_right_name():
 
 
 def test_reads_settings_from_save_pretrained_directory(tmp_path):
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        hf = transformers.CLIPImageProcessorPil(
-            size={"shortest_edge": 256},
-            crop_size={"height": 240, "width": 240},
-            image_mean=[0.1, 0.2, 0.3],
-            image_std=[0.4, 0.5, 0.6],
-        )
-        hf.save_pretrained(tmp_path)
+    hf = _hf("clip", "torchvision", size={"shortest_edge": 256},
+             crop_size={"height": 240, "width": 240},
+             image_mean=[0.1, 0.2, 0.3], image_std=[0.4, 0.5, 0.6])
+    hf.save_pretrained(tmp_path)
     assert (tmp_path / "preprocessor_config.json").exists()
     proc = energon_plugins.create("image_processor", "fast-clip", {"path": str(tmp_path)})
     assert proc.size == {"shortest_edge": 256}
@@ -240,13 +282,12 @@ def test_energon_float_and_uint8_decodes_give_identical_output():
     assert torch.equal(proc(images=floats)["pixel_values"], proc(images=uint8)["pixel_values"])
 
 
-def test_crop_larger_than_image_pads_like_transformers():
-    """A crop larger than the resized image zero-pads around it, as transformers does."""
+@pytest.mark.parametrize("kernel", ["pillow", "torchvision"])
+def test_crop_larger_than_image_pads_like_transformers(kernel):
+    """A crop larger than the resized image zero-pads around it, as each backend does."""
     crop = {"height": 250, "width": 231}
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        hf = transformers.CLIPImageProcessorPil(crop_size=crop)
-    proc = energon_plugins.create("image_processor", "fast-clip", {"crop_size": crop})
+    hf = _hf("clip", kernel, crop_size=crop)
+    proc = energon_plugins.create("image_processor", "fast-clip", {"crop_size": crop, "resize_kernel": kernel})
     image = natural_image(np.random.default_rng(6), 224, 224)  # no resize: exact comparison
     ref = _hf_pixels(hf, [image])
     out = proc(images=[image])["pixel_values"]
@@ -259,7 +300,7 @@ def test_torch_threads_option_applies_during_call_and_restores():
     proc = energon_plugins.create("image_processor", "fast-siglip", {"torch_threads": 1})
     seen = []
     original = proc.process_uint8
-    proc.process_uint8 = lambda images: (seen.append(torch.get_num_threads()), original(images))[1]
+    proc.process_uint8 = lambda *a: (seen.append(torch.get_num_threads()), original(*a))[1]
     proc(images=[np.zeros((40, 50, 3), np.uint8)])
     assert seen == [1] and torch.get_num_threads() == before
 

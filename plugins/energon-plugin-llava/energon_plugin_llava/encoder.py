@@ -101,6 +101,9 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
         options: :class:`~energon_plugin_llava.options.LlavaOptions`.
     """
 
+    defer_images = True
+    """``encode_sample`` returns what ``finish_sample`` built: pixels may wait in the loader."""
+
     cookers = conversation_cookers()
     supported_sample_types = (ChatMLSample, VQASample, CaptioningSample)
 

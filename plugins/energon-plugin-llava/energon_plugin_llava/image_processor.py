@@ -8,11 +8,8 @@ whole image.
 
 from typing import Any
 
-from energon_plugins.encoding.image_processors.hf import (
-    HFImageProcessor,
-    build_hf_image_processor,
-    energon_image_to_pil,
-)
+from energon_plugins.encoding.image_processors.hf import HFImageProcessor, build_hf_image_processor
+from energon_plugins.encoding.image_processors.inputs import to_pil
 from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
 
 from energon_plugin_llava.options import LlavaClipOptions
@@ -41,11 +38,13 @@ class LlavaImageProcessor:
     """A CLIP processor that optionally pads images to a square first (LLaVA-1.5).
 
     Call it like a Hugging Face processor: ``proc(images=[...], return_tensors="pt")``;
-    accepts Energon's CHW float tensors, PIL images and arrays. Attribute access (``crop_size``,
-    ``image_mean``, ...) falls through to the wrapped transformers processor.
+    accepts encoded images (bytes, what Energon hands over: ``image_input = "bytes"``), PIL
+    images, arrays and Energon's CHW tensors. Attribute access (``crop_size``,
+    ``image_mean``, ``output_size_for``, ...) falls through to the wrapped processor.
     """
 
     accepts_energon_images = True
+    image_input = "bytes"
 
     def __init__(self, processor: HFImageProcessor, *, pad: bool) -> None:
         """Wrap ``processor`` (an ``HFImageProcessor``); ``pad`` switches square padding on."""
@@ -54,11 +53,11 @@ class LlavaImageProcessor:
         self.background = mean_color(processor)
 
     def __call__(self, images: Any = None, **kwargs: Any) -> Any:
+        if not self.pad:  # the wrapped processor decodes what it is given
+            return self.inner(images=images, **kwargs)
         single = not isinstance(images, (list, tuple))
         items = [images] if single else list(images)
-        pils = [energon_image_to_pil(img) for img in items]
-        if self.pad:
-            pils = [pad_to_square(img.convert("RGB"), self.background) for img in pils]
+        pils = [pad_to_square(to_pil(img, index=i), self.background) for i, img in enumerate(items)]
         return self.inner(images=pils[0] if single else pils, **kwargs)
 
     def __getattr__(self, name: str) -> Any:

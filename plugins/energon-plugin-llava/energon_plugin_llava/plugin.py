@@ -1,8 +1,7 @@
-"""Hook implementations of energon-plugin-llava (import-light: pluggy and pydantic only)."""
+"""Hook implementations of energon-plugin-llava (import-light: pluggy only; the options
+models are named as strings and imported when a plugin is built, validated or shown)."""
 
 from energon_plugins import hookimpl
-
-from energon_plugin_llava.options import LlavaClipOptions, LlavaOptions
 
 
 @hookimpl
@@ -11,7 +10,7 @@ def register_task_encoders(register):
     register(
         "llava",
         "energon_plugin_llava.encoder:build_llava_task_encoder",
-        options=LlavaOptions,
+        options="energon_plugin_llava.options:LlavaOptions",
         description="LLaVA-1.5: VQA, captioning and multi-turn conversations (crude 'llava' "
         "format) in the Vicuna v1 format, image tag expanded to (crop/patch)^2 tokens",
         aliases=("llava-1.5",),
@@ -24,7 +23,7 @@ def register_image_processors(register):
     register(
         "llava-clip",
         "energon_plugin_llava.image_processor:build_llava_clip",
-        options=LlavaClipOptions,
+        options="energon_plugin_llava.options:LlavaClipOptions",
         description="LLaVA-1.5 CLIP preprocessing: pad to square with the mean colour, resize "
         "and crop to 336 px (transformers CLIPImageProcessor)",
     )

@@ -63,6 +63,9 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         options: :class:`~energon_plugin_qwen_vl.options.Qwen2VLOptions`.
     """
 
+    defer_images = True
+    """``encode_sample`` returns what ``finish_sample`` built: pixels may wait in the loader."""
+
     cookers = conversation_cookers()
     supported_sample_types = (ChatMLSample, VQASample, CaptioningSample)
 

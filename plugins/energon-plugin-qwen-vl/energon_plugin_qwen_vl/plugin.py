@@ -1,8 +1,7 @@
-"""Hook implementations of energon-plugin-qwen-vl (import-light: pluggy and pydantic only)."""
+"""Hook implementations of energon-plugin-qwen-vl (import-light: pluggy only; the options
+models are named as strings and imported when a plugin is built, validated or shown)."""
 
 from energon_plugins import hookimpl
-
-from energon_plugin_qwen_vl.options import Qwen2VLImageProcessorOptions, Qwen2VLOptions
 
 
 @hookimpl
@@ -11,7 +10,7 @@ def register_task_encoders(register):
     register(
         "qwen2-vl",
         "energon_plugin_qwen_vl.encoder:build_qwen2_vl_task_encoder",
-        options=Qwen2VLOptions,
+        options="energon_plugin_qwen_vl.options:Qwen2VLOptions",
         description="Qwen2-VL: ChatML multi-turn conversations (crude 'chatml' format, several "
         "images), VQA and captioning; each image expanded to t*h*w/merge^2 <|image_pad|> tokens",
         aliases=("qwen2_vl",),
@@ -24,7 +23,7 @@ def register_image_processors(register):
     register(
         "qwen2-vl",
         "energon_plugin_qwen_vl.image_processor:build_qwen2_vl_image_processor",
-        options=Qwen2VLImageProcessorOptions,
+        options="energon_plugin_qwen_vl.options:Qwen2VLImageProcessorOptions",
         description="transformers Qwen2VLImageProcessor: dynamic resolution (min/max pixels), "
         "(patches, dim) pixel values and image_grid_thw",
     )
