@@ -57,7 +57,8 @@ def test_minimal_config_gets_the_constructor_defaults(workspace):
     assert (config.seq_length, config.micro_batch_size, config.global_batch_size) == (2048, 1, None)
     assert (config.num_workers, config.num_val_workers, config.pin_memory) == (1, None, True)
     assert config.shuffle_buffer_size == 100 and config.packing_buffer_size is None
-    assert config.task_encoder.name == "multimodal" and config.image_processor.name == "hf"
+    assert config.task_encoder.name == "energon-plugins:multimodal"
+    assert config.image_processor.name == "energon-plugins:hf"
     assert config.packing is None and config.energon == {}
 
 
@@ -291,7 +292,8 @@ def test_validation_encoder_defaults_to_the_train_selection(workspace):
     config = load_config(write(workspace, GOOD + "task_encoder: {options: {image_tokens: 4}}\n",
                                "val.yaml"))
     selection = config.resolved_validation_selection()
-    assert selection.name == "multimodal" and selection.options == {"image_tokens": 4}
+    assert selection.name == "energon-plugins:multimodal"
+    assert selection.options == {"image_tokens": 4}
     config = load_config(workspace / "val.yaml",
                          {"validation_task_encoder": {"options": {"truncation": "drop"}}})
     assert config.resolved_validation_selection().options == {"truncation": "drop"}

@@ -175,6 +175,7 @@ def test_train_batches_through_the_datamodule(converted, fmt, encoder):
         str(result.output), tok, image_processor, seq_length=2048, micro_batch_size=2,
         num_workers=0, shuffle_buffer_size=4,
         task_encoder={"name": encoder, "options": {"padding": "longest", "on_error": "raise"}},
+        batch_format=None,  # the encoder's batch: rows, keys and images as it made them
     )
     image_id = tok.convert_tokens_to_ids("<image>")
     keys = train_keys(result)

@@ -159,8 +159,9 @@ def test_context_parallel_pads_every_sub_sequence(vqa_dataset, tokenizer, proces
 
 def test_build_context_reads_cp_and_tp_from_pg_collection(vqa_dataset, tokenizer, processor):
     """``cp.size()`` and ``tp.size()`` of the process groups reach every factory's context."""
-    group = types.SimpleNamespace  # what megatron-core's groups answer: size()
-    pgs = types.SimpleNamespace(cp=group(size=lambda: 2), tp=group(size=lambda: 4))
+    group = types.SimpleNamespace  # what megatron-core's groups answer: rank() and size()
+    pgs = types.SimpleNamespace(cp=group(rank=lambda: 0, size=lambda: 2),
+                                tp=group(rank=lambda: 0, size=lambda: 4))
     dm = energon_plugins.EnergonMultiModalDataModule(
         str(vqa_dataset.path), tokenizer, processor, seq_length=SEQ, num_workers=0,
         pg_collection=pgs)

@@ -312,24 +312,27 @@ def test_options_named_as_a_string_are_imported_on_first_use_only(plugin_path):
         "energon-plugin-lazy",
         modules={
             "toy_pkg.plugin": "from energon_plugins import hookimpl\n"
-            "@hookimpl\ndef register_task_encoders(register):\n"
+            "@hookimpl\ndef register_image_processors(register):\n"
             "    register('lazy', 'toy_pkg.heavy:build', options='toy_pkg.opts:LazyOptions')\n"
             "    register('broken', 'toy_pkg.heavy:build', options='toy_pkg.opts:Missing')\n",
             "toy_pkg.opts": "from pydantic import BaseModel\n"
             "class LazyOptions(BaseModel):\n    size: int = 3\n",
-            "toy_pkg.heavy": "def build(options, context):\n    return options\n",
+            "toy_pkg.heavy": "class Processor:\n"
+            "    def __init__(self, size):\n        self.size = size\n"
+            "    def __call__(self, images, **kwargs):\n        return images\n"
+            "def build(options, context):\n    return Processor(options.size)\n",
         },
         entry_points={"lazy": "toy_pkg.plugin"},
     )
     registry = load_registry()
-    assert {"lazy", "broken"} <= {r.name for r in registry.available("task_encoder")}
+    assert {"lazy", "broken"} <= {r.name for r in registry.available("image_processor")}
     assert "toy_pkg.opts" not in sys.modules
-    assert registry.create("task_encoder", "lazy", {"size": 5}).size == 5
-    assert registry.resolve("task_encoder", "lazy").options.__name__ == "LazyOptions"
+    assert registry.create("image_processor", "lazy", {"size": 5}).size == 5
+    assert registry.resolve("image_processor", "lazy").options.__name__ == "LazyOptions"
     with pytest.raises(PluginOptionsError, match="size"):
-        registry.create("task_encoder", "lazy", {"size": "five"})
+        registry.create("image_processor", "lazy", {"size": "five"})
     with pytest.raises(PluginLoadError, match=r"'broken' \(energon-plugin-lazy\): cannot import options"):
-        registry.create("task_encoder", "broken")
+        registry.create("image_processor", "broken")
 
 
 def test_import_has_no_side_effects_and_listing_is_light():

@@ -137,6 +137,7 @@ def test_drives_the_qwen2_vl_task_encoder_with_packing(tmp_path):
             shuffle_buffer_size=None, packing_buffer_size=6,
             packing=energon_plugins.create("packing_strategy", "first-fit-decreasing"),
             task_encoder={"name": "qwen2-vl", "options": {"padding": "longest"}},
+            batch_format=None,  # the encoder's packed batch, compared field by field
         )
         loader = iter(dm.train_dataloader())
         return [next(loader) for _ in range(3)]
