@@ -3,19 +3,24 @@
 A crude conversation sample (a ``CrudeWebdataset`` with ``subflavors: {format: chatml}``,
 ``{format: llava}`` or ``{format: conversation}``) holds its images as numbered parts
 (``0.png``, ``1.jpg``, ...: the ``chatml`` layout of the qwen-vl plugin) or as one ``png`` /
-``jpg`` / ``jpeg`` / ``image`` part (the ``llava`` layout), and a ``json`` part with the turns
+``jpg`` / ``jpeg`` / ``image`` part (the ``llava`` layout), its videos likewise as numbered
+parts (``0.mp4``, ``1.webm``, ...) or one ``mp4`` / ``webm`` / ``mkv`` / ``mov`` / ``avi`` / ``flv`` part
+(Energon hands them over as lazy ``AVDecoder`` objects), and a ``json`` part with the turns
 under ``conversations``, ``messages`` or ``conversation``: GPT-style ``{"from", "value"}``
 (LLaVA, ShareGPT) or ChatML ``{"role", "content"}`` turns, a content being a string with
-``<image>`` tags or a list of ``{"type": "text" | "image"}`` parts. Images are taken in the
-order of their part numbers, which is the order of their tags.
+``<image>`` / ``<video>`` tags or a list of ``{"type": "text" | "image" | "video"}`` parts.
+Images and videos are each taken in the order of their part numbers, which is the order of
+their tags.
 """
 
+import dataclasses
 import re
 from typing import Any
 
 from megatron.energon import Sample, basic_sample_keys, edataclass, stateless
 
 from energon_plugins.encoding.task_encoders.conversation import chat_turns
+from energon_plugins.encoding.video.decode import VIDEO_EXTENSIONS
 
 FORMATS = ("chatml", "llava", "conversation")
 """The ``format`` subflavors the ``hf-processor`` encoder cooks."""
@@ -23,6 +28,7 @@ FORMATS = ("chatml", "llava", "conversation")
 TURN_KEYS = ("conversations", "messages", "conversation")
 SINGLE_IMAGE_PARTS = ("png", "jpg", "jpeg", "image")
 _NUMBERED = re.compile(r"^(\d+)\.(png|jpg|jpeg)$")
+_NUMBERED_VIDEO = re.compile(r"^(\d+)\.(" + "|".join(VIDEO_EXTENSIONS) + r")$")
 
 
 class MissingFieldError(KeyError):
@@ -34,16 +40,20 @@ class MissingFieldError(KeyError):
 
 @edataclass
 class ConversationSample(Sample):
-    """A multi-turn conversation and its images.
+    """A multi-turn conversation and its images and videos.
 
     Attributes:
         conversation: ``[(role, content), ...]`` with roles ``system``/``user``/``assistant``;
-            a content is a string (image tags mark the images) or a list of typed parts.
+            a content is a string (image and video tags mark the media) or a list of typed parts.
         images: the images in the order of their tags (as Energon decoded them).
+        videos: the videos in the order of their tags (Energon's lazy ``AVDecoder``).
+        video_parts: the part name of each video (``0.mp4``), for error messages.
     """
 
     conversation: list[tuple[str, Any]]
     images: list[Any]
+    videos: list[Any] = dataclasses.field(default_factory=list)
+    video_parts: list[str] = dataclasses.field(default_factory=list)
 
 
 def crude_images(sample: dict) -> list[Any]:
@@ -56,6 +66,18 @@ def crude_images(sample: dict) -> list[Any]:
     if numbered:
         return [sample[name] for _, name in sorted(numbered)]
     return [sample[name] for name in SINGLE_IMAGE_PARTS if name in sample][:1]
+
+
+def crude_videos(sample: dict) -> list[str]:
+    """The names of a crude sample's video parts: numbered ones in order, else its single one."""
+    numbered = []
+    for name in sample:
+        match = _NUMBERED_VIDEO.match(name)
+        if match:
+            numbered.append((int(match.group(1)), name))
+    if numbered:
+        return [name for _, name in sorted(numbered)]
+    return [name for name in VIDEO_EXTENSIONS if name in sample][:1]
 
 
 @stateless
@@ -79,8 +101,11 @@ def cook_conversation(sample: dict) -> ConversationSample:
             )
     else:
         raise MissingFieldError(f"sample {key!r}: no json part holding the conversation")
+    video_parts = crude_videos(sample)
     return ConversationSample(
         **basic_sample_keys(sample),
         conversation=chat_turns(turns, key),
         images=crude_images(sample),
+        videos=[sample[name] for name in video_parts],
+        video_parts=video_parts,
     )

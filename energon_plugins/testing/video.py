@@ -1,0 +1,100 @@
+"""Small real video files for tests, demos and benchmarks, written with PyAV.
+
+:func:`video_frames` draws frames whose content changes from frame to frame (a moving bar
+and a per-frame brightness, so a wrong frame shows), :func:`encode_video` encodes them into a
+real container (H.264 in MP4 by default, or VP9 in WebM, MPEG-4 in AVI), and
+:func:`decode_every_frame` decodes all frames of a file with plain PyAV: the oracle against
+which seek-based decoding of chosen frames is checked.
+"""
+
+from __future__ import annotations
+
+import io
+from collections.abc import Iterable
+from typing import Any
+
+import numpy as np
+
+CODECS = {"mp4": "libx264", "webm": "libvpx-vp9", "avi": "mpeg4", "mkv": "libx264", "mov": "libx264"}
+"""The codec written for each container format."""
+
+_FORMATS = {"mkv": "matroska"}
+
+
+def video_frames(num_frames: int, size: tuple[int, int] = (32, 32), seed: int = 0) -> np.ndarray:
+    """``(T, H, W, 3)`` uint8 frames of ``size`` (width, height): a moving bar on a gradient.
+
+    Frame ``i`` has brightness ``i``-dependent and its bar at an ``i``-dependent column, so
+    consecutive frames differ visibly even after lossy compression.
+    """
+    width, height = size
+    rng = np.random.default_rng(seed)
+    base = rng.integers(0, 64, 3)
+    ys, xs = np.mgrid[0:height, 0:width]
+    frames = np.empty((num_frames, height, width, 3), dtype=np.uint8)
+    for i in range(num_frames):
+        level = (i * 37) % 160
+        frame = np.stack([
+            (base[0] + level + xs * 96 // max(width, 1)) % 256,
+            (base[1] + ys * 96 // max(height, 1)) % 256,
+            (base[2] + 160 - level) % 256 + 0 * xs,
+        ], axis=-1)
+        bar = (i * max(1, width // 8)) % width
+        frame[:, bar:bar + max(1, width // 8)] = 255
+        frames[i] = frame.astype(np.uint8)
+    return frames
+
+
+def encode_video(
+    frames: Iterable[np.ndarray],
+    fps: int = 8,
+    *,
+    container: str = "mp4",
+    gop: int | None = None,
+    options: dict[str, str] | None = None,
+) -> bytes:
+    """Encode ``(H, W, 3)`` uint8 RGB frames into a video file of ``container`` format.
+
+    ``gop``: frames between keyframes (the encoder's default when ``None``). ``options``: codec
+    options (the H.264 default is near-lossless ``crf 12`` without B-frames).
+    """
+    import av
+
+    codec = CODECS[container]
+    buffer = io.BytesIO()
+    with av.open(buffer, "w", format=_FORMATS.get(container, container)) as out:
+        stream = None
+        for frame in frames:
+            if stream is None:
+                stream = out.add_stream(codec, rate=fps)
+                stream.height, stream.width = int(frame.shape[0]), int(frame.shape[1])
+                stream.pix_fmt = "yuv420p"
+                if gop is not None:
+                    stream.codec_context.gop_size = gop
+                defaults = {"crf": "12", "bf": "0"} if codec == "libx264" else {}
+                stream.options = {**defaults, **(options or {})}
+            for packet in stream.encode(av.VideoFrame.from_ndarray(frame, format="rgb24")):
+                out.mux(packet)
+        if stream is None:
+            raise ValueError("encode_video needs at least one frame")
+        for packet in stream.encode():
+            out.mux(packet)
+    return buffer.getvalue()
+
+
+def decode_every_frame(data: bytes) -> list[np.ndarray]:
+    """Every frame of a video file as ``(H, W, 3)`` uint8 RGB, decoded in order by plain PyAV."""
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
+
+
+def video_size(data: bytes) -> dict[str, Any]:
+    """``{"frames", "fps", "width", "height"}`` of a video file, from its stream header."""
+    import av
+
+    with av.open(io.BytesIO(data)) as container:
+        stream = container.streams.video[0]
+        return {"frames": int(stream.frames), "fps": float(stream.average_rate),
+                "width": int(stream.width), "height": int(stream.height)}
