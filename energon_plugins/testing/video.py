@@ -98,3 +98,45 @@ def video_size(data: bytes) -> dict[str, Any]:
         stream = container.streams.video[0]
         return {"frames": int(stream.frames), "fps": float(stream.average_rate),
                 "width": int(stream.width), "height": int(stream.height)}
+
+
+def write_vidqa_dataset(
+    path: Any,
+    samples: list[tuple[str, bytes, str, str]],
+    *,
+    extension: str = "mp4",
+    samples_per_shard: int = 4,
+    split_ratio: tuple[tuple[str, float], ...] = (("train", 1.0),),
+) -> list[Any]:
+    """Write ``(key, video file, question, answer)`` samples as a prepared ``VidQASample`` dataset.
+
+    Each sample holds the video as ``KEY.mp4`` (``extension``) and ``KEY.json`` with
+    ``question`` and ``answers``; ``.nv-meta/dataset.yaml`` maps them with a field map. Indexed
+    with Energon's own prepare API. Returns the shard paths.
+    """
+    import contextlib
+    import json
+    import pathlib
+
+    import webdataset as wds
+    from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
+
+    root = pathlib.Path(path)
+    root.mkdir(parents=True, exist_ok=True)
+    with contextlib.redirect_stdout(io.StringIO()):
+        with wds.ShardWriter(str(root / "shard-%06d.tar"), maxcount=samples_per_shard,
+                             verbose=0) as sink:
+            for key, video, question, answer in samples:
+                sink.write({"__key__": key, extension: video,
+                            "json": json.dumps({"question": question, "answers": [answer]}).encode()})
+    shards = sorted(root.glob("shard-*.tar"))
+    with contextlib.redirect_stdout(io.StringIO()):
+        BaseWebdatasetFactory.prepare_dataset(
+            root, [s.name for s in shards], split_parts_ratio=list(split_ratio),
+            shuffle_seed=None, workers=1,
+        )
+    (root / ".nv-meta" / "dataset.yaml").write_text(
+        "sample_type:\n  __module__: megatron.energon\n  __class__: VidQASample\n"
+        f"field_map:\n  video: {extension}\n  context: json[question]\n  answers: json[answers]\n"
+    )
+    return shards
