@@ -172,3 +172,42 @@ def test_a_video_dataset_is_read_through_energons_loader(tmp_path):
             break
     assert isinstance(seen["a"]["0.mp4"], AVDecoder) and isinstance(seen["b"]["0.webm"], AVDecoder)
     assert read_video_info(seen["b"]["0.webm"]).num_frames == 8
+
+
+def test_only_the_kept_frames_and_their_keyframe_runs_are_decoded(monkeypatch):
+    """Energon's reader seeks to the keyframe before each kept frame: frames between the kept
+    ones are never decoded (counted by the reader itself)."""
+    import av
+
+    import megatron.energon.av.av_decoder as av_decoder
+
+    data = encode_video(video_frames(48, (32, 32)), 8, gop=8, options={"x264-params": "scenecut=0"})
+    with av.open(io.BytesIO(data)) as container:
+        keyframes = [i for i, p in enumerate(p for p in container.demux(video=0) if p.pts is not None)
+                     if p.is_keyframe]
+    assert keyframes == list(range(0, 48, 8))
+    readers = []
+
+    class CountingReader(av_decoder.AVReaderByFrames):
+        def __init__(self, *args, **kwargs):
+            super().__init__(*args, **kwargs)
+            self.yielded = 0
+            readers.append(self)
+
+        def seek_read(self, start, end):
+            for frame in super().seek_read(start, end):
+                self.yielded += 1
+                yield frame
+
+    monkeypatch.setattr(av_decoder, "AVReaderByFrames", CountingReader)
+    dec = decoder(data)
+    meta = read_video_info(dec)
+
+    def decoded(indices):
+        readers.clear()
+        decode_frames(dec, meta, indices)
+        return sum(r.yielded + r.skipped for r in readers)
+
+    assert decoded([8, 24, 40]) == 3            # keyframes: one decode each, nothing between
+    assert decoded([4, 12, 20, 28, 36, 44]) == 6 * 5  # each: its keyframe run (4 frames) + itself
+    assert decoded(list(range(48))) == 48
