@@ -500,6 +500,11 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
                 )
 
     # ------------------------------------------------------------------ preview
+    @property
+    def video_processor(self) -> Any:
+        """The processor's video processor (``preview`` undoes its normalisation), or ``None``."""
+        return self.video.video_processor
+
     def preview_images(self, batch: Any) -> list[list[torch.Tensor]]:
         """Per row, the ``(C, H, W)`` images ``preview`` draws (for a one-row image layout,
         each image's last sub-image: the whole image)."""
