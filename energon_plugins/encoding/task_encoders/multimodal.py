@@ -165,7 +165,8 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
             )
         return counts
 
-    def _process_images(self, images: list[torch.Tensor]) -> tuple[Any, Any]:
+    def process_images(self, images: list[torch.Tensor]) -> tuple[Any, Any]:
+        """``(processor output, pixel values)`` of ``images`` (``(None, None)`` without images)."""
         if not images:
             return None, None
         out = self.image_processor(images=images, return_tensors="pt")
@@ -177,14 +178,17 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         return out, torch.as_tensor(pixels)
 
     def finish_sample(
-        self, sample: Any, ids: list[int], labels: list[int], images: list[torch.Tensor]
+        self, sample: Any, ids: list[int], labels: list[int], images: list[torch.Tensor],
+        processed: tuple[Any, Any] | None = None,
     ) -> EncodedSample:
         """Process ``images``, expand their tags, truncate to ``seq_length``, build the sample.
 
         ``ids``/``labels`` hold one image-tag token per image; subclasses that render their own
-        conversation format call this to finish the common part.
+        conversation format call this to finish the common part. ``processed``: the
+        ``(processor output, pixel values)`` of :meth:`process_images` when the caller has
+        them already (they are not processed twice).
         """
-        processed, pixel_values = self._process_images(images)
+        processed, pixel_values = processed if processed is not None else self.process_images(images)
         grid = _get(processed, "image_grid_thw") if processed is not None else None
         counts = self.image_token_counts(processed, len(images))
         ids, labels, runs = expand_image_tokens(

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
+import re
 from typing import Any
 
 import torch
@@ -23,6 +24,8 @@ from energon_plugins.encoding.video.sampling import VideoInfo
 
 VIDEO_EXTENSIONS = ("mp4", "webm", "mkv", "mov", "avi", "flv")
 """Part extensions Energon's AV decoder reads as video (its audio ones aside)."""
+
+_NUMBERED = re.compile(r"^(\d+)\.(" + "|".join(VIDEO_EXTENSIONS) + r")$")
 
 REASON = "video"
 """The skip reason of a video that cannot be decoded."""
@@ -142,6 +145,15 @@ def decode_frames(decoder: Any, info: VideoInfo, indices: list[int], name: str =
     frames = torch.cat([clip[:1] for clip in clips], dim=0)
     return SampledVideo(frames=frames, indices=list(indices),
                         timestamps=[float(start) for start, _ in spans], info=info)
+
+
+def video_parts(sample: dict) -> list[str]:
+    """The names of a crude sample's video parts: numbered ones (``0.mp4``, ``1.webm``...) in
+    order, else its single ``mp4`` / ``webm`` / ... part."""
+    numbered = sorted((int(m.group(1)), name) for name in sample if (m := _NUMBERED.match(name)))
+    if numbered:
+        return [name for _, name in numbered]
+    return [name for name in VIDEO_EXTENSIONS if name in sample][:1]
 
 
 def describe_part(sample: Any, part: str) -> str:

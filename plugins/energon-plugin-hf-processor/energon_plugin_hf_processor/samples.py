@@ -20,7 +20,7 @@ from typing import Any
 from megatron.energon import Sample, basic_sample_keys, edataclass, stateless
 
 from energon_plugins.encoding.task_encoders.conversation import chat_turns
-from energon_plugins.encoding.video.decode import VIDEO_EXTENSIONS
+from energon_plugins.encoding.video.decode import video_parts
 
 FORMATS = ("chatml", "llava", "conversation")
 """The ``format`` subflavors the ``hf-processor`` encoder cooks."""
@@ -28,7 +28,6 @@ FORMATS = ("chatml", "llava", "conversation")
 TURN_KEYS = ("conversations", "messages", "conversation")
 SINGLE_IMAGE_PARTS = ("png", "jpg", "jpeg", "image")
 _NUMBERED = re.compile(r"^(\d+)\.(png|jpg|jpeg)$")
-_NUMBERED_VIDEO = re.compile(r"^(\d+)\.(" + "|".join(VIDEO_EXTENSIONS) + r")$")
 
 
 class MissingFieldError(KeyError):
@@ -68,18 +67,6 @@ def crude_images(sample: dict) -> list[Any]:
     return [sample[name] for name in SINGLE_IMAGE_PARTS if name in sample][:1]
 
 
-def crude_videos(sample: dict) -> list[str]:
-    """The names of a crude sample's video parts: numbered ones in order, else its single one."""
-    numbered = []
-    for name in sample:
-        match = _NUMBERED_VIDEO.match(name)
-        if match:
-            numbered.append((int(match.group(1)), name))
-    if numbered:
-        return [name for _, name in sorted(numbered)]
-    return [name for name in VIDEO_EXTENSIONS if name in sample][:1]
-
-
 @stateless
 def cook_conversation(sample: dict) -> ConversationSample:
     """Cook a crude conversation sample into a :class:`ConversationSample`.
@@ -101,11 +88,11 @@ def cook_conversation(sample: dict) -> ConversationSample:
             )
     else:
         raise MissingFieldError(f"sample {key!r}: no json part holding the conversation")
-    video_parts = crude_videos(sample)
+    parts = video_parts(sample)
     return ConversationSample(
         **basic_sample_keys(sample),
         conversation=chat_turns(turns, key),
         images=crude_images(sample),
-        videos=[sample[name] for name in video_parts],
-        video_parts=video_parts,
+        videos=[sample[name] for name in parts],
+        video_parts=parts,
     )

@@ -1,13 +1,17 @@
-"""``ChatMLSample`` (role/content turns plus images) and the cooker of the crude ``chatml`` format.
+"""``ChatMLSample`` (role/content turns plus images and videos) and the cooker of the crude
+``chatml`` format.
 
 A crude ``chatml`` sample (``CrudeWebdataset`` with ``subflavors: {format: chatml}``) holds
-image parts ``0.png``, ``1.png``, ... (``jpg``/``jpeg`` too, ordered by their number) and a
+image parts ``0.png``, ``1.png``, ... (``jpg``/``jpeg`` too, ordered by their number), video
+parts ``0.mp4``, ``1.webm``, ... (or one ``mp4`` / ``webm`` / ... part; ``<video>`` tags place
+them) and a
 ``json`` part ``{"conversations": [{"from": "human", "value": "<image>\\n<image>\\n..."},
 {"from": "gpt", "value": ...}, ...]}`` (GPT-style, as LLaVA and ShareGPT store it). The cooker
 turns it into ChatML turns, ``{"role": "user" | "assistant" | "system", "content": str}``
 (the layout Megatron-Bridge calls ChatMLSample).
 """
 
+import dataclasses
 import re
 from typing import Any
 
@@ -15,6 +19,7 @@ import torch
 from megatron.energon import Sample, basic_sample_keys, edataclass, stateless
 
 from energon_plugins.encoding.task_encoders.conversation import gpt_turns
+from energon_plugins.encoding.video.decode import video_parts
 
 _IMAGE_PART = re.compile(r"^(\d+)\.(png|jpg|jpeg)$")
 
@@ -34,10 +39,14 @@ class ChatMLSample(Sample):
         conversation: ``[{"role": ..., "content": ...}, ...]``; image tags (``<image>``) in
             the content mark where each image goes.
         images: CHW image tensors as Energon decoded them.
+        videos: the videos in the order of their tags (Energon's lazy ``AVDecoder``).
+        video_parts: the part name of each video (``0.mp4``), for error messages.
     """
 
     conversation: list[dict[str, str]]
     images: list[torch.Tensor]
+    videos: list[Any] = dataclasses.field(default_factory=list)
+    video_parts: list[str] = dataclasses.field(default_factory=list)
 
 
 def image_parts(sample: dict) -> list[str]:
@@ -78,6 +87,8 @@ def cook_chatml(sample: dict) -> ChatMLSample:
             f"sample {key!r}: the json part has no 'conversations' list (keys: {sorted(meta)})"
         )
     images = [sample[name] for name in image_parts(sample)]
+    videos = video_parts(sample)
     return ChatMLSample(
-        **basic_sample_keys(sample), conversation=to_chatml(conversations, key), images=images
+        **basic_sample_keys(sample), conversation=to_chatml(conversations, key), images=images,
+        videos=[sample[name] for name in videos], video_parts=videos,
     )
