@@ -39,6 +39,7 @@ BENCHMARKS = {
     "profile": ("profile_pipeline.py", ["--batches", "30", "--rounds", "6"], ["--quick"], "file"),
     "memory": ("memory.py", [], ["--quick"], "file"),
     "hf_processor": ("hf_processor.py", ["--samples", "96", "--repeats", "3"], ["--quick"], "file"),
+    "video": ("video.py", ["--repeats", "3"], ["--quick"], "file"),
 }
 FALLBACKS = {"loader": ("throughput.py", [], ["--quick"], "file")}
 # (the fallback also runs when loader.py fails, so a loader figure is always there)
@@ -173,6 +174,16 @@ def summary_rows(results: dict) -> list[list[str]]:
         rates = hf["samples_per_second"]
         add("hf_processor", f"samples/s, hf-processor / per-batch processor loop ({hf['family']}, 1 thread)",
             f"{rates['encoder']} / {rates['baseline']} ({hf['ratio_encoder_over_baseline']:.2f}x)")
+    vi = _get(results, "video", "result")
+    if vi:
+        add("video", f"decode-all / seek, same kept frames ({vi['height']}p, {len(vi['cases'])} "
+            "cases, median)", f"{vi['median_ratio_1_thread']}x (1 decoder thread each; wall with "
+            f"PyAV's default threads {vi['median_ratio_wall']}x, CPU {vi['median_ratio_cpu']}x)")
+        for case in vi["cases"]:
+            if case["choice"] in ("8 frames", "2 fps") and case["gop"] == "x264 default":
+                add("video", f"{case['seconds']} s video, {case['choice']}: seek / decode-all ms",
+                    f"{case['ms']['seek']} / {case['ms']['decode_all_1_thread']} "
+                    f"({case['ratio_1_thread']}x)")
     for name, record in results.items():
         if record.get("error"):
             add(name, "ERROR", record["error"], "", False)

@@ -44,6 +44,16 @@ _LAZY = {
     "PluginTaskEncoder": "energon_plugins.encoding.task_encoders.base",
     "EncodedSample": "energon_plugins.encoding.samples",
     "MultiModalBatch": "energon_plugins.encoding.samples",
+    "VideoOptions": "energon_plugins.encoding.video.options",
+    "VideoInfo": "energon_plugins.encoding.video.sampling",
+    "frame_count": "energon_plugins.encoding.video.sampling",
+    "frame_indices": "energon_plugins.encoding.video.sampling",
+    "SampledVideo": "energon_plugins.encoding.video.decode",
+    "VideoDecodeError": "energon_plugins.encoding.video.decode",
+    "read_video_info": "energon_plugins.encoding.video.decode",
+    "decode_frames": "energon_plugins.encoding.video.decode",
+    "VideoPlan": "energon_plugins.encoding.video.budget",
+    "budget_plans": "energon_plugins.encoding.video.budget",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -52,6 +62,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
     from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
     from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
+    from energon_plugins.encoding.video.budget import VideoPlan, budget_plans
+    from energon_plugins.encoding.video.decode import (
+        SampledVideo,
+        VideoDecodeError,
+        decode_frames,
+        read_video_info,
+    )
+    from energon_plugins.encoding.video.options import VideoOptions
+    from energon_plugins.encoding.video.sampling import VideoInfo, frame_count, frame_indices
 
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)
@@ -83,15 +102,25 @@ __all__ = [
     "PluginSpec",
     "PluginTaskEncoder",
     "Registry",
+    "SampledVideo",
+    "VideoDecodeError",
+    "VideoInfo",
+    "VideoOptions",
+    "VideoPlan",
     "__version__",
     "available",
+    "budget_plans",
     "create",
     "cyclic_iter",
+    "decode_frames",
+    "frame_count",
+    "frame_indices",
     "get_registry",
     "hookimpl",
     "hookspec",
     "isolated_registry",
     "load_registry",
+    "read_video_info",
     "reset_registry",
     "resolve",
     "use_registry",

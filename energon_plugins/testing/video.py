@@ -10,7 +10,7 @@ which seek-based decoding of chosen frames is checked.
 from __future__ import annotations
 
 import io
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import numpy as np
@@ -28,21 +28,40 @@ def video_frames(num_frames: int, size: tuple[int, int] = (32, 32), seed: int = 
     consecutive frames differ visibly even after lossy compression.
     """
     width, height = size
+    frames = np.empty((num_frames, height, width, 3), dtype=np.uint8)
+    for i, frame in enumerate(iter_video_frames(num_frames, size, seed)):
+        frames[i] = frame
+    return frames
+
+
+def iter_video_frames(num_frames: int, size: tuple[int, int] = (32, 32), seed: int = 0,
+                      texture: bool = False) -> Iterator[np.ndarray]:
+    """The frames of :func:`video_frames` one at a time (long videos never sit in memory).
+
+    ``texture``: pan a fixed random texture under the bar (camera motion over detail: a
+    bit rate and decode cost closer to filmed video than a smooth gradient's).
+    """
+    width, height = size
     rng = np.random.default_rng(seed)
     base = rng.integers(0, 64, 3)
     ys, xs = np.mgrid[0:height, 0:width]
-    frames = np.empty((num_frames, height, width, 3), dtype=np.uint8)
+    detail = None
+    if texture:  # coarse noise, enlarged 8x: shapes and edges rather than grain
+        coarse = rng.integers(0, 64, (height // 4 + 1, width // 4 + 1, 3), dtype=np.uint8)
+        detail = coarse.repeat(8, axis=0).repeat(8, axis=1)[: height * 2, : width * 2]
     for i in range(num_frames):
         level = (i * 37) % 160
         frame = np.stack([
             (base[0] + level + xs * 96 // max(width, 1)) % 256,
             (base[1] + ys * 96 // max(height, 1)) % 256,
             (base[2] + 160 - level) % 256 + 0 * xs,
-        ], axis=-1)
+        ], axis=-1).astype(np.uint8)
+        if detail is not None:
+            dy, dx = (i * 3) % height, (i * 5) % width
+            frame = frame + detail[dy:dy + height, dx:dx + width]
         bar = (i * max(1, width // 8)) % width
         frame[:, bar:bar + max(1, width // 8)] = 255
-        frames[i] = frame.astype(np.uint8)
-    return frames
+        yield frame
 
 
 def encode_video(
