@@ -239,6 +239,18 @@ def test_images_count_in_the_budget_and_seq_length_trades_frames_too(processor_d
     assert tiny.error_counts() == {"too_long": 1}
 
 
+def test_llava_onevision_needs_one_frame_count(processor_dirs, big_clip):
+    """Its model takes a batch's videos as one (videos, frames, ...) tensor: without
+    video.num_frames a video sample stops the run with the option named."""
+    from megatron.energon.errors import FatalSampleError
+
+    enc = encoder(processor_dirs, "llava-onevision", video={"fps": 2.0})
+    with pytest.raises(FatalSampleError, match="video.num_frames"):
+        enc.encode_sample(clip_sample(big_clip[0]))
+    with pytest.raises(Exception, match="task_encoder.options.video.max_pixels"):
+        encoder(processor_dirs, "llava-onevision", video={"max_pixels": 1000})
+
+
 @pytest.mark.parametrize("family", ["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision"])
 def test_token_counts_known_before_decoding_are_exact(family, processor_dirs, big_clip):
     """The plans a budget skips without decoding are counted by the processor itself."""
