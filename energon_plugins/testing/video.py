@@ -133,27 +133,17 @@ def write_vidqa_dataset(
     ``question`` and ``answers``; ``.nv-meta/dataset.yaml`` maps them with a field map. Indexed
     with Energon's own prepare API. Returns the shard paths.
     """
-    import contextlib
     import json
     import pathlib
 
-    import webdataset as wds
-    from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
+    from energon_plugins.testing.crude import write_prepared_shards
 
     root = pathlib.Path(path)
-    root.mkdir(parents=True, exist_ok=True)
-    with contextlib.redirect_stdout(io.StringIO()):
-        with wds.ShardWriter(str(root / "shard-%06d.tar"), maxcount=samples_per_shard,
-                             verbose=0) as sink:
-            for key, video, question, answer in samples:
-                sink.write({"__key__": key, extension: video,
-                            "json": json.dumps({"question": question, "answers": [answer]}).encode()})
-    shards = sorted(root.glob("shard-*.tar"))
-    with contextlib.redirect_stdout(io.StringIO()):
-        BaseWebdatasetFactory.prepare_dataset(
-            root, [s.name for s in shards], split_parts_ratio=list(split_ratio),
-            shuffle_seed=None, workers=1,
-        )
+    records = [{"__key__": key, extension: video,
+                "json": json.dumps({"question": question, "answers": [answer]}).encode()}
+               for key, video, question, answer in samples]
+    shards = write_prepared_shards(root, records, samples_per_shard=samples_per_shard,
+                                   split_ratio=split_ratio)
     (root / ".nv-meta" / "dataset.yaml").write_text(
         "sample_type:\n  __module__: megatron.energon\n  __class__: VidQASample\n"
         f"field_map:\n  video: {extension}\n  context: json[question]\n  answers: json[answers]\n"
