@@ -50,20 +50,22 @@ def row_images(batch: Any, image_processor: Any = None) -> list[list[Any]]:
     if pixels is None or not counts:
         return [[] for _ in range(int(batch.input_ids.shape[0]))]
     grid = getattr(batch, "image_grid_thw", None)
-    inner = getattr(image_processor, "processor", image_processor)
-    if pixels.dim() == 2 and grid is not None and inner is not None:
-        images = unpatchify(pixels, grid, int(getattr(inner, "patch_size", 14)),
-                            int(getattr(inner, "merge_size", 1)),
-                            int(getattr(inner, "temporal_patch_size", 1)))
+    if pixels.dim() == 2 and grid is not None and image_processor is not None:
+        images = unpatchify(pixels, grid, *_processor_sizes(image_processor))
     elif pixels.dim() == 5:
         images = list(pixels[:, 0])
     elif pixels.dim() == 4:
         images = list(pixels)
     else:
         images = []
+    return _per_row(images, counts)
+
+
+def _per_row(items: list[Any], counts: list[int]) -> list[list[Any]]:
+    """``items`` dealt to rows by ``counts`` (a row whose items are missing gets none)."""
     out, offset = [], 0
     for n in counts:
-        out.append(images[offset:offset + int(n)] if len(images) >= offset + int(n) else [])
+        out.append(items[offset:offset + int(n)] if len(items) >= offset + int(n) else [])
         offset += int(n)
     return out
 
@@ -92,8 +94,4 @@ def row_videos(batch: Any, video_processor: Any = None) -> list[list[Any]]:
         videos = list(pixels)
     else:
         videos = []
-    out, offset = [], 0
-    for n in counts.tolist():
-        out.append(videos[offset:offset + int(n)] if len(videos) >= offset + int(n) else [])
-        offset += int(n)
-    return out
+    return _per_row(videos, counts.tolist())

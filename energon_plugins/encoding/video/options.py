@@ -22,8 +22,8 @@ class VideoOptions(BaseModel):
     Each kept frame is the one at the middle of its equal share of the video. Only the kept
     frames are decoded (Energon's AV decoder seeks to them).
 
-    Budget: with ``max_visual_tokens`` set, a sample whose visual tokens (its images and
-    videos) exceed it, or that is longer than ``seq_length``, gives up frames first (a quarter
+    Budget: a sample with videos whose visual tokens (its images' and videos') exceed
+    ``max_visual_tokens``, or that is longer than ``seq_length``, gives up frames first (a quarter
     at a time, down to ``min_frames`` per video), then resolution (``max_pixels`` lowered by a
     quarter at a time, down to ``budget_min_pixels``; processors with a pixel budget only);
     a sample that still does not fit is skipped and counted (``video_budget``), or raises under
@@ -69,9 +69,10 @@ class VideoOptions(BaseModel):
     )
     max_visual_tokens: int | None = Field(
         default=None, ge=1,
-        description="Visual tokens (images and videos) one sample may take; over it (or over "
-        "seq_length), frames then resolution are given up before the sample is skipped. "
-        "None: no budget (a sample longer than seq_length is still traded down, then skipped).",
+        description="Visual tokens a sample with videos may take (its images count too); "
+        "over it (or over seq_length), frames then resolution are given up before the sample "
+        "is skipped. None: no budget (a video sample longer than seq_length is still traded "
+        "down, then skipped).",
     )
     budget_min_pixels: int | None = Field(
         default=None, ge=1,
