@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 from energon_plugins.encoding.video.options import VideoOptions
 from energon_plugins.encoding.video.sampling import VideoInfo, frame_count, round_frames
@@ -79,3 +80,24 @@ def _fewer(frames: int, floor: int, multiple: int) -> int:
     if fewer >= frames:
         fewer = frames - multiple
     return max(floor, fewer)
+
+
+def misfit(visual_tokens: int, length: int | None, max_visual_tokens: int | None,
+           seq_length: int) -> str:
+    """Why a plan does not fit: its visual tokens over ``max_visual_tokens``, or its length
+    (``None``: not known yet) over ``seq_length``; empty when it fits."""
+    if max_visual_tokens is not None and visual_tokens > max_visual_tokens:
+        return f"visual tokens {visual_tokens} > video.max_visual_tokens {max_visual_tokens}"
+    if length is not None and length > seq_length:
+        return f"{length} tokens > seq_length {seq_length}"
+    return ""
+
+
+def budget_skip(key: Any, why: str) -> Any:
+    """The counted skip of a sample no plan fits: ``video_budget`` (visual tokens) or
+    ``too_long`` (``seq_length``), with why (:func:`misfit` of the last plan tried)."""
+    from energon_plugins.encoding.task_encoders.base import CountedSkip
+
+    reason = BUDGET_REASON if why.startswith("visual") else "too_long"
+    return CountedSkip(reason, f"sample {key!r}: {why}, with the fewest frames and pixels the "
+                       "video options allow")

@@ -44,7 +44,7 @@ from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.conversation import vqa_answer
 from energon_plugins.encoding.task_encoders.multimodal import UnsupportedSampleError
-from energon_plugins.encoding.video.budget import BUDGET_REASON, VideoPlan
+from energon_plugins.encoding.video.budget import VideoPlan, budget_skip, misfit
 from energon_plugins.encoding.video.decode import (
     SampledVideo,
     as_av_decoder,
@@ -400,7 +400,7 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
             if predicted is not None:
                 visual = sum(predicted) + (known[1] if known else 0)
                 length = sum(predicted) + known[0] if known else None
-                why = self._misfit(visual, length, budget)
+                why = misfit(visual, length, budget, self.seq_length)
                 if why:
                     continue
             sampled = [decode_frames(decoder, info, frame_indices(info.num_frames, n), label)
@@ -410,20 +410,10 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
             video_tokens = sum(encoded.video_token_counts or ())
             image_tokens = sum(encoded.image_token_counts or ())
             known = (encoded.length - video_tokens, image_tokens)
-            why = self._misfit(video_tokens + image_tokens, encoded.length, budget)
+            why = misfit(video_tokens + image_tokens, encoded.length, budget, self.seq_length)
             if not why:
                 return encoded
-        reason = BUDGET_REASON if why.startswith("visual") else "too_long"
-        raise self._skip(sample, reason, f"{why}, with the fewest frames and pixels the video "
-                         "options allow")
-
-    def _misfit(self, visual: int, length: int | None, budget: int | None) -> str:
-        """Why a plan does not fit (empty when it does)."""
-        if budget is not None and visual > budget:
-            return f"visual tokens {visual} > video.max_visual_tokens {budget}"
-        if length is not None and length > self.seq_length:
-            return f"{length} tokens > seq_length {self.seq_length}"
-        return ""
+        raise budget_skip(key, why)
 
     def _encode_once(
         self, sample: Any, text: str, spans: list[tuple[int, int]], images: list[Any],

@@ -32,14 +32,13 @@ from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample
-from energon_plugins.encoding.task_encoders.base import CountedSkip
 from energon_plugins.encoding.task_encoders.conversation import (
     build_messages,
     expand_image_tokens,
     tokenize_conversation,
     vqa_answer,
 )
-from energon_plugins.encoding.video.budget import BUDGET_REASON, budget_plans
+from energon_plugins.encoding.video.budget import budget_plans, budget_skip, misfit
 from energon_plugins.encoding.video.decode import (
     as_av_decoder,
     decode_frames,
@@ -211,16 +210,11 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         for plan in budget_plans(infos, self.options.video, self.video.frame_multiple,
                                  max_pixels=self.video.max_pixels):
             tokens = sum(self.video.predicted_tokens(infos, plan))
-            if budget is not None and image_tokens + tokens > budget:
-                why = f"visual tokens {image_tokens + tokens} > video.max_visual_tokens {budget}"
-            elif fixed + tokens > self.seq_length:
-                why = f"{fixed + tokens} tokens > seq_length {self.seq_length}"
-            else:
+            why = misfit(image_tokens + tokens, fixed + tokens, budget, self.seq_length)
+            if not why:
                 break
         else:
-            reason = BUDGET_REASON if why.startswith("visual") else "too_long"
-            raise CountedSkip(reason, f"sample {sample.__key__!r}: {why}, with the fewest frames "
-                              "and pixels the video options allow")
+            raise budget_skip(sample.__key__, why)
         sampled = [decode_frames(decoder, info, frame_indices(info.num_frames, n), label)
                    for (decoder, label), info, n in zip(decoders, infos, plan.frames)]
         visual = self.video(sampled, plan)
