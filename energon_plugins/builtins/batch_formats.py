@@ -1,6 +1,5 @@
 """Registers the built-in batch formats ``megatron-bridge``, ``megatron-lm`` and ``hf``."""
 
-from energon_plugins.encoding.batch_formats.options import MegatronLMOptions
 from energon_plugins.host._markers import hookimpl
 
 _PACKAGE = "energon_plugins.encoding.batch_formats"
@@ -19,7 +18,7 @@ def register_batch_formats(register):
     register(
         "megatron-lm",
         f"{_PACKAGE}.megatron_lm:build_megatron_lm_format",
-        options=MegatronLMOptions,
+        options=f"{_PACKAGE}.options:MegatronLMOptions",  # a string: listing imports no pydantic
         description="What Megatron-LM's examples/multimodal get_batch reads: tokens, labels one "
         "wider, imgs, num_tiles, cu_lengths",
         aliases=("mlm",),

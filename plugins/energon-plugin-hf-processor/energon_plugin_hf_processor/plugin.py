@@ -1,8 +1,7 @@
-"""Hook implementations of energon-plugin-hf-processor (import-light: pluggy and pydantic only)."""
+"""Hook implementations of energon-plugin-hf-processor (import-light: the options model is
+named as a string, imported when the encoder is built or its options are validated)."""
 
 from energon_plugins import hookimpl
-
-from energon_plugin_hf_processor.options import HFProcessorOptions
 
 
 @hookimpl
@@ -11,7 +10,7 @@ def register_task_encoders(register):
     register(
         "hf-processor",
         "energon_plugin_hf_processor.encoder:build_hf_processor_task_encoder",
-        options=HFProcessorOptions,
+        options="energon_plugin_hf_processor.options:HFProcessorOptions",
         description="Any vision-language model's own transformers processor (AutoProcessor "
         "directory): conversations, VQA, captioning and interleaved samples with the "
         "processor's ids, pixels and vision inputs, assistant-only labels",
