@@ -40,6 +40,7 @@ BENCHMARKS = {
     "batch_formats": ("batch_formats.py", [], ["--quick"], "file"),
     "hf_processor": ("hf_processor.py", ["--samples", "96", "--repeats", "3"], ["--quick"], "file"),
     "convert": ("convert.py", ["--records", "20000"], ["--records", "200"], "file"),
+    "video": ("video.py", ["--repeats", "3"], ["--quick"], "file"),
 }
 FALLBACKS: dict[str, tuple] = {}
 """Used when the primary script is missing or fails."""
@@ -200,6 +201,17 @@ def summary_rows(results: dict) -> list[list[str]]:
         add("convert", "peak RSS growth per 10k records, MiB: convert / hand-written",
             f"{cv['convert_rss_growth_mb_per_10k_records']} / "
             f"{cv['handwritten_rss_growth_mb_per_10k_records']}")
+    vi = _get(results, "video", "result")
+    if vi:
+        add("video", f"decode-all / seek, same kept frames ({vi['height']}p, {len(vi['cases'])} "
+            "cases, median)", f"{vi['median_ratio_1_thread']}x (CPU, one decoder thread each; "
+            f"wall against PyAV's default threads {vi['median_ratio_wall']}x)")
+        for case in vi["cases"]:
+            if case["choice"] in ("8 frames", "2 fps"):
+                add("video", f"{case['seconds']} s video, gop {case['gop']}, {case['choice']}: "
+                    "seek / decode-all CPU ms",
+                    f"{case['cpu_ms']['seek']} / {case['cpu_ms']['decode_all_1_thread']} "
+                    f"({case['ratio_1_thread']}x)")
     for name, record in results.items():
         if record.get("error"):
             add(name, "ERROR", record["error"], "", False)

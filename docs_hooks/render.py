@@ -599,6 +599,13 @@ API_OBJECTS = (
         "energon_plugins.encoding.batch_formats.labels.mask_starts",
         "energon_plugins.encoding.packing.parallel.parallel_pad_multiple",
     )),
+    ("Video (frame sampling, seek-based decoding, the visual budget)", (
+        "energon_plugins.VideoOptions", "energon_plugins.VideoInfo",
+        "energon_plugins.frame_count", "energon_plugins.frame_indices",
+        "energon_plugins.read_video_info", "energon_plugins.decode_frames",
+        "energon_plugins.SampledVideo", "energon_plugins.VideoDecodeError",
+        "energon_plugins.budget_plans", "energon_plugins.VideoPlan",
+    )),
     ("Datamodule and loader", (
         "energon_plugins.EnergonMultiModalDataModule", "energon_plugins.EnergonDataloader",
         "energon_plugins.ValidationLoader", "energon_plugins.cyclic_iter",
@@ -631,6 +638,11 @@ API_OBJECTS = (
         "energon_plugins.testing.check_options",
         "energon_plugins.testing.default_context",
         "energon_plugins.testing.batch_differences",
+        "energon_plugins.testing.write_crude_dataset",
+        "energon_plugins.testing.video_frames",
+        "energon_plugins.testing.encode_video",
+        "energon_plugins.testing.decode_every_frame",
+        "energon_plugins.testing.write_vidqa_dataset",
         "energon_plugins.testing.ConformanceError",
     )),
     ("Config files", (

@@ -59,6 +59,16 @@ _LAZY = {
     "VisualInputs": "energon_plugins.encoding.batch_formats.visual_inputs",
     "convert_dataset": "energon_plugins.convert.run",
     "ConvertResult": "energon_plugins.convert.run",
+    "VideoOptions": "energon_plugins.encoding.video.options",
+    "VideoInfo": "energon_plugins.encoding.video.sampling",
+    "frame_count": "energon_plugins.encoding.video.sampling",
+    "frame_indices": "energon_plugins.encoding.video.sampling",
+    "SampledVideo": "energon_plugins.encoding.video.decode",
+    "VideoDecodeError": "energon_plugins.encoding.video.decode",
+    "read_video_info": "energon_plugins.encoding.video.decode",
+    "decode_frames": "energon_plugins.encoding.video.decode",
+    "VideoPlan": "energon_plugins.encoding.video.budget",
+    "budget_plans": "energon_plugins.encoding.video.budget",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -72,6 +82,15 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.encoding.batch_formats.base import BatchFormat
     from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
     from energon_plugins.convert.run import ConvertResult, convert_dataset
+    from energon_plugins.encoding.video.budget import VideoPlan, budget_plans
+    from energon_plugins.encoding.video.decode import (
+        SampledVideo,
+        VideoDecodeError,
+        decode_frames,
+        read_video_info,
+    )
+    from energon_plugins.encoding.video.options import VideoOptions
+    from energon_plugins.encoding.video.sampling import VideoInfo, frame_count, frame_indices
 
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)
@@ -109,19 +128,29 @@ __all__ = [
     "PluginTaskEncoder",
     "RecordError",
     "Registry",
+    "SampledVideo",
     "SourceRecord",
     "ValidationLoader",
+    "VideoDecodeError",
+    "VideoInfo",
+    "VideoOptions",
+    "VideoPlan",
     "__version__",
     "available",
+    "budget_plans",
     "build_datamodule",
     "convert_dataset",
     "create",
     "cyclic_iter",
+    "decode_frames",
+    "frame_count",
+    "frame_indices",
     "get_registry",
     "hookimpl",
     "hookspec",
     "isolated_registry",
     "load_registry",
+    "read_video_info",
     "reset_registry",
     "resolve",
     "use_registry",

@@ -211,6 +211,7 @@ def test_classify_error_reasons():
     assert classify_error(DecodingError(k="png")) == "image"
     assert classify_error(DecodingError(k="0.jpg")) == "image"
     assert classify_error(DecodingError(k="json")) == "json"
+    assert classify_error(DecodingError(k="1.mp4")) == "video"
     assert classify_error(ValueError("Unexpected end of tar file: a.tar")) == "truncated_shard"
     assert classify_error(KeyError("x")) == "KeyError"
     counts = collections.Counter(classify_error(e) for e in [DecodingError(k="txt")] * 2)

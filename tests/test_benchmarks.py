@@ -68,3 +68,21 @@ def test_convert_benchmark_compares_both_sides(tmp_path):
     assert data["records"] == 120 and data["ratio_records_per_s"] > 0
     assert set(data["runs"]) == {"hand-written@30", "convert@30", "hand-written@120", "convert@120"}
     assert data["runs"]["convert@120"]["written"] == data["runs"]["hand-written@120"]["written"] == 119
+
+
+@pytest.mark.slow
+def test_video_benchmark_quick_run_reports_the_ratio(tmp_path):
+    """``run_all --only video``: the seek / decode-all figures reach the summary."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--quick", "--out", str(tmp_path),
+         "--only", "video"],
+        env=env, capture_output=True, text=True, timeout=600,
+    )
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    video = json.loads((tmp_path / "latest.json").read_text())["benchmarks"]["video"]["result"]
+    assert {c["choice"] for c in video["cases"]} == {"8 frames", "32 frames", "1 fps", "2 fps"}
+    for case in video["cases"]:
+        assert case["kept_frames"] <= case["total_frames"]
+        assert all(v > 0 for v in case["ms"].values())
+    assert "decode-all / seek" in (tmp_path / "latest.md").read_text()

@@ -1,4 +1,4 @@
-"""The images of each row of a collated batch, drawable, whatever the pixel layout.
+"""The images and video frames of each row of a collated batch, drawable, whatever the layout.
 
 ``preview`` draws the images a batch holds. Pixel values come in several layouts:
 ``(N, C, H, W)`` images, ``(N, T, C, H, W)`` tiles (the first tile is the whole image
@@ -7,6 +7,10 @@ resized, as LLaVA-NeXT / OneVision lay them out), and ``(P, D)`` patches with
 processor resized from the image processor's ``patch_size``, ``merge_size`` and
 ``temporal_patch_size``. A task encoder with its own layout may define
 ``preview_images(batch)`` returning the same thing.
+
+Videos (:func:`row_videos`) are ``visual["pixel_values_videos"]``: ``(P, D)`` patches with
+``video_grid_thw`` (Qwen; every frame put back) or ``(N, T, C, H, W)`` frames (LLaVA-OneVision);
+``preview_videos(batch)`` on the encoder overrides.
 """
 
 from typing import Any
@@ -14,6 +18,12 @@ from typing import Any
 
 def unpatchify(patches: Any, grid: Any, patch_size: int, merge_size: int, temporal: int) -> list[Any]:
     """Qwen-style ``(P, C*T*p*p)`` patches and ``(N, 3)`` grids -> ``(C, H, W)`` images (frame 0)."""
+    return [frames[0] for frames in unpatchify_frames(patches, grid, patch_size, merge_size, temporal)]
+
+
+def unpatchify_frames(patches: Any, grid: Any, patch_size: int, merge_size: int,
+                      temporal: int) -> list[Any]:
+    """Qwen-style patches and grids -> per grid entry, its ``(frames, C, H, W)`` frames."""
     images = []
     start = 0
     for t, h, w in grid.tolist():
@@ -26,7 +36,7 @@ def unpatchify(patches: Any, grid: Any, patch_size: int, merge_size: int, tempor
         # -> (t, temporal, C, h/m, m, p, w/m, m, p): undo the processor's permutation
         block = block.permute(0, 6, 5, 1, 3, 7, 2, 4, 8)
         frames = block.reshape(t * temporal, channels, h * patch_size, w * patch_size)
-        images.append(frames[0])
+        images.append(frames)
     return images
 
 
@@ -40,19 +50,48 @@ def row_images(batch: Any, image_processor: Any = None) -> list[list[Any]]:
     if pixels is None or not counts:
         return [[] for _ in range(int(batch.input_ids.shape[0]))]
     grid = getattr(batch, "image_grid_thw", None)
-    inner = getattr(image_processor, "processor", image_processor)
-    if pixels.dim() == 2 and grid is not None and inner is not None:
-        images = unpatchify(pixels, grid, int(getattr(inner, "patch_size", 14)),
-                            int(getattr(inner, "merge_size", 1)),
-                            int(getattr(inner, "temporal_patch_size", 1)))
+    if pixels.dim() == 2 and grid is not None and image_processor is not None:
+        images = unpatchify(pixels, grid, *_processor_sizes(image_processor))
     elif pixels.dim() == 5:
         images = list(pixels[:, 0])
     elif pixels.dim() == 4:
         images = list(pixels)
     else:
         images = []
+    return _per_row(images, counts)
+
+
+def _per_row(items: list[Any], counts: list[int]) -> list[list[Any]]:
+    """``items`` dealt to rows by ``counts`` (a row whose items are missing gets none)."""
     out, offset = [], 0
     for n in counts:
-        out.append(images[offset:offset + int(n)] if len(images) >= offset + int(n) else [])
+        out.append(items[offset:offset + int(n)] if len(items) >= offset + int(n) else [])
         offset += int(n)
     return out
+
+
+def _processor_sizes(processor: Any) -> tuple[int, int, int]:
+    inner = getattr(processor, "processor", processor)
+    return (int(getattr(inner, "patch_size", 14)), int(getattr(inner, "merge_size", 1)),
+            int(getattr(inner, "temporal_patch_size", 1)))
+
+
+def row_videos(batch: Any, video_processor: Any = None) -> list[list[Any]]:
+    """Per row, each video's ``(frames, C, H, W)`` (normalised) frames, in order.
+
+    Rows get their videos by ``num_videos``; a layout that cannot be drawn gives no videos.
+    """
+    rows = int(batch.input_ids.shape[0])
+    counts = getattr(batch, "num_videos", None)
+    visual = getattr(batch, "visual", None) or {}
+    pixels = visual.get("pixel_values_videos")
+    if counts is None or pixels is None:
+        return [[] for _ in range(rows)]
+    grid = visual.get("video_grid_thw")
+    if pixels.dim() == 2 and grid is not None:
+        videos = unpatchify_frames(pixels, grid, *_processor_sizes(video_processor))
+    elif pixels.dim() == 5:
+        videos = list(pixels)
+    else:
+        videos = []
+    return _per_row(videos, counts.tolist())

@@ -91,7 +91,7 @@ class Span:
 
     text: str
     kind: str
-    """``text``, ``image`` (collapsed image tokens) or ``pad``."""
+    """``text``, ``image`` (collapsed image tokens), ``video`` (collapsed video tokens) or ``pad``."""
     loss: bool
     count: int
 
@@ -102,6 +102,13 @@ def collapsed_image_text(token: str, count: int) -> str:
     if match:
         return f"<{match.group(1)} x{count}>"
     return f"[{token} x{count}]"
+
+
+def encoder_video_token_id(datamodule: Any) -> int | None:
+    """The video placeholder's id as the training encoder expands it (``video_token_id``), or
+    ``None`` for an encoder without videos."""
+    value = getattr(datamodule.task_encoder, "video_token_id", None)
+    return value if isinstance(value, int) else None
 
 
 def encoder_token_ids(datamodule: Any) -> tuple[int | None, int, int | None]:
@@ -126,28 +133,49 @@ def encoder_token_ids(datamodule: Any) -> tuple[int | None, int, int | None]:
 
 
 def render_spans(
-    tokenizer: Any, ids: list[int], labels: list[int], ignore_index: int, image_id: int | None
+    tokenizer: Any, ids: list[int], labels: list[int], ignore_index: int, image_id: int | None,
+    video_id: int | None = None,
 ) -> list[Span]:
-    """Group tokens into runs of (text or image, loss or not) and decode each text run."""
+    """Group tokens into runs of (text, image or video, loss or not) and decode each text run."""
+    media = {token: kind for token, kind in ((video_id, "video"), (image_id, "image"))
+             if token is not None}
     spans: list[Span] = []
     start = 0
     n = len(ids)
     while start < n:
-        is_image = image_id is not None and ids[start] == image_id
+        kind = media.get(ids[start], "text")
         loss = labels[start] != ignore_index
         end = start + 1
-        while end < n and (image_id is not None and ids[end] == image_id) == is_image and (
+        while end < n and media.get(ids[end], "text") == kind and (
             labels[end] != ignore_index
         ) == loss:
             end += 1
-        if is_image:
-            token = getattr(tokenizer, "convert_ids_to_tokens", lambda i: "<image>")(ids[start])
-            spans.append(Span(collapsed_image_text(str(token), end - start), "image", loss,
+        if kind != "text":
+            token = getattr(tokenizer, "convert_ids_to_tokens", lambda i: f"<{kind}>")(ids[start])
+            spans.append(Span(collapsed_image_text(str(token), end - start), kind, loss,
                               end - start))
         else:
             text = tokenizer.decode(ids[start:end], skip_special_tokens=False)
             spans.append(Span(text, "text", loss, end - start))
         start = end
+    return spans
+
+
+def video_spans(ids: list[int], video_id: int | None, counts: list[int]) -> list[tuple[int, int]]:
+    """``(first, last + 1)`` positions of each video's tokens in ``ids``, in order.
+
+    A video's tokens may lie in several runs (Qwen3-VL writes a time stamp before each
+    frame's); ``counts`` (its ``video_token_counts``) says how many belong to each video.
+    """
+    if video_id is None:
+        return []
+    positions = [i for i, token in enumerate(ids) if token == video_id]
+    spans, offset = [], 0
+    for count in counts:
+        if count <= 0 or offset + count > len(positions):
+            break
+        spans.append((positions[offset], positions[offset + count - 1] + 1))
+        offset += count
     return spans
 
 

@@ -2,9 +2,11 @@
 
 Builds the datamodule from CONFIG (in this process: ``num_workers=0``), takes the task
 encoder's batches from the training loader (``batch_format`` left out: labels aligned with the
-tokens, as the encoder made them) and shows N rows: the decoded text with image-token runs collapsed
-(``<image x576>``), the spans that carry loss marked, and the tensor shapes. ``--html`` writes
-one self-contained page with the images, the text and a segment bar per row.
+tokens, as the encoder made them) and shows N rows: the decoded text with image- and
+video-token runs collapsed (``<image x576>``, ``[<|video_pad|> x64]``), the spans that carry
+loss marked, each video's token span, and the tensor shapes. ``--html`` writes one
+self-contained page with the images, a strip of the sampled frames per video, the text and a
+segment bar per row.
 """
 
 from typing import Any
@@ -19,24 +21,30 @@ def _image_stats(processor: Any) -> tuple[Any, Any]:
 
 def collect_rows(datamodule: Any, count: int) -> list[dict[str, Any]]:
     """Take ``count`` rows from the training loader, each decoded into segments and spans."""
+    from energon_plugins.cli.batch_images import row_images, row_videos
     from energon_plugins.cli.batch_view import (
         Span,
         batch_fields,
         encoder_token_ids,
+        encoder_video_token_id,
         render_spans,
         row_segments,
+        video_spans,
     )
     from energon_plugins.cli.preview_html import image_to_png_base64
 
-    from energon_plugins.cli.batch_images import row_images
-
     tokenizer = datamodule.tokenizer
     image_id, ignore, pad_id = encoder_token_ids(datamodule)
+    video_id = encoder_video_token_id(datamodule)
     encoder = datamodule.task_encoder
     image_processor = getattr(encoder, "image_processor", None) or datamodule.image_processor
     mean, std = _image_stats(image_processor)
+    video_processor = getattr(encoder, "video_processor", None)
+    video_mean, video_std = _image_stats(video_processor) if video_processor is not None else (mean, std)
     draw = getattr(encoder, "preview_images", None) or (
         lambda batch: row_images(batch, image_processor))
+    draw_videos = getattr(encoder, "preview_videos", None) or (
+        lambda batch: row_videos(batch, video_processor))
     rows: list[dict[str, Any]] = []
     for batch_index, batch in enumerate(datamodule.train_dataloader()):
         fields = batch_fields(batch)
@@ -45,7 +53,10 @@ def collect_rows(datamodule: Any, count: int) -> list[dict[str, Any]]:
         )
         packed = getattr(batch, "packed_seq_params", None) is not None
         num_images = batch.num_images.tolist() if batch.num_images is not None else []
+        num_videos = _as_list(getattr(batch, "num_videos", None))
+        video_counts = iter(_as_list(getattr(batch, "video_token_counts", None)))
         drawable = draw(batch)
+        drawable_videos = draw_videos(batch)
         for row in range(int(batch.input_ids.shape[0])):
             segments = row_segments(batch, row, pad_id, ignore)
             ids = batch.input_ids[row].tolist()
@@ -56,7 +67,8 @@ def collect_rows(datamodule: Any, count: int) -> list[dict[str, Any]]:
                     spans.append([Span(f"<pad x{segment.length}>", "pad", False, segment.length)])
                 else:
                     spans.append(render_spans(tokenizer, ids[segment.start:segment.end],
-                                              labels[segment.start:segment.end], ignore, image_id))
+                                              labels[segment.start:segment.end], ignore, image_id,
+                                              video_id))
             n_images = int(num_images[row]) if row < len(num_images) else 0
             images = [encoded for tensor in (drawable[row] if row < len(drawable) else [])
                       if (encoded := image_to_png_base64(tensor, mean, std))]
@@ -64,21 +76,38 @@ def collect_rows(datamodule: Any, count: int) -> list[dict[str, Any]]:
             if n_images and not images and batch.pixel_values is not None:
                 note = (f"{n_images} image(s) in pixel values {tuple(batch.pixel_values.shape)} "
                         "(not rendered: a layout the preview cannot draw)")
+            n_videos = int(num_videos[row]) if row < len(num_videos) else 0
+            counts = [count for _, count in zip(range(n_videos), video_counts)]
+            token_spans = video_spans(ids, video_id, counts)
+            strips = drawable_videos[row] if row < len(drawable_videos) else []
+            videos = [{
+                "frames": [encoded for frame in (strips[i] if i < len(strips) else [])
+                           if (encoded := image_to_png_base64(frame, video_mean, video_std))],
+                "tokens": counts[i] if i < len(counts) else None,
+                "span": token_spans[i] if i < len(token_spans) else None,
+            } for i in range(n_videos)]
             rows.append({
                 "label": f"batch {batch_index} row {row}" + (" (packed)" if packed else ""),
                 "segments": segments, "width": len(ids), "spans": spans, "images": images,
                 "shapes": shapes, "num_images": n_images, "packed": packed, "note": note,
+                "videos": videos, "key": str(batch.__key__[row]) if batch.__key__ else None,
             })
             if len(rows) >= count:
                 return rows
     return rows
 
 
+def _as_list(tensor: Any) -> list[int]:
+    return [int(x) for x in tensor.tolist()] if tensor is not None else []
+
+
 def print_rows(rows: list[dict[str, Any]], seq_length: int) -> None:
-    """Print rows with rich: loss spans green and underlined, image runs violet, padding dim."""
+    """Print rows with rich: loss spans green and underlined, image runs violet, video runs
+    cyan, padding dim."""
     from rich.markup import escape
 
     from energon_plugins.cli._output import console
+    from energon_plugins.cli.preview_html import describe_video
 
     out = console()
     for row in rows:
@@ -86,6 +115,8 @@ def print_rows(rows: list[dict[str, Any]], seq_length: int) -> None:
         out.rule(f"{row['label']}: {real}/{row['width']} tokens, {row['num_images']} image(s), "
                  f"{sum(not s.padding for s in row['segments'])} segment(s)")
         out.print(f"[dim]{escape(row['shapes'])}[/dim]")
+        for index, video in enumerate(row.get("videos", ())):
+            out.print(f"[cyan]{escape(describe_video(index, video))}[/cyan]")
         for index, (segment, spans) in enumerate(zip(row["segments"], row["spans"])):
             if len(row["segments"]) > 1:
                 out.print(f"[dim]-- segment {index} [{segment.start}:{segment.end}]"
@@ -95,6 +126,8 @@ def print_rows(rows: list[dict[str, Any]], seq_length: int) -> None:
                 piece = escape(span.text)
                 if span.kind == "image":
                     piece = f"[magenta]{piece}[/magenta]"
+                elif span.kind == "video":
+                    piece = f"[cyan]{piece}[/cyan]"
                 elif span.kind == "pad":
                     piece = f"[dim]{piece}[/dim]"
                 if span.loss:

@@ -1,8 +1,9 @@
 """The self-contained HTML page of ``energon-plugins preview --html``.
 
-One page, no external resources: images as base64 PNG, the decoded text with image runs
-collapsed and loss spans highlighted, and for each row a bar of its segments (packed
-sub-sequences and the padding tail) scaled to the sequence length.
+One page, no external resources: images as base64 PNG, a strip of the sampled frames per
+video (with its token count and span), the decoded text with image and video runs collapsed
+and loss spans highlighted, and for each row a bar of its segments (packed sub-sequences and
+the padding tail) scaled to the sequence length.
 """
 
 import base64
@@ -20,6 +21,9 @@ body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
 .text{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:13px}
 .loss{background:#d4f7d4;border-bottom:2px solid #2a2}
 .img{background:#e8e0ff;color:#538;font-weight:bold}
+.vid{background:#dff4f7;color:#266;font-weight:bold}
+.strip{display:flex;flex-wrap:wrap;align-items:center;gap:2px;margin:.3em 0}
+.strip img{height:64px}
 .padtok{color:#aaa}
 img{image-rendering:pixelated;height:128px;margin:2px;border:1px solid #aaa}
 .meta{color:#666;font-size:12px}
@@ -49,6 +53,16 @@ def image_to_png_base64(tensor: Any, mean: Any = None, std: Any = None) -> str |
     return base64.b64encode(buffer.getvalue()).decode("ascii")
 
 
+def describe_video(index: int, video: dict[str, Any]) -> str:
+    """``video 1: 4 frames, 16 tokens at [12:28]`` (what preview knows of one video)."""
+    text = f"video {index + 1}: {len(video['frames'])} frames drawn"
+    if video.get("tokens") is not None:
+        text += f", {video['tokens']} tokens"
+    if video.get("span") is not None:
+        text += f" at [{video['span'][0]}:{video['span'][1]}]"
+    return text
+
+
 def render_page(title: str, rows: list[dict[str, Any]]) -> str:
     """The HTML page for ``rows``; each row has ``label``, ``segments``, ``width``,
     ``seq_length``, ``spans`` (per segment), ``images`` (base64 PNGs) and ``shapes``."""
@@ -56,7 +70,8 @@ def render_page(title: str, rows: list[dict[str, Any]]) -> str:
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
-        "<p class='meta'>Green: tokens with loss. Violet: collapsed image tokens. "
+        "<p class='meta'>Green: tokens with loss. Violet: collapsed image tokens. Teal: "
+        "collapsed video tokens (each video's sampled frames in a strip). "
         "The bar shows each row's segments (packed sub-sequences) and its padding in grey.</p>",
     ]
     for row in rows:
@@ -83,11 +98,17 @@ def render_page(title: str, rows: list[dict[str, Any]]) -> str:
             parts.append(f"<p class='meta'>{html.escape(row['note'])}</p>")
         for image in row["images"]:
             parts.append(f"<img alt='image' src='data:image/png;base64,{image}'>")
+        for index, video in enumerate(row.get("videos", ())):
+            parts.append(f"<div class='strip'><span class='meta'>"
+                         f"{html.escape(describe_video(index, video))}</span>")
+            for frame in video["frames"]:
+                parts.append(f"<img alt='frame' src='data:image/png;base64,{frame}'>")
+            parts.append("</div>")
         for index, spans in enumerate(row["spans"]):
             parts.append(f"<p class='meta'>segment {index}</p><div class='text'>")
             for span in spans:
                 text = html.escape(span.text)
-                css = {"image": "img", "pad": "padtok"}.get(span.kind, "")
+                css = {"image": "img", "video": "vid", "pad": "padtok"}.get(span.kind, "")
                 if span.loss:
                     css = f"{css} loss".strip()
                 parts.append(f"<span class='{css}'>{text}</span>" if css else text)

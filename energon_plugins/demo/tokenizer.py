@@ -12,7 +12,7 @@ for any ASCII text (byte-level: every byte has a token). Each family adds its sp
   ``<s>SYSTEM USER: <image>\\nQ ASSISTANT: A</s>USER: Q2 ASSISTANT:``; a leading system
   message replaces the default system prompt; the generation prompt is ``ASSISTANT:``.
 - ``qwen2``: Qwen2-VL's ``<|endoftext|>`` (pad), ``<|im_start|>``, ``<|im_end|>`` (eos),
-  ``<|vision_start|>``, ``<|vision_end|>``, ``<|image_pad|>`` and ChatML; no bos token, like
+  ``<|vision_start|>``, ``<|vision_end|>``, ``<|image_pad|>``, ``<|video_pad|>`` and ChatML; no bos token, like
   Qwen2. A message content may be a list of ``{"type": "image"}`` / ``{"type": "text",
   "text": ...}`` parts; an image part renders as
   ``<|vision_start|><|image_pad|><|vision_end|>``.
@@ -47,6 +47,7 @@ QWEN2_SPECIAL_TOKENS = (
     "<|vision_start|>",
     "<|vision_end|>",
     "<|image_pad|>",
+    "<|video_pad|>",
 )
 
 # Renders a message content that is either a string or a list of typed parts.

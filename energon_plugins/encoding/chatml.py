@@ -9,16 +9,19 @@ formats). A crude conversation sample holds:
 - its images as numbered parts ``0.jpg``, ``1.png``, ... (any image extension Energon's
   decoder knows, ordered by their number), or as one ``png`` / ``jpg`` / ``jpeg`` / ``image``
   part (the LLaVA-1.5 layout);
+- its videos likewise as numbered parts ``0.mp4``, ``1.webm``, ... or one ``mp4`` / ``webm`` /
+  ... part (Energon hands them over as lazy ``AVDecoder`` objects);
 - a ``json`` part with the turns under ``conversations``, ``messages`` or ``conversation``
   (or the list of turns itself): GPT-style ``{"from", "value"}`` (LLaVA, ShareGPT) or ChatML
   ``{"role", "content"}`` turns, a content being a string with ``<image>`` tags or a list of
-  typed parts (``{"type": "text", "text": ...}``, ``{"type": "image"}``).
+  typed parts (``{"type": "text", "text": ...}``, ``{"type": "image"}``, ``{"type": "video"}``).
 
 The cooker turns it into ChatML turns, ``{"role": "user" | "assistant" | "system",
-"content": ...}`` (the layout Megatron-Bridge calls ChatMLSample); the image tags (or image
-parts) mark where each image goes, in order.
+"content": ...}`` (the layout Megatron-Bridge calls ChatMLSample); the image and video tags
+(``<image>``, ``<video>``, or typed parts) mark where each image and video goes, in order.
 """
 
+import dataclasses
 import re
 from typing import Any
 
@@ -41,7 +44,11 @@ SINGLE_IMAGE_PARTS = ("png", "jpg", "jpeg", "image")
 TURN_KEYS = ("conversations", "messages", "conversation")
 """Keys of the ``json`` part that may hold the turns."""
 
+VIDEO_EXTENSIONS = ("mp4", "webm", "mkv", "mov", "avi", "flv")
+"""Part extensions Energon's AV decoder reads as video (its audio ones aside)."""
+
 _IMAGE_PART = re.compile(rf"^(\d+)\.({'|'.join(IMAGE_EXTENSIONS)})$")
+_VIDEO_PART = re.compile(rf"^(\d+)\.({'|'.join(VIDEO_EXTENSIONS)})$")
 
 
 class MissingFieldError(KeyError):
@@ -53,16 +60,21 @@ class MissingFieldError(KeyError):
 
 @edataclass
 class ChatMLSample(Sample):
-    """A multi-turn ChatML conversation and its images, in the order they appear.
+    """A multi-turn ChatML conversation and its images and videos, in the order they appear.
 
     Attributes:
         conversation: ``[{"role": ..., "content": ...}, ...]``; a content is a string whose
-            image tags (``<image>``) mark where each image goes, or a list of typed parts.
+            image and video tags (``<image>``, ``<video>``) mark where each medium goes, or a
+            list of typed parts.
         images: the images as Energon decoded them.
+        videos: the videos in the order of their tags (Energon's lazy ``AVDecoder``).
+        video_parts: the part name of each video (``0.mp4``), for error messages.
     """
 
     conversation: list[dict[str, Any]]
     images: list[Any]
+    videos: list[Any] = dataclasses.field(default_factory=list)
+    video_parts: list[str] = dataclasses.field(default_factory=list)
 
 
 def image_parts(sample: dict) -> list[str]:
@@ -76,6 +88,15 @@ def image_parts(sample: dict) -> list[str]:
     if found:
         return [name for _, name in sorted(found)]
     return [name for name in SINGLE_IMAGE_PARTS if name in sample][:1]
+
+
+def video_parts(sample: dict) -> list[str]:
+    """The names of a crude sample's video parts: numbered ones (``0.mp4``, ``1.webm``...) in
+    order, else its single ``mp4`` / ``webm`` / ... part."""
+    numbered = sorted((int(m.group(1)), name) for name in sample if (m := _VIDEO_PART.match(name)))
+    if numbered:
+        return [name for _, name in numbered]
+    return [name for name in VIDEO_EXTENSIONS if name in sample][:1]
 
 
 def json_turns(sample: dict) -> list:
@@ -112,10 +133,13 @@ def cook_chatml(sample: dict) -> ChatMLSample:
     """
     key = sample.get("__key__", "<unknown key>")
     turns = chat_turns(json_turns(sample), key)
+    videos = video_parts(sample)
     return ChatMLSample(
         **basic_sample_keys(sample),
         conversation=[{"role": role, "content": content} for role, content in turns],
         images=[sample[name] for name in image_parts(sample)],
+        videos=[sample[name] for name in videos],
+        video_parts=videos,
     )
 
 

@@ -39,6 +39,8 @@ class MultiModalSampleConfig(BaseModel):
     Attributes:
         image_token: the text placeholder for one image (``<image>``); it is expanded to as
             many tokens as the image processor yields embeddings.
+        video_token: the text placeholder for one video (``<video>``), in conversations that
+            hold videos.
         image_token_id: its id; ``None`` looks it up in the tokenizer.
         ignore_index: the label value the loss ignores (``-100``).
         conversation_template: roles, system prompt, stop string and chat template.
@@ -49,6 +51,7 @@ class MultiModalSampleConfig(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     image_token: NonEmpty = "<image>"
+    video_token: NonEmpty = "<video>"
     image_token_id: int | None = Field(default=None, ge=0)
     ignore_index: int = -100
     conversation_template: ConversationTemplate = ConversationTemplate()
@@ -58,6 +61,10 @@ class MultiModalSampleConfig(BaseModel):
     def _no_collisions(self) -> "MultiModalSampleConfig":
         if self.image_token.strip() != self.image_token or not self.image_token.strip():
             raise ValueError(f"image_token must not be blank or padded, got {self.image_token!r}")
+        if self.video_token.strip() != self.video_token:
+            raise ValueError(f"video_token must not be padded, got {self.video_token!r}")
+        if self.video_token == self.image_token:
+            raise ValueError(f"video_token and image_token must differ, both are {self.image_token!r}")
         if self.image_token_id is not None and self.image_token_id == self.ignore_index:
             raise ValueError(
                 f"image_token_id ({self.image_token_id}) collides with ignore_index"

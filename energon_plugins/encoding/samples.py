@@ -39,8 +39,12 @@ class EncodedSample(Sample):
         token_fields: further per-token inputs aligned with ``input_ids``, ``(L,)`` each
             (``token_type_ids`` of Gemma 3, ``mm_token_type_ids``, ...): concatenated when
             packing, padded with 0 when batching. ``None`` when there are none.
-        image_token_counts: how many tokens each image (or video) takes in ``input_ids``, in
-            order; ``None`` when unknown.
+        image_token_counts: how many tokens each image takes in ``input_ids``, in order;
+            ``None`` when unknown.
+        num_videos: how many videos the sample holds (their inputs are ``visual`` entries:
+            ``pixel_values_videos``, ``video_grid_thw``, ...).
+        video_token_counts: how many tokens each video takes in ``input_ids``, in order;
+            ``None`` when unknown.
     """
 
     input_ids: torch.Tensor
@@ -54,6 +58,8 @@ class EncodedSample(Sample):
     visual: dict[str, torch.Tensor] | None = None
     token_fields: dict[str, torch.Tensor] | None = None
     image_token_counts: list[int] | None = None
+    num_videos: int = 0
+    video_token_counts: list[int] | None = None
 
     @property
     def length(self) -> int:
@@ -99,6 +105,9 @@ class MultiModalBatch(Batch):
         token_fields: ``(B, L)`` per-token inputs, padded with 0; ``None`` when there are none.
         image_token_counts: ``(N,)`` int64 tokens per image over the batch, in order, when
             every sample knows them; else ``None``.
+        num_videos: ``(B,)`` int64 videos per row, so rows can find their videos.
+        video_token_counts: ``(M,)`` int64 tokens per video over the batch, in order, when
+            every sample knows them; else ``None``.
     """
 
     input_ids: torch.Tensor
@@ -113,3 +122,5 @@ class MultiModalBatch(Batch):
     visual: dict[str, torch.Tensor] | None = None
     token_fields: dict[str, torch.Tensor] | None = None
     image_token_counts: torch.Tensor | None = None
+    num_videos: torch.Tensor | None = None
+    video_token_counts: torch.Tensor | None = None

@@ -33,6 +33,7 @@ from megatron.energon.errors import FatalSampleError
 from megatron.energon.flavors.webdataset.sample_loader import WebdatasetSampleLoaderDataset
 from megatron.energon.wrappers.base import BaseWrapperDataset
 
+from energon_plugins.encoding.video.decode import VIDEO_EXTENSIONS
 from energon_plugins.errors import EnergonPluginsError
 from energon_plugins.loading.stages import TransparentRestore
 
@@ -60,10 +61,12 @@ def check_policy(on_error: str) -> Policy:
 
 
 def classify_error(exc: BaseException) -> str:
-    """The reason a sample failed: ``image``, ``json``, ``missing_field``, ... or the type name.
+    """The reason a sample failed: ``image``, ``video``, ``json``, ``missing_field``, ... or the
+    type name.
 
     webdataset's ``DecodingError`` carries the part name (``k``): an image extension counts as
-    ``image``, ``json`` as ``json``; Energon's ``FieldAccessError`` (a field_map entry that is
+    ``image``, a video extension as ``video`` (Energon decoding videos eagerly, with
+    ``av_decode="torch"``), ``json`` as ``json``; Energon's ``FieldAccessError`` (a field_map entry that is
     absent) counts as ``missing_field``; a truncated shard as ``truncated_shard``.
     """
     name = type(exc).__name__
@@ -71,6 +74,8 @@ def classify_error(exc: BaseException) -> str:
         part = str(getattr(exc, "k", "") or "").lower().rsplit(".", 1)[-1]
         if part in IMAGE_PARTS:
             return "image"
+        if part in VIDEO_EXTENSIONS:
+            return "video"
         if part == "json":
             return "json"
         return f"decode:{part}" if part else "decode"

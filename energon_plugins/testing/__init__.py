@@ -32,6 +32,10 @@ _LAZY = {
     "batch_differences": "energon_plugins.testing.compare",
     "write_crude_dataset": "energon_plugins.testing.crude",
     "read_images": "energon_plugins.testing.crude",
+    "video_frames": "energon_plugins.testing.video",
+    "encode_video": "energon_plugins.testing.video",
+    "decode_every_frame": "energon_plugins.testing.video",
+    "write_vidqa_dataset": "energon_plugins.testing.video",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
@@ -43,6 +47,12 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.testing.image_processor import check_image_processor
     from energon_plugins.testing.packing import check_packing_strategy
     from energon_plugins.testing.task_encoder import check_task_encoder
+    from energon_plugins.testing.video import (
+        decode_every_frame,
+        encode_video,
+        video_frames,
+        write_vidqa_dataset,
+    )
 
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins.testing", globals(), _LAZY)
@@ -57,7 +67,11 @@ __all__ = [
     "check_packing_strategy",
     "check_registration",
     "check_task_encoder",
+    "decode_every_frame",
+    "encode_video",
     "default_context",
     "read_images",
+    "video_frames",
     "write_crude_dataset",
+    "write_vidqa_dataset",
 ]

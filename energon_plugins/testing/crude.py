@@ -1,7 +1,7 @@
-"""Hand-written crude datasets (images plus GPT-style conversations) and their images.
+"""Hand-written crude datasets (images, videos and GPT-style conversations) and their images.
 
-:func:`write_crude_dataset` writes webdataset shards of samples you describe (images plus
-GPT-style conversations), indexes them with Energon's own prepare API and marks them as a
+:func:`write_crude_dataset` writes webdataset shards of samples you describe (images, video
+files and GPT-style conversations), indexes them with Energon's own prepare API and marks them as a
 ``CrudeWebdataset`` with ``subflavors: {format: ...}``, like ``energon_plugins.demo.data``
 does for its crude kinds; use it for samples the demo generator does not write (for example
 image tags that disagree with the images). :func:`read_images` reads a sample's original
@@ -26,19 +26,20 @@ def png_bytes(image: Any) -> bytes:
 
 def write_crude_dataset(
     path: Any,
-    samples: Sequence[tuple[str, Sequence[Any], list[dict]]],
+    samples: Sequence[tuple[Any, ...]],
     *,
     fmt: str,
     image_names: str = "numbered",
     samples_per_shard: int = 4,
     split_ratio: Sequence[tuple[str, float]] = (("train", 0.5), ("val", 0.5)),
 ) -> list[pathlib.Path]:
-    """Write ``(key, images, conversations)`` samples as a prepared crude Energon dataset.
+    """Write ``(key, images, conversations[, videos])`` samples as a prepared crude dataset.
 
     Args:
         path: the dataset directory (created).
         samples: keys must be unique; images are PIL images; conversations are
-            ``[{"from": ..., "value": ...}, ...]``.
+            ``[{"from": ..., "value": ...}, ...]``; videos (optional) are encoded video files,
+            ``bytes`` (MP4) or ``(extension, bytes)``, written as ``0.mp4``, ``1.webm``, ...
         fmt: the ``format`` subflavor (``llava`` or ``chatml``).
         image_names: ``"single"`` names the first image ``png`` (the ``llava`` layout),
             ``"numbered"`` names them ``0.png``, ``1.png``, ... (the ``chatml`` layout).
@@ -48,6 +49,39 @@ def write_crude_dataset(
     Returns:
         The shard paths.
     """
+    records = []
+    for key, images, conversations, *rest in samples:
+        parts: dict[str, Any] = {"__key__": key}
+        for i, image in enumerate(images):
+            name = "png" if image_names == "single" and i == 0 else f"{i}.png"
+            parts[name] = png_bytes(image)
+        for i, video in enumerate(rest[0] if rest else ()):
+            ext, data = video if isinstance(video, tuple) else ("mp4", video)
+            parts[f"{i}.{ext}"] = data
+        parts["json"] = json.dumps({"conversations": conversations}).encode()
+        records.append(parts)
+    root = pathlib.Path(path)
+    shards = write_prepared_shards(root, records, samples_per_shard=samples_per_shard,
+                                   split_ratio=split_ratio)
+    (root / ".nv-meta" / "dataset.yaml").write_text(
+        f"__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors:\n  format: {fmt}\n"
+    )
+    return shards
+
+
+def write_prepared_shards(
+    path: Any,
+    records: Sequence[dict[str, Any]],
+    *,
+    samples_per_shard: int = 4,
+    split_ratio: Sequence[tuple[str, float]] = (("train", 1.0),),
+) -> list[pathlib.Path]:
+    """Write webdataset records (``{"__key__": ..., PART: bytes}``) as ``shard-NNNNNN.tar``
+    files under ``path`` and index them with Energon's own prepare API (splits by shard).
+
+    The caller writes ``.nv-meta/dataset.yaml`` (the sample type or ``CrudeWebdataset``).
+    Returns the shard paths.
+    """
     import webdataset as wds
     from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
 
@@ -56,22 +90,14 @@ def write_crude_dataset(
     with contextlib.redirect_stdout(io.StringIO()):
         with wds.ShardWriter(str(root / "shard-%06d.tar"), maxcount=samples_per_shard,
                              verbose=0) as sink:
-            for key, images, conversations in samples:
-                parts: dict[str, Any] = {"__key__": key}
-                for i, image in enumerate(images):
-                    name = "png" if image_names == "single" and i == 0 else f"{i}.png"
-                    parts[name] = png_bytes(image)
-                parts["json"] = json.dumps({"conversations": conversations}).encode()
-                sink.write(parts)
+            for record in records:
+                sink.write(record)
     shards = sorted(root.glob("shard-*.tar"))
     with contextlib.redirect_stdout(io.StringIO()):
         BaseWebdatasetFactory.prepare_dataset(
             root, [s.name for s in shards], split_parts_ratio=list(split_ratio),
             shuffle_seed=None, workers=1,
         )
-    (root / ".nv-meta" / "dataset.yaml").write_text(
-        f"__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors:\n  format: {fmt}\n"
-    )
     return shards
 
 

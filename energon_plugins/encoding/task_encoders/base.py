@@ -341,6 +341,8 @@ class PluginTaskEncoder(
             visual=self.combine_visual([s.visual for s in samples]),
             token_fields=_pad_token_fields([s.token_fields for s in samples], lengths, width),
             image_token_counts=_token_counts([s.image_token_counts for s in samples]),
+            num_videos=torch.tensor([int(s.num_videos) for s in samples], dtype=torch.long),
+            video_token_counts=_token_counts([s.video_token_counts for s in samples]),
         )
         return self.finish_packed_batch(samples, batch)
 
@@ -410,7 +412,7 @@ def _pad_token_fields(
 
 
 def _token_counts(counts: list[list[int] | None]) -> torch.Tensor | None:
-    """Tokens per image over the batch, when every sample knows its counts."""
+    """Tokens per image (or video) over the batch, when every sample knows its counts."""
     if any(c is None for c in counts):
         return None
     return torch.tensor([n for c in counts for n in c], dtype=torch.long)  # type: ignore[union-attr]

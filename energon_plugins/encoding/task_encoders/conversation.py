@@ -5,6 +5,7 @@ plugin encoders. Labels are aligned with ``input_ids`` (the model shifts them); 
 outside an assistant answer carries the ignore index.
 """
 
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -111,41 +112,51 @@ def chat_turns(conversation: Any, key: str) -> list[tuple[str, Any]]:
     return turns
 
 
-def content_parts(content: Any, image_tag: str) -> list[dict[str, Any]]:
-    """A turn's content as typed parts: ``{"type": "text", "text": ...}`` and ``{"type": "image"}``.
+def content_parts(content: Any, image_tag: str, video_tag: str | None = None) -> list[dict[str, Any]]:
+    """A turn's content as typed parts: ``{"type": "text", "text": ...}``, ``{"type": "image"}``
+    and ``{"type": "video"}``.
 
-    A string is split at every ``image_tag`` (``<image>``); the whitespace that separates a
-    tag from the text next to it is dropped (``"<image>\\nQ"`` is an image, then ``"Q"``), so
-    the chat template alone decides how images and text are joined. A list of parts is
-    checked and copied (an image part keeps only its type: the images travel separately).
+    A string is split at every ``image_tag`` (``<image>``) and, when given, ``video_tag``
+    (``<video>``); the whitespace that separates a tag from the text next to it is dropped
+    (``"<image>\\nQ"`` is an image, then ``"Q"``), so the chat template alone decides how media
+    and text are joined. A list of parts is checked and copied (an image or video part keeps
+    only its type: the media travel separately).
 
     Raises:
-        ValueError: a part that is neither text (with a string ``text``) nor image.
+        ValueError: a part that is neither text (with a string ``text``), image nor video.
     """
     if isinstance(content, str):
-        pieces = content.split(image_tag)
+        tags = {image_tag: "image"}
+        if video_tag:
+            tags[video_tag] = "video"
+        pattern = re.compile("|".join(re.escape(t) for t in sorted(tags, key=len, reverse=True)))
         parts: list[dict[str, Any]] = []
-        last = len(pieces) - 1
-        for i, piece in enumerate(pieces):
-            if i > 0:
-                parts.append({"type": "image"})
-                piece = piece.lstrip()
-            if i < last:
-                piece = piece.rstrip()
-            if piece:
-                parts.append({"type": "text", "text": piece})
+        pos = 0
+        for match in pattern.finditer(content):
+            piece = content[pos:match.start()]
+            piece = piece.lstrip() if parts and parts[-1]["type"] != "text" else piece
+            if piece.rstrip():
+                parts.append({"type": "text", "text": piece.rstrip()})
+            parts.append({"type": tags[match.group(0)]})
+            pos = match.end()
+        tail = content[pos:]
+        tail = tail.lstrip() if parts and parts[-1]["type"] != "text" else tail
+        if tail:
+            parts.append({"type": "text", "text": tail})
         return parts
+    kinds = ("image", "video") if video_tag else ("image",)
     parts = []
     for i, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
-        if kind == "image":
-            parts.append({"type": "image"})
+        if kind in kinds:
+            parts.append({"type": kind})
         elif kind == "text" and isinstance(part.get("text"), str):
             parts.append({"type": "text", "text": part["text"]})
         else:
+            expected = " or ".join(f"{{'type': {k!r}}}" for k in kinds)
             raise ValueError(
                 f"content part {i} is {part!r}; expected {{'type': 'text', 'text': str}} or "
-                "{'type': 'image'}"
+                f"{expected}"
             )
     return parts
 

@@ -219,7 +219,7 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
             [("user", self.user_text("?", 1)), ("assistant", "a")],
         )
         ids, _ = tokenize_conversation(self.tokenizer, messages, self.sample_config)
-        processed, _ = self._process_images([image])
+        processed, _ = self.process_images([image])
         [tokens] = self.image_token_counts(processed, 1)
         total = len(ids) - 1 + tokens
         if total <= self.seq_length:
@@ -310,7 +310,7 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         if not pending:
             return samples, None
         images = [img for s in pending for img in s.pending_images]
-        processed, pixels = self._process_images(images)
+        processed, pixels = self.process_images(images)
         grid = _get(processed, "image_grid_thw")
         counts = self.image_token_counts(processed, len(images))
         done: dict[int, EncodedSample] = {}
@@ -340,7 +340,8 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
                 f"{None if planned is None else planned.tolist()})"
             )
 
-    def _process_images(self, images: list[torch.Tensor]) -> tuple[Any, Any]:
+    def process_images(self, images: list[torch.Tensor]) -> tuple[Any, Any]:
+        """``(processor output, pixel values)`` of ``images`` (``(None, None)`` without images)."""
         if not images:
             return None, None
         out = self.image_processor(images=images, return_tensors="pt")
@@ -352,23 +353,27 @@ class MultimodalTaskEncoder(PluginTaskEncoder[Any]):
         return out, torch.as_tensor(pixels)
 
     def finish_sample(
-        self, sample: Any, ids: list[int], labels: list[int], images: list[torch.Tensor]
+        self, sample: Any, ids: list[int], labels: list[int], images: list[torch.Tensor],
+        processed: tuple[Any, Any] | None = None,
     ) -> EncodedSample:
         """Process ``images``, expand their tags, truncate to ``seq_length``, build the sample.
 
         ``ids``/``labels`` hold one image-tag token per image; subclasses that render their own
         conversation format call this to finish the common part. In the loader, when the
         lengths are known from the image sizes, the pixels are left to :meth:`complete_samples`
-        (a :class:`PendingImagesSample` is returned).
+        (a :class:`PendingImagesSample` is returned). ``processed``: the ``(processor output,
+        pixel values)`` of :meth:`process_images` when the caller has them already (they are
+        not processed twice, nor deferred).
         """
-        plan = self.plan_images(images) if images and self._defer_images() else None
+        plan = (self.plan_images(images) if images and processed is None and self._defer_images()
+                else None)
         if plan is not None:
-            processed, pixel_values = None, None
+            pixel_values = None
             counts, grid = plan
         else:
-            processed, pixel_values = self._process_images(images)
-            grid = _get(processed, "image_grid_thw") if processed is not None else None
-            counts = self.image_token_counts(processed, len(images))
+            output, pixel_values = processed if processed is not None else self.process_images(images)
+            grid = _get(output, "image_grid_thw") if output is not None else None
+            counts = self.image_token_counts(output, len(images))
         ids, labels, runs = expand_image_tokens(
             ids,
             labels,

@@ -338,18 +338,22 @@ class PackingMixin:
 
         When the encoder knows its image token (``image_token_id``) and the cut would remove
         image tokens, the sample is cut before its first image token and keeps no image
-        (images cannot be split); otherwise tokens are cut and images kept. Override for a
-        smarter cut.
+        (images cannot be split); videos likewise by ``video_token_id``. Otherwise tokens are
+        cut and the media kept. Override for a smarter cut.
         """
         cut = capacity
         pixel_values, grid, num_images = sample.pixel_values, sample.image_grid_thw, sample.num_images
         visual, counts = sample.visual, sample.image_token_counts
-        image_id = getattr(self, "image_token_id", None)
-        if num_images and isinstance(image_id, int):
-            is_image = sample.input_ids == image_id
-            if bool(is_image[cut:].any()):
-                cut = int(is_image.nonzero()[0, 0])
-                pixel_values, grid, num_images, visual, counts = None, None, 0, None, []
+        num_videos, video_counts = sample.num_videos, sample.video_token_counts
+        is_media = torch.zeros_like(sample.input_ids, dtype=torch.bool)
+        for present, token_id in ((num_images, getattr(self, "image_token_id", None)),
+                                  (num_videos, getattr(self, "video_token_id", None))):
+            if present and isinstance(token_id, int):
+                is_media |= sample.input_ids == token_id
+        if bool(is_media[cut:].any()):  # media cannot be split: cut before the first, keep none
+            cut = min(cut, int(is_media.nonzero()[0, 0]))
+            pixel_values, grid, num_images, visual, counts = None, None, 0, None, []
+            num_videos, video_counts = 0, []
         token_fields = (
             {key: value[:cut] for key, value in sample.token_fields.items()}
             if sample.token_fields
@@ -368,6 +372,8 @@ class PackingMixin:
             visual=visual,
             token_fields=token_fields,
             image_token_counts=counts,
+            num_videos=num_videos,
+            video_token_counts=video_counts,
         )
 
     @stateless
@@ -410,6 +416,7 @@ class PackingMixin:
         keys = [str(s.__key__) for s in samples]
         sources = tuple(src for s in samples for src in (s.__sources__ or ()))
         counts = [s.image_token_counts for s in samples]
+        video_counts = [s.video_token_counts for s in samples]
         return PackedSample.derive_from(
             samples[0],
             __key__=",".join(keys),
@@ -431,6 +438,10 @@ class PackingMixin:
             image_token_counts=None
             if any(c is None for c in counts)
             else [n for c in counts for n in c],  # type: ignore[union-attr]
+            num_videos=sum(int(s.num_videos) for s in samples),
+            video_token_counts=None
+            if any(c is None for c in video_counts)
+            else [n for c in video_counts for n in c],  # type: ignore[union-attr]
         )
 
     def finish_packed_batch(self, samples: list[EncodedSample], batch: Any) -> Any:

@@ -2,11 +2,17 @@
 
 For every sample the encoder builds the messages the processor's chat template renders
 (:mod:`.messages`), renders them once and finds the assistant answers (:mod:`.labels`), then
-calls the processor on the rendered text and the images, exactly as
+calls the processor on the rendered text, the images and the videos, exactly as
 ``processor.apply_chat_template(messages, tokenize=True, return_dict=True)`` does. So the
-token ids (image placeholders expanded), the pixel values and every other vision input are
-the processor's own. Labels are the token ids inside the answers (end-of-turn token
-included), the ignore index elsewhere; images never carry labels.
+token ids (image and video placeholders expanded), the pixel values and every other vision
+input are the processor's own. Labels are the token ids inside the answers (end-of-turn token
+included), the ignore index elsewhere; images and videos never carry labels.
+
+Videos arrive as Energon's lazy ``AVDecoder``: the encoder reads each video's metadata, picks
+the frames the ``video`` options keep, decodes only those (seeking) and hands them to the
+processor pre-sampled, with their metadata (frame rate, frame numbers), as transformers'
+``do_sample_frames=False`` path takes them. A sample over its visual-token budget (or
+``seq_length``) gives up frames, then resolution, before it is skipped (:mod:`.video`).
 
 The processor's outputs become :class:`~energon_plugins.EncodedSample` fields by the
 family's :class:`~energon_plugin_hf_processor.families.FamilySpec`, which also says how each
@@ -26,9 +32,11 @@ from megatron.energon import (
     CaptioningSample,
     InterleavedSample,
     SampleDecoder,
+    VidQASample,
     VQASample,
     stateless,
 )
+from megatron.energon.errors import FatalSampleError
 
 from energon_plugins.encoding.chatml import (
     CONVERSATION_FORMATS,
@@ -41,6 +49,15 @@ from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.conversation import vqa_answer
 from energon_plugins.encoding.task_encoders.multimodal import UnsupportedSampleError
+from energon_plugins.encoding.video.budget import VideoPlan, budget_skip, misfit
+from energon_plugins.encoding.video.decode import (
+    SampledVideo,
+    as_av_decoder,
+    decode_frames,
+    describe_part,
+    read_video_info,
+)
+from energon_plugins.encoding.video.sampling import frame_indices
 from energon_plugins.errors import ConfigError
 from energon_plugins.host.context import BuildContext
 
@@ -52,6 +69,7 @@ from energon_plugin_hf_processor.messages import (
     qa_messages,
 )
 from energon_plugin_hf_processor.options import HFProcessorOptions
+from energon_plugin_hf_processor.video import ProcessorVideo
 
 logger = logging.getLogger(__name__)
 
@@ -111,7 +129,8 @@ def load_processor(options: HFProcessorOptions, tokenizer: Any = None) -> Any:
 
 
 class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
-    """Encode conversations, VQA, captioning and interleaved samples with a model's processor.
+    """Encode conversations (with images and videos), VQA (on an image or a video), captioning
+    and interleaved samples with a model's processor.
 
     Args:
         context: the build context (its tokenizer and image processor are replaced by the
@@ -126,9 +145,11 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
     """
 
     cookers = conversation_cookers()
-    supported_sample_types = (ChatMLSample, VQASample, CaptioningSample, InterleavedSample)
-    #: Images reach the processor as the 8-bit images they were stored as.
-    decoder = SampleDecoder(image_decode="pil")
+    supported_sample_types = (ChatMLSample, VQASample, VidQASample, CaptioningSample,
+                              InterleavedSample)
+    #: Images reach the processor as the 8-bit images they were stored as; videos as Energon's
+    #: lazy AVDecoder (only the kept frames are decoded, in encode_sample).
+    decoder = SampleDecoder(image_decode="pil", av_decode="AVDecoder")
 
     def __init__(
         self,
@@ -156,9 +177,17 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         except ValueError as exc:
             raise ConfigError(f"task_encoder.options.processor: {exc}") from exc
         self.image_tag = self.sample_config.image_token
+        self.video_tag = self.sample_config.video_token
+        self.image_kwargs: dict[str, Any] = {}
         self.call_kwargs = self._call_kwargs()
+        #: The processor's video side (frame multiple, pixel cap, call arguments, token counts).
+        self.video = ProcessorVideo(processor, self.family, options.video, self.call_kwargs)
         #: The token whose positions hold image embeddings (counted per image).
-        self.image_token_id = self._embedding_token_id()
+        self.image_token_id = self._embedding_token_id(self.family.embedding_token)
+        #: The token whose positions hold video embeddings (counted per video); ``None``
+        #: without a video processor.
+        self.video_token_id = (self._embedding_token_id(self.family.video_embedding_token)
+                               if self.video.available else None)
         self.image_placeholder = self._image_placeholder()
         self._warned: set[str] = set()
         self._check_with_one_call()
@@ -179,10 +208,11 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         budget = {"shortest_edge": self.options.min_pixels, "longest_edge": self.options.max_pixels}
         size = getattr(image_processor, "size", None)
         if self.family.pixel_budget and getattr(size, "longest_edge", None) is not None:
-            # Qwen-style processors keep the pixel budget as size {shortest,longest}_edge.
+            # Qwen-style processors keep the pixel budget as size {shortest,longest}_edge (for
+            # the images only: the videos have their own, in the video options).
             if any(v is not None for v in budget.values()):
-                kwargs["size"] = {k: v if v is not None else getattr(size, k)
-                                  for k, v in budget.items()}
+                self.image_kwargs["size"] = {k: v if v is not None else getattr(size, k)
+                                             for k, v in budget.items()}
             return kwargs
         for name in ("min_pixels", "max_pixels"):
             value = getattr(self.options, name)
@@ -198,9 +228,8 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
             kwargs[name] = value
         return kwargs
 
-    def _embedding_token_id(self) -> int | None:
+    def _embedding_token_id(self, attr: str) -> int | None:
         owner: Any = self.processor
-        attr = self.family.embedding_token
         if attr.startswith("tokenizer."):
             owner, attr = self.processor.tokenizer, attr.split(".", 1)[1]
         token = getattr(owner, attr, None)
@@ -232,7 +261,7 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
             image=Image.new("RGB", (32, 32), (128, 64, 32)), context="?", answers=["ok"],
         )
         try:
-            messages, images = self.sample_messages(sample)
+            messages, images, _ = self.sample_messages(sample)
             text, spans = self.renderer.render_conversation(messages)
             #: Tokens of the shortest one-image sample (a 32x32 image, one-word turns).
             self.shortest_sample = self._encode(sample, text, spans, images, check_length=False)
@@ -261,28 +290,39 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         """Encode one Energon sample (dispatching on its type) to an :class:`EncodedSample`."""
         if isinstance(sample, InterleavedSample):
             return self._encode_interleaved(sample)
-        messages, images = self.sample_messages(sample)
-        check_images(messages, len(images), str(sample.__key__))
+        messages, images, videos = self.sample_messages(sample)
+        check_images(messages, len(images), str(sample.__key__), len(videos))
         self._check_image_count(sample, len(images))
         text, spans = self.renderer.render_conversation(messages)
-        return self._encode(sample, text, spans, images)
+        return self._encode(sample, text, spans, images, videos)
 
-    def sample_messages(self, sample: Any) -> tuple[list[dict[str, Any]], list[Any]]:
-        """The messages (content as typed parts) and images of a conversation-like sample."""
+    def sample_messages(
+        self, sample: Any
+    ) -> tuple[list[dict[str, Any]], list[Any], list[tuple[Any, str]]]:
+        """The messages (content as typed parts), images and videos of a conversation-like
+        sample; each video as ``(Energon's AVDecoder or bytes, the file it came from)``."""
         system = self.options.system_prompt
+        image_tag, video_tag = self.image_tag, self.video_tag
         if isinstance(sample, ChatMLSample):
             turns = conversation_turns(sample)
-            return conversation_messages(turns, self.image_tag, system), list(sample.images)
+            messages = conversation_messages(turns, image_tag, system, video_tag)
+            parts = list(sample.video_parts) or [f"{i}.video" for i in range(len(sample.videos))]
+            videos = [(v, describe_part(sample, part)) for v, part in zip(sample.videos, parts)]
+            return messages, list(sample.images), videos
         if isinstance(sample, VQASample):
             answer = vqa_answer(sample)
-            return qa_messages(sample.context, answer, self.image_tag, 1, system), [sample.image]
+            return qa_messages(sample.context, answer, image_tag, 1, system), [sample.image], []
+        if isinstance(sample, VidQASample):
+            answer = vqa_answer(sample)
+            messages = qa_messages(sample.context, answer, image_tag, 0, system, video_tag, 1)
+            return messages, [], [(sample.video, describe_part(sample, "video"))]
         if isinstance(sample, CaptioningSample):
-            messages = qa_messages(self.options.caption_prompt, sample.caption, self.image_tag, 1, system)
-            return messages, [sample.image]
+            messages = qa_messages(self.options.caption_prompt, sample.caption, image_tag, 1, system)
+            return messages, [sample.image], []
         raise UnsupportedSampleError(
             f"the hf-processor task encoder cannot encode {type(sample).__name__} samples (key "
             f"{getattr(sample, '__key__', None)!r}); it handles crude conversations (subflavors "
-            f"format {', '.join(CONVERSATION_FORMATS)}), VQASample, CaptioningSample and "
+            f"format {', '.join(CONVERSATION_FORMATS)}), VQASample, VidQASample, CaptioningSample and "
             "InterleavedSample"
         )
 
@@ -303,16 +343,18 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
     def _check_image_count(self, sample: Any, count: int) -> None:
         limit = self.options.max_images
         if limit is not None and count > limit:
-            self._too_much(sample, "too_many_images", f"{count} images > max_images {limit}")
+            raise self._skip(sample, "too_many_images", f"{count} images > max_images {limit}")
 
-    def _too_much(self, sample: Any, reason: str, what: str) -> None:
-        """Skip and count ``sample`` under ``reason``; the base class raises instead under
+    def _skip(self, sample: Any, reason: str, what: str) -> CountedSkip:
+        """The skip of ``sample``, counted under ``reason``; the base class raises instead under
         ``on_error: raise`` (the sample is lost data, not a chosen policy)."""
-        raise CountedSkip(reason, f"sample {getattr(sample, '__key__', None)!r}: {what}")
+        return CountedSkip(reason, f"sample {getattr(sample, '__key__', None)!r}: {what}")
 
     # ------------------------------------------------------------------ the processor call
-    def call_processor(self, text: str, images: list[Any]) -> Any:
-        """The processor on one rendered text and its images, as ``apply_chat_template`` calls it.
+    def call_processor(self, text: str, images: list[Any], videos: list[SampledVideo] = (),
+                       plan: VideoPlan | None = None) -> Any:
+        """The processor on one rendered text, its images and its pre-sampled videos, as
+        ``apply_chat_template`` calls it.
 
         Offsets of every token and of every placeholder expansion come back too.
         """
@@ -321,34 +363,101 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         if bos is not None and text.startswith(bos):
             kwargs["add_special_tokens"] = False
         pil = [energon_image_to_pil(image) for image in images]
+        if pil and self.image_kwargs:
+            kwargs["images_kwargs"] = dict(self.image_kwargs)
+        if videos:
+            kwargs["videos_kwargs"] = self.video.call_kwargs(videos, plan or VideoPlan(()))
         return self.processor(
-            text=[text], images=[pil] if pil else None, return_tensors="pt",
+            text=[text], images=[pil] if pil else None,
+            videos=[video.frames for video in videos] if videos else None, return_tensors="pt",
             return_offsets_mapping=True, return_text_replacement_offsets=True, **kwargs,
         )
 
     def _encode(
         self, sample: Any, text: str, spans: list[tuple[int, int]], images: list[Any],
+        videos: list[tuple[Any, str]] = (), *, append_eos: bool = False, check_length: bool = True,
+    ) -> EncodedSample:
+        if not videos:
+            return self._encode_once(sample, text, spans, images, append_eos=append_eos,
+                                     check_length=check_length)
+        return self._encode_videos(sample, text, spans, images, videos)
+
+    def _encode_videos(
+        self, sample: Any, text: str, spans: list[tuple[int, int]], images: list[Any],
+        videos: list[tuple[Any, str]],
+    ) -> EncodedSample:
+        """Sample the videos, then try the budget's plans until one fits (or skip)."""
+        key = getattr(sample, "__key__", None)
+        if not self.video.available:
+            raise ValueError(f"sample {key!r} holds videos, but {type(self.processor).__name__} "
+                             "has no video processor")
+        if images and not self.family.video_with_images:
+            raise ValueError(f"sample {key!r}: the {self.family.name} processor cannot take "
+                             "images and videos in one sample")
+        options = self.options.video
+        if self.family.fixed_video_frames and options.num_frames is None:
+            raise FatalSampleError(
+                f"task_encoder.options.video.num_frames: {self.family.name} takes the videos of a "
+                "batch as one (videos, frames, ...) tensor, so every video needs the same frame "
+                "count; set video.num_frames"
+            )
+        decoders = [(as_av_decoder(value, label), label) for value, label in videos]
+        infos = [read_video_info(decoder, label) for decoder, label in decoders]
+        if self.family.fixed_video_frames:
+            short = [label for (_, label), info in zip(decoders, infos)
+                     if info.num_frames < options.num_frames]
+            if short:
+                raise CountedSkip("video_frames", f"sample {key!r}: video {short[0]} has fewer "
+                                  f"than video.num_frames={options.num_frames} frames")
+        budget = options.max_visual_tokens
+        known: tuple[int, int] | None = None  # (tokens besides the videos', image tokens)
+        why = ""
+        for plan in self.video.plans(infos):
+            predicted = self.video.predicted_tokens(infos, plan)
+            if predicted is not None:
+                visual = sum(predicted) + (known[1] if known else 0)
+                length = sum(predicted) + known[0] if known else None
+                why = misfit(visual, length, budget, self.seq_length)
+                if why:
+                    continue
+            sampled = [decode_frames(decoder, info, frame_indices(info.num_frames, n), label)
+                       for (decoder, label), info, n in zip(decoders, infos, plan.frames)]
+            encoded = self._encode_once(sample, text, spans, images, sampled, plan,
+                                        check_length=False)
+            video_tokens = sum(encoded.video_token_counts or ())
+            image_tokens = sum(encoded.image_token_counts or ())
+            known = (encoded.length - video_tokens, image_tokens)
+            why = misfit(video_tokens + image_tokens, encoded.length, budget, self.seq_length)
+            if not why:
+                return encoded
+        raise budget_skip(key, why)
+
+    def _encode_once(
+        self, sample: Any, text: str, spans: list[tuple[int, int]], images: list[Any],
+        videos: list[SampledVideo] = (), plan: VideoPlan | None = None,
         *, append_eos: bool = False, check_length: bool = True,
     ) -> EncodedSample:
-        out = self.call_processor(text, images)
+        out = self.call_processor(text, images, list(videos), plan)
         ids = out["input_ids"][0].to(torch.long)
         offsets = np.asarray(out["offset_mapping"][0])
         reported = out.get("text_replacement_offsets")  # a (1, 0) tensor when empty (InternVL)
         replacements = list(reported[0]) if reported is not None and len(reported) else []
         shifted = expanded_positions([p for span in spans for p in span], replacements)
         labelled = token_mask(offsets, list(zip(shifted[0::2], shifted[1::2])))
-        image_spans = [token_mask(offsets, [r["new_span"]]) for r in replacements
-                       if r["type"] == "image"]
-        for mask in image_spans:
+        media = {kind: [token_mask(offsets, [r["new_span"]]) for r in replacements
+                        if r["type"] == kind] for kind in ("image", "video")}
+        for mask in media["image"] + media["video"]:
             labelled &= ~mask
         ids_np = ids.numpy()
-        counts = [
-            int((ids_np[mask] == self.image_token_id).sum()) if self.image_token_id is not None
-            else int(mask.sum())
-            for mask in image_spans
-        ]
+
+        def count(masks: list[np.ndarray], token_id: int | None) -> list[int]:
+            return [int((ids_np[m] == token_id).sum()) if token_id is not None else int(m.sum())
+                    for m in masks]
+
+        counts = count(media["image"], self.image_token_id)
+        video_counts = count(media["video"], self.video_token_id)
         family = self.family if self.family is not GENERIC else generic_layout(
-            out, len(images), len(ids_np)
+            out, len(images), len(ids_np), len(videos)
         )
         token_fields = {
             key: torch.as_tensor(out[key][0]).to(torch.long)
@@ -360,7 +469,7 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
             labelled = np.append(labelled, True)
             token_fields = {k: torch.cat([v, v.new_zeros(1)]) for k, v in token_fields.items()}
         if check_length and len(ids) > self.seq_length:
-            self._too_much(sample, "too_long", f"{len(ids)} tokens > seq_length {self.seq_length}")
+            raise self._skip(sample, "too_long", f"{len(ids)} tokens > seq_length {self.seq_length}")
         if not labelled.any():
             raise CountedSkip("no_label_tokens", f"sample {getattr(sample, '__key__', None)!r} "
                               "has no label tokens")
@@ -374,13 +483,15 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
             input_ids=ids,
             labels=labels,
             loss_mask=label_mask.to(torch.float32),
-            pixel_values=out.get("pixel_values") if images else None,
+            pixel_values=out.get("pixel_values"),
             image_grid_thw=grid if images else None,
             num_images=len(images),
             seq_lengths=[len(ids)],
             visual=visual or None,
             token_fields=token_fields or None,
             image_token_counts=counts,
+            num_videos=len(videos),
+            video_token_counts=video_counts,
         )
 
     def _warn_unused(self, out: Any, family: FamilySpec) -> None:
@@ -396,6 +507,11 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
                 )
 
     # ------------------------------------------------------------------ preview
+    @property
+    def video_processor(self) -> Any:
+        """The processor's video processor (``preview`` undoes its normalisation), or ``None``."""
+        return self.video.video_processor
+
     def preview_images(self, batch: Any) -> list[list[torch.Tensor]]:
         """Per row, the ``(C, H, W)`` images ``preview`` draws (for a one-row image layout,
         each image's last sub-image: the whole image)."""

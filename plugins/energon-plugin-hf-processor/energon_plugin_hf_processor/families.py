@@ -1,9 +1,11 @@
 """The per-family table: how each processor's outputs become sample fields and combine.
 
 A :class:`FamilySpec` says, for the processor classes of one model family, which output is
-the image grid, which further outputs are per-image vision inputs (``visual``) and how the
-samples' tensors of each key combine when packing and batching, which outputs are per-token
-(``token_fields``), and which token holds image embeddings (to count an image's tokens).
+the image grid, which further outputs are per-image or per-video vision inputs (``visual``:
+``pixel_values_videos``, ``video_grid_thw``, ``second_per_grid_ts``...) and how the samples'
+tensors of each key combine when packing and batching, which outputs are per-token
+(``token_fields``), and which tokens hold image and video embeddings (to count a medium's
+tokens).
 :func:`family_for` picks the spec of a processor by its class name (its own class first, then
 its base classes); a processor in no family gets :data:`GENERIC`, which guesses the same
 from the output shapes.
@@ -107,7 +109,15 @@ class FamilySpec:
         embedding_token: the token whose positions the model fills with image embeddings,
             as an attribute of the processor or of its tokenizer (``image_token``); an
             image's token count is the number of these in its expanded placeholder.
-        pixel_budget: the image processor takes ``min_pixels`` / ``max_pixels``.
+        video_embedding_token: likewise for videos (``video_token``; InternVL and SmolVLM
+            fill their ``image_token`` with video frames).
+        pixel_budget: the image (and video) processor takes ``min_pixels`` / ``max_pixels``
+            (as its ``size`` edges).
+        fixed_video_frames: the model takes the videos of a batch as one ``(videos, frames,
+            C, H, W)`` tensor, so every video needs the same frame count (``video.num_frames``;
+            LLaVA-OneVision); the budget cannot trade frames.
+        video_with_images: the processor takes images and videos in one call (SmolVLM's
+            cannot: its videos and images share ``pixel_values``).
         drop: outputs the model does not take (left out of the sample).
         default_combine: the combine rule of keys the spec does not name.
     """
@@ -119,7 +129,10 @@ class FamilySpec:
     visual: dict[str, str] = dataclasses.field(default_factory=dict)
     token_fields: tuple[str, ...] = ()
     embedding_token: str = "image_token"
+    video_embedding_token: str = "video_token"
     pixel_budget: bool = False
+    fixed_video_frames: bool = False
+    video_with_images: bool = True
     drop: tuple[str, ...] = ()
     default_combine: str = "concat"
 
@@ -140,24 +153,30 @@ class FamilySpec:
 
 
 _QWEN_GRID = dict(grid="image_grid_thw", token_fields=("mm_token_type_ids",), pixel_budget=True)
+# Qwen's video inputs: (patches, D) pixels and (videos, 3) grids, one entry per video.
+_QWEN_VIDEO = {"pixel_values_videos": "concat", "video_grid_thw": "concat"}
 
 BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
-    FamilySpec("qwen2-vl", ("Qwen2VLProcessor", "ColQwen2Processor"), **_QWEN_GRID),
-    FamilySpec("qwen2.5-vl", ("Qwen2_5_VLProcessor",), **_QWEN_GRID),
-    FamilySpec("qwen3-vl", ("Qwen3VLProcessor",), **_QWEN_GRID),
-    FamilySpec("glm-4v", ("Glm4vProcessor", "Glm46VProcessor"), **_QWEN_GRID),
+    FamilySpec("qwen2-vl", ("Qwen2VLProcessor", "ColQwen2Processor"), visual=_QWEN_VIDEO,
+               **_QWEN_GRID),
+    FamilySpec("qwen2.5-vl", ("Qwen2_5_VLProcessor",),
+               visual={**_QWEN_VIDEO, "second_per_grid_ts": "concat"}, **_QWEN_GRID),
+    FamilySpec("qwen3-vl", ("Qwen3VLProcessor",), visual=_QWEN_VIDEO, **_QWEN_GRID),
+    FamilySpec("glm-4v", ("Glm4vProcessor", "Glm46VProcessor"), visual=_QWEN_VIDEO, **_QWEN_GRID),
     FamilySpec("llava", ("LlavaProcessor",)),
     FamilySpec("llava-next", ("LlavaNextProcessor",), pixel_values="pad_concat",
                visual={"image_sizes": "concat"}),
     FamilySpec("llava-onevision", ("LlavaOnevisionProcessor",), pixel_values="pad_concat",
-               visual={"image_sizes": "concat", "batch_num_images": "concat"}),
+               visual={"image_sizes": "concat", "batch_num_images": "concat",
+                       "pixel_values_videos": "concat"}, fixed_video_frames=True),
     FamilySpec("idefics3", ("Idefics3Processor",), pixel_values="image_row",
                visual={"pixel_attention_mask": "image_row"}),
     FamilySpec("smolvlm", ("SmolVLMProcessor",), pixel_values="image_row",
-               visual={"pixel_attention_mask": "image_row"}),
+               visual={"pixel_attention_mask": "image_row"}, video_embedding_token="image_token",
+               video_with_images=False),
     FamilySpec("gemma3", ("Gemma3Processor",), token_fields=("token_type_ids",),
                embedding_token="tokenizer.image_token"),
-    FamilySpec("internvl", ("InternVLProcessor",)),
+    FamilySpec("internvl", ("InternVLProcessor",), video_embedding_token="image_token"),
     FamilySpec("pixtral", ("PixtralProcessor",), pixel_values="pad_concat",
                visual={"image_sizes": "concat"}),
 )
@@ -257,12 +276,14 @@ def family_for(processor: Any, name: str | None = None) -> FamilySpec:
     return GENERIC
 
 
-def generic_layout(outputs: dict[str, Any], num_images: int, length: int) -> FamilySpec:
+def generic_layout(outputs: dict[str, Any], num_images: int, length: int,
+                   num_videos: int = 0) -> FamilySpec:
     """A spec for an unknown processor, guessed from one call's outputs.
 
     ``pixel_values`` is padded and concatenated per image; ``image_grid_thw`` is the grid;
     an output of shape ``(1, length)`` is per-token; any other tensor with ``num_images``
-    rows is a per-image ``visual`` entry (padded and concatenated).
+    (or ``num_videos``) rows is a per-image (per-video) ``visual`` entry (padded and
+    concatenated).
     """
     visual: dict[str, str] = {}
     token_fields: list[str] = []
@@ -275,7 +296,7 @@ def generic_layout(outputs: dict[str, Any], num_images: int, length: int) -> Fam
             grid = key
         elif shape == (1, length):
             token_fields.append(key)
-        elif shape and num_images and shape[0] == num_images:
+        elif shape and shape[0] in {n for n in (num_images, num_videos) if n}:
             visual[key] = "pad_concat"
     return dataclasses.replace(
         GENERIC, pixel_values="pad_concat", grid=grid, visual=visual,

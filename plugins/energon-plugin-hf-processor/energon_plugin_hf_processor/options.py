@@ -4,6 +4,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from energon_plugins.encoding.video.options import VideoOptions
+
 
 class HFProcessorOptions(BaseModel):
     """Options of the ``hf-processor`` task encoder."""
@@ -51,6 +53,12 @@ class HFProcessorOptions(BaseModel):
         description="A sample with more images is skipped and counted (too_many_images), or "
         "fails under on_error: raise. None: no limit.",
     )
+    video: VideoOptions = Field(
+        default_factory=VideoOptions,
+        description="How the videos of a sample are sampled (num_frames or fps, min/max "
+        "frames), sized (min/max_pixels per frame) and budgeted (max_visual_tokens: fewer "
+        "frames, then lower resolution, before a skip); see VideoOptions.",
+    )
     processor_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description="Further keyword arguments of every processor call (do_image_splitting, "
@@ -62,8 +70,9 @@ class HFProcessorOptions(BaseModel):
     )
     on_error: Literal["skip", "raise"] = Field(
         default="skip",
-        description="A sample that fails to cook or encode, is longer than seq_length or has "
-        "too many images is skipped and counted, or raises.",
+        description="A sample that fails to cook or encode, is longer than seq_length, has "
+        "too many images, a video that cannot be decoded or no plan within the video budget is "
+        "skipped and counted, or raises.",
     )
 
     @model_validator(mode="after")
@@ -74,7 +83,8 @@ class HFProcessorOptions(BaseModel):
                     f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})"
                 )
         reserved = {"text", "images", "videos", "return_tensors", "return_offsets_mapping",
-                    "return_text_replacement_offsets", "add_special_tokens"}
+                    "return_text_replacement_offsets", "add_special_tokens", "images_kwargs",
+                    "videos_kwargs", "video_metadata", "do_sample_frames"}
         clash = sorted(reserved & set(self.processor_kwargs))
         if clash:
             raise ValueError(f"processor_kwargs: {', '.join(clash)} are set by the encoder")

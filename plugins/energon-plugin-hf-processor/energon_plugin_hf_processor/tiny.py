@@ -75,7 +75,10 @@ def _qwen_vl(processor_cls: str, patch_size: int, video_cls: str) -> Callable[[A
             patch_size=patch_size, merge_size=2, temporal_patch_size=2,
             min_pixels=(2 * patch_size) ** 2, max_pixels=(2 * patch_size) ** 2 * 16,
         )
-        video = getattr(transformers, video_cls)(patch_size=patch_size, merge_size=2)
+        video = getattr(transformers, video_cls)(
+            patch_size=patch_size, merge_size=2, temporal_patch_size=2,
+            size={"shortest_edge": (2 * patch_size) ** 2, "longest_edge": (2 * patch_size) ** 2 * 16},
+        )
         return getattr(transformers, processor_cls)(
             image_processor=image, tokenizer=tokenizer, video_processor=video,
             chat_template=templates.QWEN3_VL if "3" in processor_cls else templates.QWEN2_VL,

@@ -6,12 +6,15 @@ are real Energon datasets, prepared with Energon's own prepare API.
 """
 
 import os
+import re
+import types
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 import numpy as np  # noqa: E402
 import pytest  # noqa: E402
+import torch  # noqa: E402
 
 # Hand-written conversations: single image, several images, text only, several turns, a
 # system turn, GPT-style and ChatML turns, list-of-parts content. Image sizes (w, h) are tiny
@@ -135,3 +138,138 @@ def every_batch():
 def make_image():
     """``make_image((w, h), seed)``: a small RGB image with random pixels."""
     return _make_image
+
+
+# ------------------------------------------------------------------ golden checks
+IGNORE = -100
+ROLES = {"human": "user", "gpt": "assistant"}
+_MEDIA_TAG = re.compile(r"\s*(<image>|<video>)\s*")
+
+
+def hf_messages(conversation, images, videos=()):
+    """The conversation as ``apply_chat_template`` takes it, media inline in tag order."""
+    media = {"image": iter(images), "video": iter(videos)}
+    messages = []
+    for turn in conversation:
+        role = ROLES.get(turn.get("from"), turn.get("from")) if "from" in turn else turn["role"]
+        content = turn.get("value", turn.get("content"))
+        if isinstance(content, str):
+            parts = []
+            pieces = _MEDIA_TAG.split(content)
+            for i, piece in enumerate(pieces):
+                if i % 2:
+                    kind = piece[1:-1]
+                    parts.append({"type": kind, kind: next(media[kind])})
+                elif piece:
+                    parts.append({"type": "text", "text": piece})
+        else:
+            parts = [{"type": p["type"], p["type"]: next(media[p["type"]])}
+                     if p["type"] in media else p for p in content]
+        messages.append({"role": role, "content": parts})
+    return messages
+
+
+def answers(conversation):
+    """The assistant answers of a GPT-style or ChatML conversation."""
+    return [t.get("value", t.get("content")) for t in conversation
+            if t.get("from") == "gpt" or t.get("role") == "assistant"]
+
+
+def label_runs(labels):
+    """``(start, end)`` of every run of labelled positions."""
+    runs, start = [], None
+    for i, lab in enumerate(labels.tolist() + [IGNORE]):
+        if lab != IGNORE and start is None:
+            start = i
+        elif lab == IGNORE and start is not None:
+            runs.append((start, i))
+            start = None
+    return runs
+
+
+def check_labels(tokenizer, reference, ids, labels, expected_answers, end_token):
+    """The labelled runs decode to the answers (each with its end-of-turn token, if any)."""
+    assert torch.equal(labels[labels != IGNORE], ids[labels != IGNORE])
+    runs = label_runs(labels)
+    assert len(runs) == len(expected_answers), (runs, expected_answers)
+    for (a, b), answer in zip(runs, expected_answers):
+        text = tokenizer.decode(ids[a:b]).strip()
+        assert text == (answer + end_token if end_token else answer), text
+    if "assistant_masks" in reference:  # generation markers: inside transformers' own mask
+        mask = torch.as_tensor(reference["assistant_masks"][0]).bool()
+        outside = (labels != IGNORE) & ~mask
+        closing = tokenizer.convert_tokens_to_ids(end_token) if end_token else None
+        assert all(int(t) == closing for t in ids[outside]), tokenizer.decode(ids[outside])
+        # Left out of the mask's tokens: only whitespace the template writes after an
+        # answer (a token like " USER" overlaps the marked span by its leading space).
+        for t in ids[mask & (labels == IGNORE)]:
+            assert tokenizer.decode([int(t)])[:1].isspace(), tokenizer.decode([int(t)])
+
+
+END_OF_TURN = {
+    "qwen2-vl": "<|im_end|>", "qwen2.5-vl": "<|im_end|>", "qwen3-vl": "<|im_end|>",
+    "llava": "", "llava-next": "</s>", "llava-onevision": "<|im_end|>",
+    "idefics3": "<end_of_utterance>", "smolvlm": "<end_of_utterance>",
+    "gemma3": "<end_of_turn>", "internvl": "<|im_end|>",
+}
+
+
+@pytest.fixture(scope="session")
+def golden():
+    """The golden tests' helpers: ``hf_messages``, ``answers``, ``check_labels``, ``END_OF_TURN``."""
+    return types.SimpleNamespace(hf_messages=hf_messages, answers=answers, label_runs=label_runs,
+                                 check_labels=check_labels, END_OF_TURN=END_OF_TURN)
+
+
+# ------------------------------------------------------------------ videos
+# (key, videos as (container, frames, fps, (w, h)), images as (w, h), conversation)
+VIDEO_SAMPLES = {
+    "clip": ([("mp4", 16, 8, (32, 32))], [], [
+        {"from": "human", "value": "<video>\nWhat happens?"},
+        {"from": "gpt", "value": "A bar moves."},
+    ]),
+    "clip+image": ([("mp4", 12, 6, (48, 32))], [(40, 40)], [
+        {"from": "human", "value": "<image>\n<video>\nSame colour?"},
+        {"from": "gpt", "value": "No."},
+    ]),
+    "two-clips": ([("mp4", 10, 5, (32, 48)), ("webm", 8, 4, (32, 32))], [], [
+        {"from": "human", "value": "<video><video>Which is longer?"},
+        {"from": "gpt", "value": "The first one."},
+        {"from": "human", "value": "And the second?"},
+        {"from": "gpt", "value": "Two seconds."},
+    ]),
+    "no-media": ([], [], [
+        {"role": "user", "content": "Say hello."},
+        {"role": "assistant", "content": "Hello."},
+    ]),
+}
+
+
+@pytest.fixture(scope="session")
+def video_data(tmp_path_factory):
+    """A crude ``chatml`` Energon dataset of :data:`VIDEO_SAMPLES` (real MP4 / WebM files).
+
+    Returns ``(path, originals)`` with ``originals[key] = {"videos": [(bytes, frames as
+    (T, H, W, 3) decoded by plain PyAV, fps)], "images": [...], "conversation": [...]}``.
+    """
+    from energon_plugins.testing import write_crude_dataset
+    from energon_plugins.testing.video import decode_every_frame, encode_video, video_frames
+
+    root = tmp_path_factory.mktemp("hf-videos")
+    originals, samples = {}, []
+    for n, (key, (videos, sizes, conversation)) in enumerate(VIDEO_SAMPLES.items()):
+        encoded = []
+        for i, (container, frames, fps, size) in enumerate(videos):
+            data = encode_video(video_frames(frames, size, seed=10 * n + i), fps,
+                                container=container, gop=4)
+            encoded.append((container, data, np.stack(decode_every_frame(data)), fps))
+        images = [_make_image(size, 100 * n + i) for i, size in enumerate(sizes)]
+        originals[key] = {"videos": encoded, "images": images, "conversation": conversation}
+        samples.append((key, images, conversation, [(c, d) for c, d, _, _ in encoded]))
+    write_crude_dataset(root, samples, fmt="chatml", samples_per_shard=1,
+                        split_ratio=(("train", 1.0),))
+    return root, originals
+
+
+VIDEO_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "internvl", "smolvlm")
+"""The tiny processors with a video processor."""

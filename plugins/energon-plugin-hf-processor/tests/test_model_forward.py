@@ -98,3 +98,30 @@ def test_a_tiny_model_of_the_family_consumes_every_batch(family, processor_dirs,
         assert torch.isfinite(out.loss), (family, batch.__key__)
         seen_images += int(batch.num_images.sum())
     assert seen_images >= sum(len(images) for images, _ in originals.values())
+
+
+@pytest.mark.parametrize("family", ["qwen2-vl", "llava-onevision"])
+def test_a_tiny_model_of_the_family_consumes_video_batches(family, processor_dirs, video_data,
+                                                           every_batch):
+    """Videos (alone, with an image, two per sample) reach the model as it takes them: the
+    model checks video features against video tokens."""
+    from transformers import AutoProcessor
+
+    import energon_plugins
+
+    path, originals = video_data
+    tok = AutoProcessor.from_pretrained(processor_dirs[family], local_files_only=True).tokenizer
+    torch.manual_seed(0)
+    model = tiny_model(family, tok).eval()
+    dm = energon_plugins.EnergonMultiModalDataModule(
+        str(path), tok, None, seq_length=4096, micro_batch_size=2, num_workers=0,
+        shuffle_buffer_size=None, task_encoder={"name": "hf-processor", "options": {
+            "processor": str(processor_dirs[family]), "padding": "longest",
+            "video": {"num_frames": 4}}})
+    seen_videos = 0
+    for batch in every_batch(dm, list(originals)):
+        with torch.no_grad():
+            out = model(**hf_kwargs(batch))
+        assert torch.isfinite(out.loss), (family, batch.__key__)
+        seen_videos += int(batch.num_videos.sum())
+    assert seen_videos >= sum(len(o["videos"]) for o in originals.values())

@@ -9,16 +9,24 @@ and packing from the base class). What Qwen2-VL adds:
   repeated ``t * h * w / merge_size^2`` times, from the processor's ``image_grid_thw``;
 - ``pixel_values`` are the processor's ``(patches, dim)`` rows and ``image_grid_thw``
   (``(N, 3)``) travels with the sample into the batch (and is stacked when packing);
-- crude ``chatml`` samples (one or more images, GPT-style ``conversations``) are cooked by
-  the core's :func:`~energon_plugins.encoding.chatml.cook_chatml`; cooking errors follow ``on_error`` too;
-- a sample whose image tags and images disagree in number fails with
+- crude ``chatml`` samples (one or more images and videos, GPT-style ``conversations``) are
+  cooked by the core's :func:`~energon_plugins.encoding.chatml.cook_chatml`; cooking errors
+  follow ``on_error`` too;
+- every video tag (``sample_config.video_token``, ``<video>``) becomes
+  ``<|vision_start|><|video_pad|><|vision_end|>``, the ``<|video_pad|>`` repeated per merged
+  patch of the video's ``video_grid_thw``; the frames are the ones the ``video`` options keep
+  (decoded by seeking), processed by transformers' ``Qwen2VLVideoProcessor``
+  (:mod:`~energon_plugin_qwen_vl.video`), and travel as ``visual`` entries
+  ``pixel_values_videos`` / ``video_grid_thw``. A sample with videos is never cut: over its
+  visual-token budget or ``seq_length`` it gives up frames, then resolution, then is skipped;
+- a sample whose image (or video) tags and media disagree in number fails with
   :class:`ImageTagMismatchError` (counted under that name with ``on_error: skip``).
 """
 
 from typing import Any
 
 import torch
-from megatron.energon import CaptioningSample, VQASample, stateless
+from megatron.energon import CaptioningSample, VidQASample, VQASample, stateless
 
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
@@ -27,16 +35,25 @@ from energon_plugins.encoding.chatml import ChatMLSample, conversation_cookers, 
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.conversation import (
     build_messages,
+    expand_image_tokens,
     tokenize_conversation,
     vqa_answer,
 )
-from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
+from energon_plugins.encoding.video.budget import budget_plans, budget_skip, misfit
+from energon_plugins.encoding.video.decode import (
+    as_av_decoder,
+    decode_frames,
+    describe_part,
+    read_video_info,
+)
+from energon_plugins.encoding.video.sampling import frame_indices
 from energon_plugins.encoding.task_encoders.multimodal import (
     MultimodalTaskEncoder,
     UnsupportedSampleError,
 )
 
 from energon_plugin_qwen_vl.options import Qwen2VLOptions
+from energon_plugin_qwen_vl.video import QwenVideo
 
 
 class ImageTagMismatchError(ValueError):
@@ -54,7 +71,8 @@ def _single_token_id(tokenizer: Any, token: str, option: str) -> int:
 
 
 class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
-    """Encode Qwen2-VL samples: crude ``chatml`` conversations, ``VQASample``, ``CaptioningSample``.
+    """Encode Qwen2-VL samples: crude ``chatml`` conversations (images and videos),
+    ``VQASample``, ``VidQASample``, ``CaptioningSample``.
 
     Args:
         context: the build context: a tokenizer with Qwen2-VL's vision tokens and an image
@@ -67,7 +85,7 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
     """``encode_sample`` returns what ``finish_sample`` built: pixels may wait in the loader."""
 
     cookers = conversation_cookers()
-    supported_sample_types = (ChatMLSample, VQASample, CaptioningSample)
+    supported_sample_types = (ChatMLSample, VQASample, VidQASample, CaptioningSample)
 
     def __init__(self, context: BuildContext, options: Qwen2VLOptions | None = None) -> None:
         options = options if options is not None else Qwen2VLOptions()
@@ -86,6 +104,8 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         config = context.sample_config if context.sample_config is not None else MultiModalSampleConfig()
         #: The image tag the data holds (``<image>``); replaced by the vision span.
         self.image_tag = config.image_token
+        #: The video tag the data holds (``<video>``); replaced by the video span.
+        self.video_tag = config.video_token
         template = config.conversation_template
         if options.system_prompt is not None:
             template = template.model_copy(update={"system_prompt": options.system_prompt})
@@ -105,6 +125,19 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         self.vision_span = (
             options.vision_start_token + options.image_pad_token + options.vision_end_token
         )
+        self.video_span = (
+            options.vision_start_token + options.video_pad_token + options.vision_end_token
+        )
+        #: The ``<|video_pad|>`` id (``preview`` and packing find video tokens by it); ``None``
+        #: for a tokenizer without it (a video sample then fails, naming the option).
+        try:
+            self.video_token_id: int | None = _single_token_id(
+                self.tokenizer, options.video_pad_token, "video_pad_token")
+        except ConfigError as exc:
+            self.video_token_id, self._no_video_token = None, str(exc)
+        self.video = QwenVideo(self.image_processor, options.video)
+        #: transformers' ``Qwen2VLVideoProcessor`` of the videos.
+        self.video_processor = self.video.processor
 
     # ------------------------------------------------------------------ cooking
     # ------------------------------------------------------------------ dispatch
@@ -112,10 +145,17 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
     def encode_sample(self, sample: Any) -> EncodedSample:
         """Encode one sample (a cooked ChatML conversation, VQA or captioning)."""
         if isinstance(sample, ChatMLSample):
-            return self._encode_turns(sample, text_turns(sample), list(sample.images))
+            parts = list(sample.video_parts) or [f"{i}.video" for i in range(len(sample.videos))]
+            videos = [(v, describe_part(sample, p)) for v, p in zip(sample.videos, parts)]
+            return self._encode_turns(sample, text_turns(sample), list(sample.images), videos)
         if isinstance(sample, VQASample):
             turns = [("user", self._with_tag(sample.context)), ("assistant", vqa_answer(sample))]
             return self._encode_turns(sample, turns, [sample.image])
+        if isinstance(sample, VidQASample):
+            turns = [("user", self._with_tag(sample.context, self.video_tag)),
+                     ("assistant", vqa_answer(sample))]
+            return self._encode_turns(sample, turns, [],
+                                      [(sample.video, describe_part(sample, "video"))])
         if isinstance(sample, CaptioningSample):
             turns = [("user", self._with_tag(self.options.caption_prompt)),
                      ("assistant", sample.caption)]
@@ -123,28 +163,71 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         raise UnsupportedSampleError(
             f"the qwen2-vl task encoder cannot encode {type(sample).__name__} samples (key "
             f"{getattr(sample, '__key__', None)!r}); it handles crude 'chatml' conversations "
-            "(subflavors: {format: chatml}), VQASample and CaptioningSample"
+            "(subflavors: {format: chatml}), VQASample, VidQASample and CaptioningSample"
         )
 
-    def _with_tag(self, text: str) -> str:
-        """Qwen2-VL puts the image before the text of a single-image prompt without a tag."""
-        if self.image_tag in text:
+    def _with_tag(self, text: str, tag: str | None = None) -> str:
+        """Qwen2-VL puts the image (video) before the text of a single-medium prompt without a tag."""
+        tag = tag or self.image_tag
+        if tag in text:
             return text
-        return self.image_tag + (f"\n{text}" if text else "")
+        return tag + (f"\n{text}" if text else "")
 
     def _encode_turns(
-        self, sample: Any, turns: list[tuple[str, str]], images: list[torch.Tensor]
+        self, sample: Any, turns: list[tuple[str, str]], images: list[torch.Tensor],
+        videos: list[tuple[Any, str]] = (),
     ) -> EncodedSample:
-        tags = sum(text.count(self.image_tag) for _, text in turns)
-        if tags != len(images):
-            raise ImageTagMismatchError(
-                f"sample {sample.__key__!r}: the conversation holds {tags} {self.image_tag!r} "
-                f"tag(s) but the sample has {len(images)} image(s)"
-            )
-        turns = [(kind, text.replace(self.image_tag, self.vision_span)) for kind, text in turns]
+        for tag, media, kind in ((self.image_tag, images, "image"), (self.video_tag, videos, "video")):
+            tags = sum(text.count(tag) for _, text in turns)
+            if tags != len(media):
+                raise ImageTagMismatchError(
+                    f"sample {sample.__key__!r}: the conversation holds {tags} {tag!r} "
+                    f"tag(s) but the sample has {len(media)} {kind}(s)"
+                )
+        turns = [(kind, text.replace(self.image_tag, self.vision_span)
+                  .replace(self.video_tag, self.video_span)) for kind, text in turns]
         messages = build_messages(self.sample_config.conversation_template, turns)
         ids, labels = tokenize_conversation(self.tokenizer, messages, self.sample_config)
+        if videos:
+            return self._finish_with_videos(sample, ids, labels, images, list(videos))
         return self.finish_sample(sample, ids, labels, images)
+
+    def _finish_with_videos(
+        self, sample: Any, ids: list[int], labels: list[int], images: list[torch.Tensor],
+        videos: list[tuple[Any, str]],
+    ) -> EncodedSample:
+        """Pick the first budget plan that fits (counted without decoding), decode its frames,
+        expand the video tokens, and finish as for images."""
+        if self.video_token_id is None:
+            raise ValueError(f"sample {sample.__key__!r} holds videos: {self._no_video_token}")
+        processed = self.process_images(images)
+        image_tokens = sum(self.image_token_counts(processed[0], len(images)))
+        fixed = len(ids) - len(videos) - len(images) + image_tokens  # all but the video tokens
+        decoders = [(as_av_decoder(value, label), label) for value, label in videos]
+        infos = [read_video_info(decoder, label) for decoder, label in decoders]
+        budget = self.options.video.max_visual_tokens
+        why = ""
+        for plan in budget_plans(infos, self.options.video, self.video.frame_multiple,
+                                 max_pixels=self.video.max_pixels):
+            tokens = sum(self.video.predicted_tokens(infos, plan))
+            why = misfit(image_tokens + tokens, fixed + tokens, budget, self.seq_length)
+            if not why:
+                break
+        else:
+            raise budget_skip(sample.__key__, why)
+        sampled = [decode_frames(decoder, info, frame_indices(info.num_frames, n), label)
+                   for (decoder, label), info, n in zip(decoders, infos, plan.frames)]
+        visual = self.video(sampled, plan)
+        counts = self.video.token_counts(visual["video_grid_thw"])
+        ids, labels, _ = expand_image_tokens(
+            ids, labels, text_id=self.video_token_id, model_id=self.video_token_id,
+            counts=counts, ignore_index=self.ignore_index,
+        )
+        encoded = self.finish_sample(sample, ids, labels, images, processed=processed)
+        encoded.visual = {**(encoded.visual or {}), **visual}
+        encoded.num_videos = len(videos)
+        encoded.video_token_counts = counts
+        return encoded
 
     # ------------------------------------------------------------------ truncation
     def _drop_open_vision_start(self, ids: Any, labels: Any) -> tuple[Any, Any]:

@@ -4,6 +4,8 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from energon_plugins.encoding.video.options import VideoOptions
+
 # transformers' Qwen2-VL defaults: 56*56 and 28*28*1280 pixels.
 DEFAULT_MIN_PIXELS = 56 * 56
 DEFAULT_MAX_PIXELS = 28 * 28 * 1280
@@ -42,6 +44,17 @@ class Qwen2VLOptions(BaseModel):
         default="<|vision_end|>", min_length=1,
         description="The token that closes each image's run of image_pad tokens.",
     )
+    video_pad_token: str = Field(
+        default="<|video_pad|>", min_length=1,
+        description="The token repeated once per merged patch of a video (between "
+        "vision_start and vision_end, in place of each video tag).",
+    )
+    video: VideoOptions = Field(
+        default_factory=VideoOptions,
+        description="How videos are sampled (num_frames or fps, min/max frames), sized "
+        "(min/max_pixels per frame, transformers' Qwen2VLVideoProcessor) and budgeted "
+        "(max_visual_tokens: fewer frames, then lower resolution, before a skip).",
+    )
     caption_prompt: str = Field(
         default="Describe this image.",
         description="The user text of a captioning sample (the caption is the answer).",
@@ -49,7 +62,8 @@ class Qwen2VLOptions(BaseModel):
     truncation: Literal["right", "drop", "error"] = Field(
         default="right",
         description="A sample longer than seq_length: cut it (never inside an image), skip "
-        "it, or fail.",
+        "it, or fail. A sample with videos is never cut: it gives up frames and resolution "
+        "(video options), else it is skipped (too_long).",
     )
     padding: Literal["seq_length", "longest"] = Field(
         default="seq_length",
