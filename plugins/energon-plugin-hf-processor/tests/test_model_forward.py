@@ -117,7 +117,7 @@ def test_a_tiny_model_of_the_family_consumes_video_batches(family, processor_dir
         str(path), tok, None, seq_length=4096, micro_batch_size=2, num_workers=0,
         shuffle_buffer_size=None, task_encoder={"name": "hf-processor", "options": {
             "processor": str(processor_dirs[family]), "padding": "longest",
-            "video": {"num_frames": 4}}})
+            "video": {"num_frames": 4}}}, batch_format=None)
     seen_videos = 0
     for batch in every_batch(dm, list(originals)):
         with torch.no_grad():

@@ -45,7 +45,7 @@ def test_preview_draws_the_sampled_frames_and_the_video_token_span(family, proce
         str(path), tok, None, seq_length=4096, micro_batch_size=1, num_workers=0,
         shuffle_buffer_size=None, task_encoder={"name": "hf-processor", "options": {
             "processor": str(processor_dirs[family]), "padding": "longest",
-            "video": {"num_frames": 4}}})
+            "video": {"num_frames": 4}}}, batch_format=None)  # what preview reads
     rows = collect_rows(dm, 4)
     drawn = 0
     for row in rows:

@@ -72,7 +72,8 @@ def datamodule(path, tok, *, video=VIDEO, seq_length=4096, batch=1):
             "min_pixels": 784, "max_pixels": 3136}),
         seq_length=seq_length, micro_batch_size=batch, num_workers=0, shuffle_buffer_size=None,
         task_encoder={"name": "qwen2-vl", "options": {"padding": "longest", "video": video,
-                                                       "on_error": "raise"}})
+                                                       "on_error": "raise"}},
+        batch_format=None)
 
 
 def reference_video(frames_list, num_frames=4):
