@@ -52,7 +52,8 @@ BAD_CALLS = [
     ({"packing_buffer_size": 0}, ConfigError, "packing_buffer_size: Input should be"),
     ({"sequence_parallel": 1}, ConfigError, "sequence_parallel: must be true or false, got 1"),
     ({"val_batches_per_evaluation": 0}, ConfigError, "val_batches_per_evaluation: Input should be"),
-    ({"checkpoint_every_sec": 0}, ConfigError, "checkpoint_every_sec: Input should be greater than 0"),
+    ({"checkpoint_every_sec": -1}, ConfigError,
+     "checkpoint_every_sec: Input should be greater than or equal to 0"),
     ({"checkpoint_every_sec": "5"}, ConfigError, "checkpoint_every_sec: must be a number, got '5'"),
     ({"checkpoint_every_min_n_samples": 0}, ConfigError, "checkpoint_every_min_n_samples: Input"),
     ({"n_checkpoints": True}, ConfigError, "n_checkpoints: must be an integer, got True"),
@@ -173,7 +174,7 @@ SHARED = [
     ("seq_length", True),
     ("num_workers", -1),
     ("pin_memory", "yes"),
-    ("checkpoint_every_sec", 0),
+    ("checkpoint_every_sec", -0.5),
     ("val_batches_per_evaluation", 0),
     ("n_checkpoints", 1.5),
 ]

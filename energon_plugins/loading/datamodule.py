@@ -38,6 +38,8 @@ from energon_plugins.loading.energon_arguments import (
     split_energon_arguments,
 )
 from energon_plugins.loading.settings import (
+    CHECKPOINT_EVERY_MIN_N_SAMPLES,
+    CHECKPOINT_EVERY_SEC,
     SETTING_NAMES,
     ConfigIssue,
     cross_field_issues,
@@ -121,7 +123,9 @@ class EnergonMultiModalDataModule:
             default: one pass.
         checkpoint_every_sec, checkpoint_every_min_n_samples, n_checkpoints: passed to
             Energon's ``get_savable_loader`` (how often workers take the internal checkpoints
-            a restore replays from).
+            a restore replays from). Default: a checkpoint per batch (0 s, 1 batch), so a
+            restore takes about as long as a fresh start; ``checkpoint_every_min_n_samples=None``
+            is Energon's own default (2 x ``num_workers``).
         **kwargs: extra arguments of Energon's ``get_train_dataset`` (and, where they describe
             the dataset, ``get_val_dataset``): see
             :data:`~energon_plugins.loading.energon_arguments.ENERGON_DATASET_ARGUMENTS`.
@@ -158,8 +162,8 @@ class EnergonMultiModalDataModule:
         device: Any = None,
         sequence_parallel: bool | None = None,
         val_batches_per_evaluation: int | None = None,
-        checkpoint_every_sec: float = 60,
-        checkpoint_every_min_n_samples: int | None = None,
+        checkpoint_every_sec: float = CHECKPOINT_EVERY_SEC,
+        checkpoint_every_min_n_samples: int | None = CHECKPOINT_EVERY_MIN_N_SAMPLES,
         n_checkpoints: int | None = None,
         batch_format: Any = DEFAULT_BATCH_FORMAT,
         **kwargs: Any,

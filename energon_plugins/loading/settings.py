@@ -73,6 +73,15 @@ Boolean = Annotated[bool, BeforeValidator(_boolean)]
 """A boolean field that refuses ``1``, ``"yes"`` and other truthy values."""
 
 
+CHECKPOINT_EVERY_SEC = 0.0
+"""Default ``checkpoint_every_sec``: no time floor between a worker's internal checkpoints."""
+
+CHECKPOINT_EVERY_MIN_N_SAMPLES = 1
+"""Default ``checkpoint_every_min_n_samples``: a worker checkpoint per batch, so a restore
+replays at most one batch per worker (measured in ``benchmarks/loader.py``: restore as fast as
+a fresh start; the checkpoints cost no measurable throughput)."""
+
+
 class LoaderSettings(BaseModel):
     """Every scalar setting of the datamodule, shared by the constructor and the config file.
 
@@ -123,16 +132,19 @@ class LoaderSettings(BaseModel):
         "zero-loss batches past the end. Default: one whole pass.",
     )
     checkpoint_every_sec: Number = Field(
-        default=60,
-        gt=0,
-        description="Energon's savable loader: seconds between a worker's internal checkpoints "
-        "(a restore replays the samples since the last one). Only with workers.",
+        default=CHECKPOINT_EVERY_SEC,
+        ge=0,
+        description="Energon's savable loader: seconds at least between a worker's internal "
+        "checkpoints (a restore replays the batches since the last one). Default 0: with "
+        "checkpoint_every_min_n_samples 1, a checkpoint per batch, so a restore takes about "
+        "as long as a fresh start (Energon's own default, 60 s, replays up to a minute of "
+        "work). Only with workers.",
     )
     checkpoint_every_min_n_samples: Integer | None = Field(
-        default=None,
+        default=CHECKPOINT_EVERY_MIN_N_SAMPLES,
         ge=1,
-        description="Energon's savable loader: at least this many samples between internal "
-        "checkpoints; default: 2 x num_workers. Only with workers.",
+        description="Energon's savable loader: at least this many batches of a worker between "
+        "its internal checkpoints; null: Energon's default, 2 x num_workers. Only with workers.",
     )
     n_checkpoints: Integer | None = Field(
         default=None,
