@@ -369,3 +369,37 @@ def test_discarded_loaders_stop_their_workers(vqa_dataset, tokenizer, clip_proce
     del dm, val, it
     gc.collect()  # dropped: the workers go with the loader
     assert _children_settle_at(before) == before
+
+
+# ---------------------------------------------------------------------------- discarded loaders
+def test_a_discarded_loader_leaves_no_watchdog_thread_holding_its_chain(
+    vqa_dataset, tokenizer, clip_processor
+):
+    """Energon 7.4's watchdog thread never ends and keeps the whole dataset chain (shuffle
+    buffer included) alive; the datamodule's loaders end it with their iteration, so a
+    rebuilt loader frees the last one."""
+    import gc
+    import threading
+    import weakref
+
+    from megatron.energon.wrappers.watchdog_dataset import WatchdogDataset
+
+    def watchdog_stage(loader):
+        stage = loader._dataloader.dataset
+        while not isinstance(stage, WatchdogDataset):
+            stage = stage.dataset
+        return stage
+
+    gc.collect()
+    threads = threading.active_count()
+    stages = []
+    for _ in range(3):
+        dm = make_dm(vqa_dataset, tokenizer, clip_processor)
+        loader = dm.train_dataloader()
+        take(loader, 2)
+        stages.append(weakref.ref(watchdog_stage(loader)))
+        assert threading.active_count() == threads + 1  # this loader's watchdog, running
+        del dm, loader
+        gc.collect()
+        assert threading.active_count() == threads
+    assert all(ref() is None for ref in stages)

@@ -521,12 +521,14 @@ class EnergonMultiModalDataModule:
     def _savable_loader(self, dataset: Any) -> Any:
         from megatron.energon import get_savable_loader
 
-        return self._pinned(get_savable_loader(
+        from energon_plugins.loading.stages import finish_watchdogs
+
+        return self._pinned(finish_watchdogs(get_savable_loader(
             dataset,
             checkpoint_every_sec=self.checkpoint_every_sec,
             checkpoint_every_min_n_samples=self.checkpoint_every_min_n_samples,
             n_checkpoints=self.n_checkpoints,
-        ))
+        )))
 
     def train_dataloader(self) -> EnergonDataloader:
         """The training loader (Energon's savable loader, cycling), built once and cached."""
