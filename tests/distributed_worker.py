@@ -43,7 +43,8 @@ EVALUATIONS = 3
 
 
 def evaluate(dm, dp_group):
-    """Megatron's evaluation loop over the datamodule's validation loader, three times."""
+    """Megatron's evaluation loop over the datamodule's validation loader, three times (the
+    default megatron-bridge batches: ``loss_mask`` weighs the loss, ``__keys__`` name the rows)."""
     from energon_plugins.loading.validation import is_padding_batch
 
     loader = dm.val_dataloader()
@@ -60,7 +61,7 @@ def evaluate(dm, dp_group):
             local += float(loss)
             reduced += float(total)
             if not is_padding_batch(batch):
-                keys.append(list(batch.__key__))
+                keys.append(list(batch["__keys__"]))
             else:
                 assert float(loss) == 0.0 and bool((batch.labels == -100).all())
         summed = torch.tensor([local], dtype=torch.float64)
