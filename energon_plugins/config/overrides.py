@@ -48,8 +48,9 @@ def expand_dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 def _switches_plugin(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
     """Whether ``patch`` selects another plugin than the selection ``current`` (both have a
-    ``name``, and the names differ)."""
-    return "name" in current and "name" in patch and patch["name"] != current["name"]
+    ``name``, and the names differ beyond the surrounding whitespace the config strips)."""
+    return ("name" in current and "name" in patch
+            and str(patch["name"]).strip() != str(current["name"]).strip())
 
 
 def merge(base: Mapping[str, Any], patch: Mapping[str, Any], *, where: str = "") -> dict[str, Any]:
