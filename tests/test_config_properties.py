@@ -10,8 +10,8 @@
 
 Config validation only: nothing here builds a loader or reads a dataset (the constructor is
 called with a missing dataset path, so it stops with ``DatasetError`` once its arguments pass).
-Inputs that hit a known bug are pinned by the ``xfail(strict=True)`` tests at the end and left
-out of the properties (``_known_bug``); drop both when the bug is fixed.
+Inputs that hit a known bug are pinned by the ``xfail(strict=True)`` tests at the end; drop
+the mark when the bug is fixed.
 """
 
 import copy
@@ -533,31 +533,9 @@ yaml_texts = (
 )
 
 
-def _known_bug(text: str, json_format: bool = False) -> bool:
-    """Whether ``text`` hits a bug pinned by an xfail test below (left out of the property)."""
-    try:
-        data = json.loads(text) if json_format else yaml.safe_load(text)
-    except (yaml.YAMLError, json.JSONDecodeError, RecursionError):
-        return False
-    except Exception:  # noqa: BLE001 - whatever else PyYAML's constructors raise
-        return True  # test_yaml_values_python_cannot_build_are_a_config_error
-    if not isinstance(data, Mapping):
-        return False
-    tokenizer = data.get("tokenizer")
-    paths = [data.get("path"), tokenizer.get("path") if isinstance(tokenizer, Mapping) else None]
-    for path in paths:  # test_odd_paths_are_a_config_error
-        if isinstance(path, str) and (
-            (path.startswith("~") and not path.startswith("~/"))
-            or any(len(part.encode()) > 255 for part in path.split("/"))
-        ):
-            return True
-    return False
-
-
 @prop(200)
 @given(text=yaml_texts)
 def test_any_yaml_text_loads_or_names_the_file(workspace: Path, text: str) -> None:
-    assume(not _known_bug(text))
     file = write(workspace, text)
     try:
         loaded = load_config(file)
@@ -573,7 +551,6 @@ def test_any_yaml_text_loads_or_names_the_file(workspace: Path, text: str) -> No
 @given(tree=yaml_trees)
 def test_any_json_text_loads_or_names_the_file(workspace: Path, tree: Any) -> None:
     text = json.dumps(tree)
-    assume(not _known_bug(text, json_format=True))
     file = write(workspace, text, name="config.json")
     try:
         load_config(file)
@@ -581,14 +558,9 @@ def test_any_json_text_loads_or_names_the_file(workspace: Path, tree: Any) -> No
         assert str(file) in str(exc)
 
 
-# -- known bugs (found by the properties above) ---------------------------------------------------
+# -- bugs found by the properties above (the xfail ones are still open) ---------------------------------------------------
 
 
-@pytest.mark.xfail(strict=True, raises=(ValueError, LookupError, AttributeError), reason=(
-    "PyYAML's safe constructors raise ValueError, KeyError, IndexError or AttributeError (not "
-    "YAMLError) for some plain or tagged scalars, and json.loads a ValueError for integers "
-    "over 4300 digits; parse_config_text lets them through without the file name"
-))
 @pytest.mark.parametrize("text, json_format", [
     ("seq_length: 2020-02-30", False),    # a date that does not exist
     ("seq_length: 0x_", False),           # the int resolver matches, int("", 16) fails
@@ -608,10 +580,6 @@ def test_yaml_values_python_cannot_build_are_a_config_error(
         load_config(file)
 
 
-@pytest.mark.xfail(strict=True, raises=(OSError, RuntimeError), reason=(
-    "check_config's path checks call Path.expanduser / Path.exists unguarded: a path part "
-    "over 255 bytes raises OSError(ENAMETOOLONG), '~unknownuser/...' RuntimeError"
-))
 @pytest.mark.parametrize("key", ["path", "tokenizer.path"])
 @pytest.mark.parametrize("value", ["d" * 300, "~no_such_user_here/x"])
 def test_odd_paths_are_a_config_error(workspace: Path, key: str, value: str) -> None:

@@ -53,6 +53,14 @@ def parse_config_text(text: str, *, source: str = "<string>", json_format: bool 
         ) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {source!r} is not valid YAML: {_yaml_message(exc)}") from exc
+    except ConfigError:
+        raise  # load_yaml's own (alias and depth bounds)
+    except (ValueError, LookupError, AttributeError) as exc:
+        # PyYAML's safe constructors raise these (not YAMLError) for scalars Python cannot
+        # build (2020-02-30, !!int x, 0x_); int() for over 4300 digits
+        raise ConfigError(
+            f"config file {source!r} holds a value that cannot be read: {exc}"
+        ) from exc
     if data is None:
         raise ConfigError(f"config file {source!r} is empty; expected a mapping with at least 'path'")
     if not isinstance(data, Mapping):

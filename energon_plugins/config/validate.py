@@ -93,8 +93,8 @@ def check_config(
     issues += _selection_issues(data, registry)
     resolved: dict[str, str] = {}
     if check_paths:
-        issues += _dataset_path_issues(data, base, resolved)
-        issues += _tokenizer_path_issues(data, base, resolved)
+        issues += _path_issues("path", _dataset_path_issues, data, base, resolved)
+        issues += _path_issues("tokenizer.path", _tokenizer_path_issues, data, base, resolved)
     issues += _cross_field_issues(data)
     issues = _ordered(_unique(issues))
     if issues:
@@ -258,6 +258,17 @@ def dataset_path_problem(path: Path) -> str | None:
     except DatasetError as exc:
         return str(exc)
     return None
+
+
+def _path_issues(key: str, check: Any, data: Mapping[str, Any], base: Path,
+                 resolved: dict[str, str]) -> list[ConfigIssue]:
+    """``check``'s issues, or one naming ``key`` when the path cannot even be looked at (a
+    name part over the file system's limit, ``~user`` of an unknown user)."""
+    try:
+        return check(data, base, resolved)
+    except (OSError, RuntimeError) as exc:
+        reason = exc.strerror if isinstance(exc, OSError) and exc.strerror else str(exc)
+        return [ConfigIssue(key, f"cannot look at this path: {reason}")]
 
 
 def _dataset_path_issues(

@@ -61,6 +61,6 @@ def finish_watchdogs(loader: Any) -> Any:
             continue
         if type(stage) is WatchdogDataset:
             stage.__class__ = FinishingWatchdogDataset
-        stack.append(getattr(stage, "dataset", None))
+        # every Energon wrapper lists its inner datasets (its ``dataset`` property asserts one)
         stack.extend(getattr(stage, "datasets", None) or ())
     return loader
