@@ -50,7 +50,15 @@ def _switches_plugin(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bo
     """Whether ``patch`` selects another plugin than the selection ``current`` (both have a
     ``name``, and the names differ beyond the surrounding whitespace the config strips)."""
     return ("name" in current and "name" in patch
-            and str(patch["name"]).strip() != str(current["name"]).strip())
+            and _plain_name(patch["name"]) != _plain_name(current["name"]))
+
+
+def _plain_name(name: Any) -> str:
+    """A selection's name without surrounding whitespace or its ``distribution:`` qualifier
+    (``energon-plugins:multimodal`` and ``multimodal`` select the same plugin unless two
+    distributions register it, which the registry refuses by name). Aliases are not known
+    here: naming a plugin by an alias still counts as a switch."""
+    return str(name).strip().rpartition(":")[2].strip()
 
 
 def merge(base: Mapping[str, Any], patch: Mapping[str, Any], *, where: str = "") -> dict[str, Any]:
