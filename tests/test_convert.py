@@ -155,26 +155,42 @@ def shard_samples_of(shard: Path) -> set[str]:
         return {member.name.partition(".")[0] for member in tar.getmembers()}
 
 
+@pytest.fixture(scope="module")
+def tiny_llava(tmp_path_factory):
+    """A LLaVA-1.5 processor directory (tiny sizes, the real tokens and chat template)."""
+    from energon_plugin_hf_processor.tiny import save_tiny_processor
+
+    return save_tiny_processor("llava", tmp_path_factory.mktemp("tiny") / "llava")
+
+
 @pytest.mark.parametrize("fmt", list(WRITERS))
-@pytest.mark.parametrize("encoder", ["multimodal", "llava"])
-def test_train_batches_through_the_datamodule(converted, fmt, encoder):
-    from transformers import CLIPImageProcessor
+@pytest.mark.parametrize("encoder", ["multimodal", "llava", "hf-processor"])
+def test_train_batches_through_the_datamodule(converted, fmt, encoder, tiny_llava):
+    from PIL import Image
+    from transformers import AutoProcessor, CLIPImageProcessor
 
     from energon_plugins.demo.tokenizer import build_demo_tokenizer
 
     source, result = converted[fmt]
     samples = shard_samples(result.output)
+    options = {"padding": "longest", "on_error": "raise"}
     if encoder == "multimodal":
         tok = build_demo_tokenizer()
         processor = CLIPImageProcessor()
         image_processor, tokens_per_image = processor, 256  # (224 / 14)^2
-    else:
+    elif encoder == "llava":
         tok = build_demo_tokenizer("llava")
         processor, image_processor, tokens_per_image = None, None, 576  # llava-clip, 336 px
+    else:  # the model's own processor, loaded from its directory
+        hf = AutoProcessor.from_pretrained(tiny_llava, local_files_only=True)
+        tok, processor, image_processor = hf.tokenizer, hf.image_processor, None
+        options["processor"] = str(tiny_llava)
+        one = hf(text=hf.image_token, images=[Image.new("RGB", (40, 30))], return_tensors="pt")
+        tokens_per_image = int((one["input_ids"] == tok.convert_tokens_to_ids("<image>")).sum())
     dm = energon_plugins.EnergonMultiModalDataModule(
         str(result.output), tok, image_processor, seq_length=2048, micro_batch_size=2,
         num_workers=0, shuffle_buffer_size=4,
-        task_encoder={"name": encoder, "options": {"padding": "longest", "on_error": "raise"}},
+        task_encoder={"name": encoder, "options": options},
         batch_format=None,  # the encoder's batch: rows, keys and images as it made them
     )
     image_id = tok.convert_tokens_to_ids("<image>")
@@ -192,7 +208,6 @@ def test_train_batches_through_the_datamodule(converted, fmt, encoder):
         assert int((ids == image_id).sum()) == tokens_per_image * len(images), key
         assert int(batch.num_images[row]) == len(images)
         if processor is not None and images:
-            from PIL import Image
             import io
 
             first = int(batch.num_images[:row].sum())
