@@ -1,5 +1,6 @@
 """What the project's own wrapper stages share around Energon's pipeline."""
 
+import copy
 from collections.abc import Iterator
 from typing import Any
 
@@ -49,6 +50,19 @@ class FinishingWatchdogDataset(WatchdogDataset):
             yield from watchdog.watch_iter(self.dataset)
         finally:
             watchdog.finish()
+
+    def save_state(self) -> Any:
+        """Energon's state, under Energon's class name (states interchange with its loaders)."""
+        state = super().save_state()
+        state["__class__"] = WatchdogDataset.__name__
+        return state
+
+    def restore_state(self, state: Any) -> None:
+        """Restore a state saved by this class or by Energon's ``WatchdogDataset``."""
+        if state is not None and state.get("__class__") == WatchdogDataset.__name__:
+            state = copy.copy(state)
+            state["__class__"] = type(self).__name__
+        super().restore_state(state)
 
 
 def finish_watchdogs(loader: Any) -> Any:
