@@ -38,7 +38,7 @@ from energon_plugins.host.context import BuildContext
 from energon_plugins.encoding.image_processors.inputs import decoder_for
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
-from energon_plugins.encoding.task_encoders.packing import PackingMixin, cat_parts
+from energon_plugins.encoding.task_encoders.packing import PackingMixin
 
 T_sample = TypeVar("T_sample")
 
@@ -357,10 +357,13 @@ class PluginTaskEncoder(
         return torch.cat(parts, dim=0)
 
     def combine_parts(self, key: str, parts: list[torch.Tensor | None]) -> torch.Tensor | None:
-        """The samples' ``key`` tensors combined by :meth:`collate_visual` (``None`` if none)."""
+        """The samples' ``key`` tensors combined by :meth:`collate_visual` (``None`` if none;
+        under the default layout one tensor is returned as it is, not copied)."""
         tensors = [p for p in parts if p is not None]
         if not tensors:
             return None
+        if len(tensors) == 1 and type(self).collate_visual is PluginTaskEncoder.collate_visual:
+            return tensors[0]
         return self.collate_visual(key, tensors)
 
     def combined_pixels(

@@ -109,15 +109,6 @@ def packed_seq_params(real_segments: list[int], padded_segments: list[int],
     )
 
 
-def cat_parts(parts: list[torch.Tensor | None]) -> torch.Tensor | None:
-    """The non-``None`` tensors concatenated along dim 0; one tensor is returned as is (no
-    copy); ``None`` when there are none."""
-    tensors = [p for p in parts if p is not None]
-    if not tensors:
-        return None
-    return tensors[0] if len(tensors) == 1 else torch.cat(tensors, dim=0)
-
-
 def _packed_token_fields(
     samples: list[EncodedSample], laid_out: list[int]
 ) -> dict[str, torch.Tensor] | None:

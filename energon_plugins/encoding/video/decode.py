@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import re
 from typing import Any
 
 import torch
 
-from energon_plugins.encoding.chatml import VIDEO_EXTENSIONS, video_parts  # noqa: F401 (re-exported)
 from energon_plugins.encoding.task_encoders.base import CountedSkip
 from energon_plugins.encoding.video.sampling import VideoInfo
 

@@ -31,7 +31,6 @@ from energon_plugins.encoding.task_encoders.conversation import (
     tokenize_conversation,
     vqa_answer,
 )
-from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.multimodal import (
     MultimodalTaskEncoder,
     UnsupportedSampleError,
