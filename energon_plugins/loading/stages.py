@@ -26,7 +26,6 @@ class TransparentRestore:
         super().restore_state(state)  # type: ignore[misc]
 
 
-
 class FinishingWatchdogDataset(WatchdogDataset):
     """Energon's ``WatchdogDataset``, whose watchdog thread ends with the iteration.
 

@@ -142,6 +142,13 @@ def decode_frames(decoder: Any, info: VideoInfo, indices: list[int], name: str =
                         timestamps=[float(start) for start, _ in spans], info=info)
 
 
+def labelled_videos(sample: Any) -> list[tuple[Any, str]]:
+    """A conversation sample's videos, each with the file it came from (:func:`describe_part`
+    of its part name; ``N.video`` where the sample does not name its parts)."""
+    parts = list(sample.video_parts) or [f"{i}.video" for i in range(len(sample.videos))]
+    return [(video, describe_part(sample, part)) for video, part in zip(sample.videos, parts)]
+
+
 def describe_part(sample: Any, part: str) -> str:
     """``'KEY.PART' in shard 'SHARD'``: the file of a sample's video part, for error messages."""
     key = getattr(sample, "__key__", None)

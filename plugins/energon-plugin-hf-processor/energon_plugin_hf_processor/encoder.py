@@ -55,6 +55,7 @@ from energon_plugins.encoding.video.decode import (
     as_av_decoder,
     decode_frames,
     describe_part,
+    labelled_videos,
     read_video_info,
 )
 from energon_plugins.encoding.video.sampling import frame_indices
@@ -306,9 +307,7 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         if isinstance(sample, ChatMLSample):
             turns = conversation_turns(sample)
             messages = conversation_messages(turns, image_tag, system, video_tag)
-            parts = list(sample.video_parts) or [f"{i}.video" for i in range(len(sample.videos))]
-            videos = [(v, describe_part(sample, part)) for v, part in zip(sample.videos, parts)]
-            return messages, list(sample.images), videos
+            return messages, list(sample.images), labelled_videos(sample)
         if isinstance(sample, VQASample):
             answer = vqa_answer(sample)
             return qa_messages(sample.context, answer, image_tag, 1, system), [sample.image], []

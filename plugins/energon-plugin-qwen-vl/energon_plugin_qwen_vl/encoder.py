@@ -44,6 +44,7 @@ from energon_plugins.encoding.video.decode import (
     as_av_decoder,
     decode_frames,
     describe_part,
+    labelled_videos,
     read_video_info,
 )
 from energon_plugins.encoding.video.sampling import frame_indices
@@ -145,9 +146,8 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
     def encode_sample(self, sample: Any) -> EncodedSample:
         """Encode one sample (a cooked ChatML conversation, VQA or captioning)."""
         if isinstance(sample, ChatMLSample):
-            parts = list(sample.video_parts) or [f"{i}.video" for i in range(len(sample.videos))]
-            videos = [(v, describe_part(sample, p)) for v, p in zip(sample.videos, parts)]
-            return self._encode_turns(sample, text_turns(sample), list(sample.images), videos)
+            return self._encode_turns(sample, text_turns(sample), list(sample.images),
+                                      labelled_videos(sample))
         if isinstance(sample, VQASample):
             turns = [("user", self._with_tag(sample.context)), ("assistant", vqa_answer(sample))]
             return self._encode_turns(sample, turns, [sample.image])
