@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-KIND_CHOICES = ["task-encoder", "image-processor", "packing-strategy",
-                "task_encoder", "image_processor", "packing_strategy"]
+KIND_CHOICES = ["task-encoder", "image-processor", "packing-strategy", "batch-format",
+                "source-format", "task_encoder", "image_processor", "packing_strategy",
+                "batch_format", "source_format"]
 
 
 @click.command("new-plugin")

@@ -27,6 +27,8 @@ TEMPLATES = {
     "task_encoder": "energon_plugins.scaffold.templates_task_encoder",
     "image_processor": "energon_plugins.scaffold.templates_image_processor",
     "packing_strategy": "energon_plugins.scaffold.templates_packing_strategy",
+    "batch_format": "energon_plugins.scaffold.templates_batch_format",
+    "source_format": "energon_plugins.scaffold.templates_source_format",
 }
 
 DIST_PREFIX = "energon-plugin-"
@@ -105,9 +107,15 @@ def _check_builtin_clash(kind: str, name: str) -> None:
 
 
 def _builtin_modules() -> list:
-    from energon_plugins.builtins import image_processors, packing, task_encoders
+    from energon_plugins.builtins import (
+        batch_formats,
+        image_processors,
+        packing,
+        source_formats,
+        task_encoders,
+    )
 
-    return [task_encoders, image_processors, packing]
+    return [task_encoders, image_processors, packing, batch_formats, source_formats]
 
 
 def render(kind: str, names: PluginNames, summary: str | None = None) -> dict[str, str]:
@@ -141,6 +149,7 @@ def render(kind: str, names: PluginNames, summary: str | None = None) -> dict[st
     fields["config_intro"] = fill(t.CONFIG_INTRO)
     fields["config_example"] = fill(t.CONFIG_EXAMPLE)
     fields["options_table"] = fill(t.OPTIONS_TABLE)
+    fields["usage"] = fill(getattr(t, "USAGE", common.CONFIG_USAGE))
     pkg = names.package
     return {
         "pyproject.toml": fill(common.PYPROJECT),

@@ -45,6 +45,18 @@ PACKAGE_INIT = '''\
 __version__ = "0.1.0"
 '''
 
+CONFIG_USAGE = """\
+${config_intro}
+
+```yaml
+${config_example}
+```
+
+Check a config before a run with `energon-plugins validate config.yaml`: a typo in the name or
+in an option is reported with the closest valid one."""
+"""The README's "Use it" section of a kind selected in a datamodule config (a template's own
+``USAGE`` replaces it, as the source formats' convert command does)."""
+
 README = """\
 # ${distribution}
 
@@ -63,14 +75,7 @@ energon-plugins show ${name}  # its options and their defaults
 
 ## Use it
 
-${config_intro}
-
-```yaml
-${config_example}
-```
-
-Check a config before a run with `energon-plugins validate config.yaml`: a typo in the name or
-in an option is reported with the closest valid one.
+${usage}
 
 ## Options
 
