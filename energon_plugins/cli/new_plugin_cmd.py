@@ -26,6 +26,9 @@ KIND_CHOICES = ["task-encoder", "image-processor", "packing-strategy", "batch-fo
 def new_plugin_command(name: str, kind: str, output: Path, summary: str | None) -> None:
     """Write the plugin distribution energon-plugin-NAME, ready to `pip install -e`.
 
+    --kind picks a task encoder, an image processor, a packing strategy, a batch format or a
+    source format (a reader for `convert --from`); each comes with a working example.
+
     It holds pyproject.toml with the entry point, the package energon_plugin_NAME (hook
     module, pydantic options, a working example component), a README with a config example,
     and tests that use energon_plugins.testing. An existing folder is never overwritten.
