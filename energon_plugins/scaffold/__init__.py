@@ -20,7 +20,7 @@ import string
 import tempfile
 from pathlib import Path
 
-from energon_plugins.host.kinds import normalize_kind
+from energon_plugins.host.kinds import HOOK_FOR_KIND, normalize_kind
 
 #: The CLI's spelling of each kind -> the template module.
 TEMPLATES = {
@@ -141,6 +141,8 @@ def render(kind: str, names: PluginNames, summary: str | None = None) -> dict[st
         "module": t.MODULE,
         "module_text": t.MODULE_TEXT,
         "check": t.CHECK,
+        "hook": HOOK_FOR_KIND[kind],
+        "factory": t.FACTORY,
     }
 
     def fill(text: str) -> str:
@@ -155,7 +157,7 @@ def render(kind: str, names: PluginNames, summary: str | None = None) -> dict[st
         "pyproject.toml": fill(common.PYPROJECT),
         "README.md": fill(common.README),
         f"{pkg}/__init__.py": fill(common.PACKAGE_INIT),
-        f"{pkg}/plugin.py": fill(t.PLUGIN),
+        f"{pkg}/plugin.py": fill(common.PLUGIN),
         f"{pkg}/options.py": fill(t.OPTIONS),
         f"{pkg}/{t.MODULE}.py": fill(t.COMPONENT),
         "tests/test_plugin.py": fill(t.TESTS),

@@ -7,6 +7,7 @@ MODULE_TEXT = (
     "encoder's `MultiModalBatch` into what the training loop reads (the base class passes "
     "any other batch through unchanged)."
 )
+FACTORY = "build_batch_format"
 CHECK = "check_batch_format"
 CONFIG_INTRO = "Select it as the batch format of a datamodule config:"
 CONFIG_EXAMPLE = """\
@@ -47,24 +48,6 @@ class ${class_name}Options(BaseModel):
     )
 '''
 
-PLUGIN = '''\
-"""Hook implementation of ${distribution} (import-light: pluggy and pydantic only)."""
-
-from energon_plugins import hookimpl
-
-from ${package}.options import ${class_name}Options
-
-
-@hookimpl
-def register_batch_formats(register):
-    """Register ``${name}``; the format module is imported only when it is built."""
-    register(
-        "${name}",
-        "${package}.batch_format:build_batch_format",
-        options=${class_name}Options,
-        description="${summary}",
-    )
-'''
 
 COMPONENT = '''\
 """The ``${name}`` batch format: a transformers model's ``forward`` arguments and a token count.

@@ -45,6 +45,26 @@ PACKAGE_INIT = '''\
 __version__ = "0.1.0"
 '''
 
+PLUGIN = '''\
+"""Hook implementation of ${distribution} (import-light: pluggy and pydantic only)."""
+
+from energon_plugins import hookimpl
+
+from ${package}.options import ${class_name}Options
+
+
+@hookimpl
+def ${hook}(register):
+    """Register ``${name}``; the ${module} module is imported only when it is built."""
+    register(
+        "${name}",
+        "${package}.${module}:${factory}",
+        options=${class_name}Options,
+        description="${summary}",
+    )
+'''
+"""The hook module of every kind: registers the factory as a ``"module:attr"`` string."""
+
 CONFIG_USAGE = """\
 ${config_intro}
 

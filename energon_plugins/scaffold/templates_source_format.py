@@ -7,6 +7,7 @@ MODULE_TEXT = (
     "returns a `SourceRecord` (turns and original image bytes) or raises `RecordError` for a "
     "record it cannot read."
 )
+FACTORY = "build_source_format"
 CHECK = "check_source_format"
 USAGE = """\
 Convert data in this layout into a prepared Energon dataset; the options are given with
@@ -56,24 +57,6 @@ class ${class_name}Options(BaseModel):
     answer_key: str = Field(default="answer", min_length=1, description="The answer field.")
 '''
 
-PLUGIN = '''\
-"""Hook implementation of ${distribution} (import-light: pluggy and pydantic only)."""
-
-from energon_plugins import hookimpl
-
-from ${package}.options import ${class_name}Options
-
-
-@hookimpl
-def register_source_formats(register):
-    """Register ``${name}``; the reader module is imported only when convert runs."""
-    register(
-        "${name}",
-        "${package}.reader:build_source_format",
-        options=${class_name}Options,
-        description="${summary}",
-    )
-'''
 
 COMPONENT = '''\
 """The ``${name}`` reader: JSON Lines of ``{image, question, answer}`` -> one-turn VQA records.

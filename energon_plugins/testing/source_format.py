@@ -28,7 +28,7 @@ import tempfile
 from collections.abc import Mapping
 from typing import Any
 
-from energon_plugins.testing._common import check_and_build, fail
+from energon_plugins.testing._common import _options_json, check_and_build, fail
 
 SPLIT = "train"
 
@@ -90,26 +90,24 @@ def _load_all(label: str, reader: Any, items: list[tuple[str, Any]], image_token
     return good, rejected
 
 
-class _ReadBack:
-    """Energon's loader over the converted split, cooking samples with the core's cooker."""
+def _read_back(path: pathlib.Path) -> list[Any]:
+    """Every sample of the converted split through Energon's loader, cooked by the core's
+    ``CHATML_COOKER`` into ``ChatMLSample`` (what the task encoders read), in order."""
+    from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_loader, get_val_dataset
 
-    @staticmethod
-    def samples(path: pathlib.Path) -> list[Any]:
-        from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_loader, get_val_dataset
+    from energon_plugins.encoding.chatml import CHATML_COOKER
+    from energon_plugins.loading.transfer import configure_pinning
 
-        from energon_plugins.encoding.chatml import CHATML_COOKER
-        from energon_plugins.loading.transfer import configure_pinning
+    class Cooking(DefaultTaskEncoder):
+        cookers = [CHATML_COOKER]
 
-        class Cooking(DefaultTaskEncoder):
-            cookers = [CHATML_COOKER]
-
-        dataset = get_val_dataset(
-            str(path), split_part=SPLIT, batch_size=None, task_encoder=Cooking(),
-            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
-        )
-        loader = get_loader(dataset, watchdog_timeout_seconds=None)
-        configure_pinning(loader, False)  # a check on the CPU: no pinning, no warning
-        return list(loader)
+    dataset = get_val_dataset(
+        str(path), split_part=SPLIT, batch_size=None, task_encoder=Cooking(),
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+    )
+    loader = get_loader(dataset, watchdog_timeout_seconds=None)
+    configure_pinning(loader, False)  # a check on the CPU: no pinning, no warning
+    return list(loader)
 
 
 def _image_size(data: bytes) -> tuple[int, int]:
@@ -137,7 +135,7 @@ def _check_roundtrip(label: str, name: str, source: pathlib.Path, options: Any,
                  f"({result.rejected}); loading each record gives {len(good)} good and "
                  f"{len(rejected)} rejected")
         try:
-            samples = _ReadBack.samples(result.output)
+            samples = _read_back(result.output)
         except Exception as exc:  # noqa: BLE001
             fail(label, "convert-roundtrip",
                  f"Energon's loader cannot read the converted dataset: {type(exc).__name__}: {exc}")
@@ -203,6 +201,5 @@ def check_source_format(
     if not good:
         fail(label, "source-good", f"no record of {str(source)!r} passes the converter's checks "
              f"(rejected: {rejected!r:.200})")
-    validated = spec.validate_options(options)
-    dumped = validated.model_dump(mode="json") if hasattr(validated, "model_dump") else options
+    dumped = _options_json(spec.validate_options(options))
     return _check_roundtrip(label, spec.qualified_name, source, dumped, image_token, good, rejected)
