@@ -26,8 +26,23 @@ KINDS = {
     "image-processor": ("image_processor", "processor", "check_image_processor",
                         "image_processor"),
     "packing-strategy": ("packing_strategy", "strategy", "check_packing_strategy", "packing"),
+    "batch-format": ("batch_format", "batch_format", "check_batch_format", "batch_format"),
+    "source-format": ("source_format", "reader", "check_source_format", None),
 }
 BIN = Path(sys.executable).parent
+
+
+def readme_selection(readme: str, config_key: str | None) -> tuple[str, dict]:
+    """The plugin name and options the README's example selects: from its YAML config, or
+    (a source format, ``config_key`` None) from its ``energon-plugins convert`` command."""
+    if config_key is not None:
+        config = yaml.safe_load(readme.split("```yaml\n", 1)[1].split("```", 1)[0])
+        return config[config_key]["name"], config[config_key].get("options", {})
+    command = readme.split("```bash\n", 2)[2].split("```", 1)[0].replace("\\\n", " ").split()
+    assert command[:2] == ["energon-plugins", "convert"], command
+    flags = list(zip(command, command[1:]))
+    options = dict(value.split("=", 1) for flag, value in flags if flag == "-o")
+    return dict(flags)["--from"], options
 
 
 def run_verb(*args):
@@ -67,13 +82,11 @@ def test_writes_a_complete_distribution(tmp_path, kind):
     assert "import torch" not in hooks and "import torch" not in (package / "options.py").read_text()
     assert "class MyThingOptions(BaseModel)" in (package / "options.py").read_text()
     tests = (root / "tests" / "test_plugin.py").read_text()
-    assert f'{check}("my-thing")' in tests and tests.count("def test_") >= 2
+    assert f'{check}("my-thing"' in tests and tests.count("def test_") >= 2
 
     readme = (root / "README.md").read_text()
     assert "$" not in readme.replace("${", "")  # no template field left
-    example = readme.split("```yaml\n", 1)[1].split("```", 1)[0]
-    config = yaml.safe_load(example)
-    assert config[config_key]["name"] == "my-thing"
+    assert readme_selection(readme, config_key)[0] == "my-thing"
 
 
 def test_task_encoder_example_subclasses_the_plugin_base(tmp_path):
@@ -199,9 +212,7 @@ def test_new_plugin_installs_is_listed_and_passes_its_own_tests(tmp_path, kind):
     }]
 
     # the README's options validate against the plugin's own options model
-    readme = (root / "README.md").read_text()
-    config = yaml.safe_load(readme.split("```yaml\n", 1)[1].split("```", 1)[0])
-    options = config[KINDS[kind][3]]["options"]
+    options = readme_selection((root / "README.md").read_text(), KINDS[kind][3])[1]
     probe = (
         "import json, sys, energon_plugins; "
         f"spec = energon_plugins.resolve({canonical!r}, {name!r}); "

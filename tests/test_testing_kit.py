@@ -7,6 +7,7 @@ and the distributions in ``plugins/`` must pass.
 """
 
 import importlib.util
+import json
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ from energon_plugins.testing import (
     check_options,
     check_packing_strategy,
     check_registration,
+    check_source_format,
     check_task_encoder,
 )
 from energon_plugins.testing.packing import _check_groups
@@ -80,6 +82,58 @@ def register_task_encoders(register):
     register("bad-labels", f"{E}:bad_labels", description="labels disagree with the loss mask")
     register("keeps-count", f"{E}:keeps_count", description="encode_sample keeps a counter")
     register("pack-not-stateless", f"{E}:pack_not_stateless", description="packs statefully")
+
+
+S = "broken_plugins.sources"
+
+
+@hookimpl
+def register_source_formats(register):
+    register("vqa-lines", f"{S}:correct", description="JSON Lines image/question/answer (correct)")
+    register("raises-on-bad", f"{S}:raises_on_bad", description="a KeyError on a bad record")
+    register("wrong-type", f"{S}:wrong_type", description="load returns a dict")
+"""
+
+BROKEN_SOURCES = """
+import json
+import pathlib
+
+from energon_plugins import RecordError, SourceRecord
+from energon_plugins.convert.formats import read_image_file
+
+
+class Reader:
+    def __init__(self, mode):
+        self.mode = mode
+
+    def scan(self, source):
+        with open(source, encoding="utf-8") as fh:
+            for number, line in enumerate(fh, 1):
+                yield f"{source.name}:{number}", (line, str(source.parent))
+
+    def load(self, payload):
+        line, folder = payload
+        row = json.loads(line)
+        if self.mode != "raises" and "answer" not in row:
+            raise RecordError("malformed", "no 'answer'")
+        turns = [{"role": "user", "content": "<image>\\n" + row["question"]},
+                 {"role": "assistant", "content": row["answer"]}]
+        image = read_image_file(pathlib.Path(folder), row["image"], "image")
+        if self.mode == "wrong-type":
+            return {"turns": turns, "images": [image]}
+        return SourceRecord(turns=turns, images=[image])
+
+
+def correct(options, context):
+    return Reader("correct")
+
+
+def raises_on_bad(options, context):
+    return Reader("raises")
+
+
+def wrong_type(options, context):
+    return Reader("wrong-type")
 """
 
 BROKEN_IMPL = """
@@ -322,6 +376,7 @@ def broken_site(tmp_path_factory):
             "broken_plugins.hooks": BROKEN_HOOKS,
             "broken_plugins.impl": BROKEN_IMPL,
             "broken_plugins.encoders": BROKEN_ENCODERS,
+            "broken_plugins.sources": BROKEN_SOURCES,
         },
         entry_points={"broken": "broken_plugins.hooks"},
     )
@@ -586,6 +641,46 @@ def test_broken_batch_formats_fail(broken, name, rule, words):
     with violates(rule) as info:
         check_batch_format(name, labels="next-token")
     assert words in str(info.value) and "energon-plugin-broken" in str(info.value)
+
+
+@pytest.fixture
+def vqa_lines(tmp_path):
+    """``vqa.jsonl``: three good image/question/answer lines and one without an answer."""
+    from PIL import Image
+
+    lines = []
+    for i in range(3):
+        Image.new("RGB", (20 + i, 12), (70 * i, 40, 90)).save(tmp_path / f"p{i}.png")
+        lines.append({"image": f"p{i}.png", "question": f"Colour {i}?", "answer": f"Dark {i}."})
+    lines.insert(1, {"image": "p0.png", "question": "No answer here?"})
+    path = tmp_path / "vqa.jsonl"
+    path.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    return path
+
+
+def test_a_correct_source_format_passes(broken, vqa_lines):
+    result = check_source_format("vqa-lines", vqa_lines, rejects=1)
+    assert result.written == {"train": 3} and result.rejected == {"malformed": 1}
+    with violates("source-rejects"):  # the count the caller expects is checked too
+        check_source_format("vqa-lines", vqa_lines, rejects=0)
+
+
+def test_builtin_source_formats_pass(tmp_path):
+    from tests._convert_sources import write_sharegpt_source
+
+    source = write_sharegpt_source(tmp_path / "src")
+    check_source_format("sharegpt", source.path, options=source.options, rejects=len(source.bad))
+
+
+@pytest.mark.parametrize(("name", "rule", "words"), [
+    ("raises-on-bad", "source-rejects", "KeyError"),
+    ("wrong-type", "source-record", "dict"),
+])
+def test_broken_source_formats_fail(broken, vqa_lines, name, rule, words):
+    with violates(rule) as info:
+        check_source_format(name, vqa_lines)
+    assert words in str(info.value) and "energon-plugin-broken" in str(info.value)
+    assert "vqa.jsonl:" in str(info.value)  # the record is named
 
 
 def test_encode_sample_without_stateless_fails(broken):

@@ -6,8 +6,9 @@ from pathlib import Path
 
 import click
 
-KIND_CHOICES = ["task-encoder", "image-processor", "packing-strategy",
-                "task_encoder", "image_processor", "packing_strategy"]
+KIND_CHOICES = ["task-encoder", "image-processor", "packing-strategy", "batch-format",
+                "source-format", "task_encoder", "image_processor", "packing_strategy",
+                "batch_format", "source_format"]
 
 
 @click.command("new-plugin")
@@ -24,6 +25,9 @@ KIND_CHOICES = ["task-encoder", "image-processor", "packing-strategy",
               help="One line describing the plugin (shown by `energon-plugins list`).")
 def new_plugin_command(name: str, kind: str, output: Path, summary: str | None) -> None:
     """Write the plugin distribution energon-plugin-NAME, ready to `pip install -e`.
+
+    --kind picks a task encoder, an image processor, a packing strategy, a batch format or a
+    source format (a reader for `convert --from`); each comes with a working example.
 
     It holds pyproject.toml with the entry point, the package energon_plugin_NAME (hook
     module, pydantic options, a working example component), a README with a config example,

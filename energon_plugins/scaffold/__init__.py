@@ -20,13 +20,15 @@ import string
 import tempfile
 from pathlib import Path
 
-from energon_plugins.host.kinds import normalize_kind
+from energon_plugins.host.kinds import HOOK_FOR_KIND, normalize_kind
 
 #: The CLI's spelling of each kind -> the template module.
 TEMPLATES = {
     "task_encoder": "energon_plugins.scaffold.templates_task_encoder",
     "image_processor": "energon_plugins.scaffold.templates_image_processor",
     "packing_strategy": "energon_plugins.scaffold.templates_packing_strategy",
+    "batch_format": "energon_plugins.scaffold.templates_batch_format",
+    "source_format": "energon_plugins.scaffold.templates_source_format",
 }
 
 DIST_PREFIX = "energon-plugin-"
@@ -105,9 +107,15 @@ def _check_builtin_clash(kind: str, name: str) -> None:
 
 
 def _builtin_modules() -> list:
-    from energon_plugins.builtins import image_processors, packing, task_encoders
+    from energon_plugins.builtins import (
+        batch_formats,
+        image_processors,
+        packing,
+        source_formats,
+        task_encoders,
+    )
 
-    return [task_encoders, image_processors, packing]
+    return [task_encoders, image_processors, packing, batch_formats, source_formats]
 
 
 def render(kind: str, names: PluginNames, summary: str | None = None) -> dict[str, str]:
@@ -133,6 +141,8 @@ def render(kind: str, names: PluginNames, summary: str | None = None) -> dict[st
         "module": t.MODULE,
         "module_text": t.MODULE_TEXT,
         "check": t.CHECK,
+        "hook": HOOK_FOR_KIND[kind],
+        "factory": t.FACTORY,
     }
 
     def fill(text: str) -> str:
@@ -141,12 +151,13 @@ def render(kind: str, names: PluginNames, summary: str | None = None) -> dict[st
     fields["config_intro"] = fill(t.CONFIG_INTRO)
     fields["config_example"] = fill(t.CONFIG_EXAMPLE)
     fields["options_table"] = fill(t.OPTIONS_TABLE)
+    fields["usage"] = fill(getattr(t, "USAGE", common.CONFIG_USAGE))
     pkg = names.package
     return {
         "pyproject.toml": fill(common.PYPROJECT),
         "README.md": fill(common.README),
         f"{pkg}/__init__.py": fill(common.PACKAGE_INIT),
-        f"{pkg}/plugin.py": fill(t.PLUGIN),
+        f"{pkg}/plugin.py": fill(common.PLUGIN),
         f"{pkg}/options.py": fill(t.OPTIONS),
         f"{pkg}/{t.MODULE}.py": fill(t.COMPONENT),
         "tests/test_plugin.py": fill(t.TESTS),

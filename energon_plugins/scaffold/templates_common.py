@@ -45,6 +45,38 @@ PACKAGE_INIT = '''\
 __version__ = "0.1.0"
 '''
 
+PLUGIN = '''\
+"""Hook implementation of ${distribution} (import-light: pluggy and pydantic only)."""
+
+from energon_plugins import hookimpl
+
+from ${package}.options import ${class_name}Options
+
+
+@hookimpl
+def ${hook}(register):
+    """Register ``${name}``; the ${module} module is imported only when it is built."""
+    register(
+        "${name}",
+        "${package}.${module}:${factory}",
+        options=${class_name}Options,
+        description="${summary}",
+    )
+'''
+"""The hook module of every kind: registers the factory as a ``"module:attr"`` string."""
+
+CONFIG_USAGE = """\
+${config_intro}
+
+```yaml
+${config_example}
+```
+
+Check a config before a run with `energon-plugins validate config.yaml`: a typo in the name or
+in an option is reported with the closest valid one."""
+"""The README's "Use it" section of a kind selected in a datamodule config (a template's own
+``USAGE`` replaces it, as the source formats' convert command does)."""
+
 README = """\
 # ${distribution}
 
@@ -63,14 +95,7 @@ energon-plugins show ${name}  # its options and their defaults
 
 ## Use it
 
-${config_intro}
-
-```yaml
-${config_example}
-```
-
-Check a config before a run with `energon-plugins validate config.yaml`: a typo in the name or
-in an option is reported with the closest valid one.
+${usage}
 
 ## Options
 

@@ -6,6 +6,7 @@ MODULE_TEXT = (
     "the image processor, called like a transformers one: "
     '`proc(images=[...], return_tensors="pt")["pixel_values"]`.'
 )
+FACTORY = "build_image_processor"
 CHECK = "check_image_processor"
 CONFIG_INTRO = "Select it as the image processor of a datamodule config:"
 CONFIG_EXAMPLE = """\
@@ -45,24 +46,6 @@ class ${class_name}Options(BaseModel):
     )
 '''
 
-PLUGIN = '''\
-"""Hook implementation of ${distribution} (import-light: pluggy and pydantic only)."""
-
-from energon_plugins import hookimpl
-
-from ${package}.options import ${class_name}Options
-
-
-@hookimpl
-def register_image_processors(register):
-    """Register ``${name}``; the processor module is imported only when it is built."""
-    register(
-        "${name}",
-        "${package}.processor:build_image_processor",
-        options=${class_name}Options,
-        description="${summary}",
-    )
-'''
 
 COMPONENT = '''\
 """The ``${name}`` image processor: resize to a square, rescale to [0, 1], normalize.

@@ -6,6 +6,7 @@ MODULE_TEXT = (
     "the packing strategy: `select(lengths, capacity)` returns groups of buffer indices, each "
     "group's total length at most `capacity`, each index at most once."
 )
+FACTORY = "build_packing_strategy"
 CHECK = "check_packing_strategy"
 CONFIG_INTRO = (
     "Select it as the packing strategy of a datamodule config (packing needs a packing "
@@ -44,24 +45,6 @@ class ${class_name}Options(BaseModel):
     )
 '''
 
-PLUGIN = '''\
-"""Hook implementation of ${distribution} (import-light: pluggy and pydantic only)."""
-
-from energon_plugins import hookimpl
-
-from ${package}.options import ${class_name}Options
-
-
-@hookimpl
-def register_packing_strategies(register):
-    """Register ``${name}``; the strategy module is imported only when it is built."""
-    register(
-        "${name}",
-        "${package}.strategy:build_packing_strategy",
-        options=${class_name}Options,
-        description="${summary}",
-    )
-'''
 
 COMPONENT = '''\
 """The ``${name}`` packing strategy: next-fit, keeping the stream order.

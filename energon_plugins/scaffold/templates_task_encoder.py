@@ -6,6 +6,7 @@ MODULE_TEXT = (
     "the task encoder, a `PluginTaskEncoder` subclass whose `encode_sample` turns a "
     "`VQASample` into an `EncodedSample` (the base class batches, pads and packs)."
 )
+FACTORY = "build_task_encoder"
 CHECK = "check_task_encoder"
 CONFIG_INTRO = "Select it as the task encoder of a datamodule config:"
 CONFIG_EXAMPLE = """\
@@ -57,24 +58,6 @@ class ${class_name}Options(BaseModel):
     )
 '''
 
-PLUGIN = '''\
-"""Hook implementation of ${distribution} (import-light: pluggy and pydantic only)."""
-
-from energon_plugins import hookimpl
-
-from ${package}.options import ${class_name}Options
-
-
-@hookimpl
-def register_task_encoders(register):
-    """Register ``${name}``; the encoder module is imported only when it is built."""
-    register(
-        "${name}",
-        "${package}.encoder:build_task_encoder",
-        options=${class_name}Options,
-        description="${summary}",
-    )
-'''
 
 COMPONENT = '''\
 """The ``${name}`` task encoder: a VQA sample becomes image tokens, a prompt and an answer.

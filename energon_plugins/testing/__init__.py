@@ -26,6 +26,7 @@ _LAZY = {
     "check_image_processor": "energon_plugins.testing.image_processor",
     "check_packing_strategy": "energon_plugins.testing.packing",
     "check_batch_format": "energon_plugins.testing.batch_format",
+    "check_source_format": "energon_plugins.testing.source_format",
     "check_registration": "energon_plugins.testing._common",
     "check_options": "energon_plugins.testing._common",
     "default_context": "energon_plugins.testing.context",
@@ -46,6 +47,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.testing.crude import read_images, write_crude_dataset
     from energon_plugins.testing.image_processor import check_image_processor
     from energon_plugins.testing.packing import check_packing_strategy
+    from energon_plugins.testing.source_format import check_source_format
     from energon_plugins.testing.task_encoder import check_task_encoder
     from energon_plugins.testing.video import (
         decode_every_frame,
@@ -66,6 +68,7 @@ __all__ = [
     "check_options",
     "check_packing_strategy",
     "check_registration",
+    "check_source_format",
     "check_task_encoder",
     "decode_every_frame",
     "encode_video",
