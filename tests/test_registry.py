@@ -463,3 +463,15 @@ def test_the_light_entry_point_reader_agrees_with_importlib_metadata(plugin_path
     with pytest.raises(reader._Unusual):
         reader._scan("energon_plugins")
     assert {e.name for e in reader.entry_points("energon_plugins")} >= {"toy", "task_encoders"}
+
+
+@pytest.mark.parametrize("value", [True, 2.0, "8"])
+def test_integer_options_are_strict_for_every_plugin(value):
+    """``image_tokens: yes`` must not mean 1: a plain ``int`` field of any plugin's options
+    model refuses booleans, floats and strings, nested models included."""
+    registry = load_registry()
+    with pytest.raises(PluginOptionsError, match=r"options\.image_tokens: must be an integer"):
+        registry.create("task_encoder", "multimodal", {"image_tokens": value})
+    spec = registry.resolve("task_encoder", "hf-processor")
+    with pytest.raises(PluginOptionsError, match=r"options\.video\.num_frames: must be an integer"):
+        spec.validate_options({"processor": "p", "video": {"num_frames": value}})

@@ -38,6 +38,7 @@ from energon_plugins.config.model import (
 from energon_plugins.errors import ConfigError, PluginConflictError, PluginNotFoundError
 from energon_plugins.host.registry import PluginSpec, Registry
 from energon_plugins.loading.energon_arguments import energon_argument_issues
+from energon_plugins.strict_types import integer_problems
 from energon_plugins.loading.settings import (
     ConfigIssue,
     cross_field_issues,
@@ -224,8 +225,11 @@ def option_issues(spec: PluginSpec, options: Mapping[str, Any], path: str) -> li
         for key in options
         if key not in known
     ]
+    strict = integer_problems(model, options, path)
+    issues += [ConfigIssue(where, f"{why} ({spec.label})") for where, why in strict]
+    refused = {where[len(path) + 1:].split(".")[0] for where, _ in strict}  # reported once
     try:
-        model.model_validate({k: v for k, v in options.items() if k in known})
+        model.model_validate({k: v for k, v in options.items() if k in known and k not in refused})
     except pydantic.ValidationError as exc:
         for error in exc.errors():
             issue = _issue_from_pydantic(error, model, prefix=path)

@@ -4,6 +4,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints, model_validator
 
+from energon_plugins.strict_types import Integer
+
 NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 
 
@@ -52,8 +54,8 @@ class MultiModalSampleConfig(BaseModel):
 
     image_token: NonEmpty = "<image>"
     video_token: NonEmpty = "<video>"
-    image_token_id: int | None = Field(default=None, ge=0)
-    ignore_index: int = -100
+    image_token_id: Integer | None = Field(default=None, ge=0)
+    ignore_index: Integer = -100
     conversation_template: ConversationTemplate = ConversationTemplate()
     image_following_text: bool = True
 

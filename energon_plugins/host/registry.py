@@ -93,7 +93,9 @@ class PluginSpec:
     ) -> pydantic.BaseModel | None:
         """Validate ``options`` against this plugin's options model.
 
-        Unknown keys are rejected even when the model itself allows extras, with a suggestion.
+        Unknown keys are rejected even when the model itself allows extras, with a suggestion,
+        and ``int`` fields are strict: ``True``, ``2.0`` or ``"8"`` are refused, not read as 1,
+        2 or 8 (:func:`~energon_plugins.strict_types.integer_problems`).
         ``path`` prefixes field names in the message (``task_encoder.options``).
 
         Raises:
@@ -104,6 +106,8 @@ class PluginSpec:
                 raise PluginOptionsError(f"{self.label} takes no options, got {path}={options!r}")
             return None
         import pydantic
+
+        from energon_plugins.strict_types import integer_problems
 
         if isinstance(options, self.options):
             return options
@@ -116,6 +120,7 @@ class PluginSpec:
                 f"{self.label}: {path} must be a mapping, got {type(options).__name__}"
             )
         problems = unknown_keys(self.options, options, path)
+        problems += [f"{where}: {why}" for where, why in integer_problems(self.options, options, path)]
         if not problems:
             try:
                 return self.options.model_validate(dict(options))

@@ -10,22 +10,24 @@ buffer and a buffer needs packing). Both paths report :class:`ConfigIssue` objec
 lists them all (:class:`~energon_plugins.config.ConfigValidationError`), the constructor raises
 one :class:`~energon_plugins.ConfigError` paragraph naming every field (:func:`raise_issues`).
 
-Integers are strict: ``True``, ``2.0`` or ``"8"`` are refused, not read as 1, 2 or 8 (NumPy
-integers are accepted). Import-light: pydantic only.
+Integers are strict (:mod:`energon_plugins.strict_types`): ``True``, ``2.0`` or ``"8"`` are
+refused, not read as 1, 2 or 8 (NumPy integers are accepted). Import-light: pydantic only.
 """
 
 import dataclasses
-import operator
 import types
 import typing
 from collections.abc import Iterable, Mapping
-from typing import Annotated, Any
+from typing import Any
 
 import pydantic
-from pydantic import BaseModel, BeforeValidator, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field
 
 from energon_plugins._suggest import did_you_mean
 from energon_plugins.errors import ConfigError
+from energon_plugins.strict_types import Boolean, Integer, Number
+from energon_plugins.strict_types import short_repr as _short
+from energon_plugins.strict_types import strict_integer as _integer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,39 +40,6 @@ class ConfigIssue:
 
     def __str__(self) -> str:
         return f"{self.path}: {self.message}"
-
-
-def _short(value: Any, limit: int = 60) -> str:
-    text = repr(value)
-    return text if len(text) <= limit else text[: limit - 3] + "..."
-
-
-def _integer(value: Any) -> Any:
-    """An ``int`` (or NumPy integer) as ``int``; ``bool``, ``float`` and ``str`` are refused."""
-    if isinstance(value, bool) or not hasattr(type(value), "__index__"):
-        raise ValueError(f"must be an integer, got {_short(value)}")
-    return operator.index(value)
-
-
-def _number(value: Any) -> Any:
-    """An ``int`` or ``float`` (or NumPy number) as ``float``; ``bool`` and ``str`` are refused."""
-    if isinstance(value, (bool, str, bytes)) or not hasattr(type(value), "__float__"):
-        raise ValueError(f"must be a number, got {_short(value)}")
-    return float(value)
-
-
-def _boolean(value: Any) -> Any:
-    if not isinstance(value, bool):
-        raise ValueError(f"must be true or false, got {_short(value)}")
-    return value
-
-
-Integer = Annotated[int, BeforeValidator(_integer)]
-"""An integer field that refuses booleans, floats and strings."""
-Number = Annotated[float, BeforeValidator(_number)]
-"""A number field that refuses booleans and strings."""
-Boolean = Annotated[bool, BeforeValidator(_boolean)]
-"""A boolean field that refuses ``1``, ``"yes"`` and other truthy values."""
 
 
 CHECKPOINT_EVERY_SEC = 0.0
