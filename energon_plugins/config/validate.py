@@ -27,7 +27,6 @@ from typing import Any
 
 import pydantic
 
-from energon_plugins._suggest import did_you_mean
 from energon_plugins.config.model import (
     DEFAULT_BATCH_FORMAT,
     DEFAULT_IMAGE_PROCESSOR,
@@ -36,7 +35,12 @@ from energon_plugins.config.model import (
     DataModuleConfig,
 )
 from energon_plugins.errors import ConfigError, PluginConflictError, PluginNotFoundError
-from energon_plugins.host.registry import PluginSpec, Registry
+from energon_plugins.host.registry import (
+    PluginSpec,
+    Registry,
+    option_names,
+    unknown_key_problems,
+)
 from energon_plugins.loading.energon_arguments import energon_argument_issues
 from energon_plugins.strict_types import integer_problems
 from energon_plugins.loading.settings import (
@@ -211,20 +215,9 @@ def option_issues(spec: PluginSpec, options: Mapping[str, Any], path: str) -> li
         if options:
             return [ConfigIssue(path, f"{spec.label} takes no options, got {_short(dict(options))}")]
         return []
-    known: set[str] = set()
-    for field_name, field in model.model_fields.items():
-        known.add(field_name)
-        if field.alias:
-            known.add(field.alias)
-    issues = [
-        ConfigIssue(
-            f"{path}.{key}",
-            f"unknown option of {spec.label}{did_you_mean(str(key), known)}; "
-            f"known: {', '.join(sorted(known)) or '(none)'}",
-        )
-        for key in options
-        if key not in known
-    ]
+    known = option_names(model)
+    issues = [ConfigIssue(where, why)
+              for where, why in unknown_key_problems(model, options, path, owner=spec.label)]
     strict = integer_problems(model, options, path)
     issues += [ConfigIssue(where, f"{why} ({spec.label})") for where, why in strict]
     refused = {where[len(path) + 1:].split(".")[0] for where, _ in strict}  # reported once

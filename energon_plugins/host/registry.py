@@ -129,19 +129,34 @@ class PluginSpec:
         raise PluginOptionsError(f"{self.label}: invalid options:\n  " + "\n  ".join(problems))
 
 
-def unknown_keys(model: type[pydantic.BaseModel], data: Mapping[str, Any], path: str) -> list[str]:
-    """List ``path.key: unknown option ...`` for each key of ``data`` that ``model`` lacks."""
+def option_names(model: type[pydantic.BaseModel]) -> set[str]:
+    """The keys ``model`` accepts: its field names and their aliases."""
     known: set[str] = set()
     for field_name, field in model.model_fields.items():
         known.add(field_name)
         if field.alias:
             known.add(field.alias)
+    return known
+
+
+def unknown_key_problems(
+    model: type[pydantic.BaseModel], data: Mapping[str, Any], path: str, owner: str = ""
+) -> list[tuple[str, str]]:
+    """``(path.key, "unknown option [of OWNER] (did you mean ...); known: ...")`` for each key
+    of ``data`` that ``model`` lacks."""
+    known = option_names(model)
+    of = f" of {owner}" if owner else ""
     return [
-        f"{path}.{key}: unknown option{did_you_mean(str(key), known)}; "
-        f"known: {', '.join(sorted(known)) or '(none)'}"
+        (f"{path}.{key}", f"unknown option{of}{did_you_mean(str(key), known)}; "
+                          f"known: {', '.join(sorted(known)) or '(none)'}")
         for key in data
         if key not in known
     ]
+
+
+def unknown_keys(model: type[pydantic.BaseModel], data: Mapping[str, Any], path: str) -> list[str]:
+    """List ``path.key: unknown option ...`` for each key of ``data`` that ``model`` lacks."""
+    return [f"{where}: {why}" for where, why in unknown_key_problems(model, data, path)]
 
 
 def format_validation_errors(exc: pydantic.ValidationError, path: str = "") -> list[str]:
