@@ -7,6 +7,8 @@ from typing import Any
 from megatron.energon.watchdog import Watchdog
 from megatron.energon.wrappers.watchdog_dataset import WatchdogDataset
 
+from energon_plugins._stages import replace_stage_class
+
 
 class TransparentRestore:
     """Restore for a wrapper stage that Energon's own pipeline does not have.
@@ -67,13 +69,5 @@ class FinishingWatchdogDataset(WatchdogDataset):
 def finish_watchdogs(loader: Any) -> Any:
     """Give the ``WatchdogDataset`` stages of ``loader``'s chain the class
     :class:`FinishingWatchdogDataset` (same state, same pickling); return ``loader``."""
-    stack = [getattr(loader, "dataset", None)]
-    while stack:
-        stage = stack.pop()
-        if stage is None:
-            continue
-        if type(stage) is WatchdogDataset:
-            stage.__class__ = FinishingWatchdogDataset
-        # every Energon wrapper lists its inner datasets (its ``dataset`` property asserts one)
-        stack.extend(getattr(stage, "datasets", None) or ())
+    replace_stage_class(getattr(loader, "dataset", None), WatchdogDataset, FinishingWatchdogDataset)
     return loader

@@ -41,6 +41,7 @@ from megatron.energon.errors import FatalSampleError
 from megatron.energon.task_encoder.base import get_failure_tolerance, get_stateless
 from megatron.energon.wrappers.packing_dataset import PackingDataset
 
+from energon_plugins._stages import replace_stage_class
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.packing.carry import split_carry
 from energon_plugins.encoding.packing.options import PackingOptions
@@ -504,7 +505,8 @@ class PackingMixin:
             packing_buffer_size=packing_buffer_size,
             worker_config=worker_config,
         )
-        _quiet_packing_stages(dataset)
+        # no progress bar while a worker fills its first packing buffer
+        replace_stage_class(dataset, PackingDataset, QuietPackingDataset)
         if unbatched:
             from megatron.energon.wrappers import MapDataset
 
@@ -516,17 +518,6 @@ class PackingMixin:
     def complete_unbatched(self, sample: EncodedSample) -> EncodedSample:
         """One sample with its deferred work done (the last stage of an unbatched loader)."""
         return self.complete_samples([sample])[0][0]  # type: ignore[attr-defined]
-
-
-def _quiet_packing_stages(dataset: Any) -> None:
-    """Make Energon's packing stages in ``dataset``'s chain fill their buffer without a
-    progress bar (Energon draws one with tqdm on the first buffer of every worker)."""
-    stack = [dataset]
-    while stack:
-        stage = stack.pop()
-        if type(stage) is PackingDataset:
-            stage.__class__ = QuietPackingDataset
-        stack.extend(getattr(stage, "datasets", None) or ())
 
 
 class QuietPackingDataset(PackingDataset):
