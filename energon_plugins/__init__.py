@@ -31,7 +31,6 @@ from energon_plugins.host.kinds import (
     SOURCE_FORMAT,
     TASK_ENCODER,
 )
-from energon_plugins.convert.records import RecordError, SourceRecord
 from energon_plugins.host.manager import (
     get_registry,
     isolated_registry,
@@ -58,6 +57,8 @@ _LAZY = {
     "BatchFormat": "energon_plugins.encoding.batch_formats.base",
     "VisualInputs": "energon_plugins.encoding.batch_formats.visual_inputs",
     "convert_dataset": "energon_plugins.convert.run",
+    "RecordError": "energon_plugins.convert.records",
+    "SourceRecord": "energon_plugins.convert.records",
     "ConvertResult": "energon_plugins.convert.run",
     "VideoOptions": "energon_plugins.encoding.video.options",
     "VideoInfo": "energon_plugins.encoding.video.sampling",
@@ -81,6 +82,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
     from energon_plugins.encoding.batch_formats.base import BatchFormat
     from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
+    from energon_plugins.convert.records import RecordError, SourceRecord
     from energon_plugins.convert.run import ConvertResult, convert_dataset
     from energon_plugins.encoding.video.budget import VideoPlan, budget_plans
     from energon_plugins.encoding.video.decode import (

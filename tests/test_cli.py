@@ -386,6 +386,7 @@ def test_console_script_list_imports_no_heavy_module():
     assert "energon_plugins" in imported and "pluggy" in imported  # the probe works
     assert not imported & HEAVY, imported & HEAVY
     assert "pydantic" not in imported  # options models are named as strings: not imported
+    assert "rich" not in imported  # the table is plain text (start-up time, issue 16)
 
 
 def test_a_config_that_encodes_nothing_fails_with_a_message(site, runner):
@@ -394,3 +395,22 @@ def test_a_config_that_encodes_nothing_fails_with_a_message(site, runner):
     assert result.exit_code == 1, result.output
     assert "Error:" in result.output and "skipped" in result.output
     assert "Traceback" not in result.output
+
+
+def test_list_columns_fold_to_the_width_and_keep_every_word():
+    """The plain-text table of ``list``: no line wider than asked where the floors allow,
+    names whole, and every word of a folded cell still there."""
+    from energon_plugins.cli._columns import render_columns
+
+    headers = ("name", "description", "load")
+    rows = [("first-fit-decreasing", "Longest first, each into the first pack where it fits "
+             "(segment tree)", "2 ms"), ("x", "short", "10 ms")]
+    text = render_columns(headers, rows, width=48, folding={"description": 10},
+                          right=frozenset({"load"}))
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 48
+    assert any(line.startswith("first-fit-decreasing ") for line in lines)
+    assert " ".join(text.split()).count("segment tree") == 1
+    assert any(line.endswith(" 2 ms") for line in lines) and any(line.endswith("10 ms") for line in lines)
+    wide = render_columns(headers, rows, width=200, folding={"description": 10})
+    assert len(wide.splitlines()) == 4  # header, rule, one line per row

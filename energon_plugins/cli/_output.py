@@ -1,6 +1,5 @@
 """Shared output helpers for the verbs: a rich console (stdout) and JSON printing."""
 
-import json
 import sys
 from typing import Any
 
@@ -9,25 +8,33 @@ PIPE_WIDTH = 140
 """Width of tables written to a pipe or file (a terminal's own width is used otherwise)."""
 
 
+def output_width(stream: Any = None) -> int | None:
+    """The width to lay out text for ``stream`` (stdout): None for a terminal (its own width),
+    else ``$COLUMNS`` or :data:`PIPE_WIDTH`."""
+    import os
+
+    stream = sys.stdout if stream is None else stream
+    if hasattr(stream, "isatty") and stream.isatty():
+        return None
+    return int(os.environ.get("COLUMNS", "0") or 0) or PIPE_WIDTH
+
+
 def console(stderr: bool = False) -> Any:
     """A rich console on stdout (or stderr); imported on first use.
 
     Written to a pipe or a file (not a terminal), lines may be up to :data:`PIPE_WIDTH`
     characters (or ``$COLUMNS``), so tables are not squeezed to 80 columns.
     """
-    import os
-
     from rich.console import Console
 
-    stream = sys.stderr if stderr else sys.stdout
-    width = None
-    if not (hasattr(stream, "isatty") and stream.isatty()):
-        width = int(os.environ.get("COLUMNS", "0") or 0) or PIPE_WIDTH
+    width = output_width(sys.stderr if stderr else sys.stdout)
     return Console(stderr=stderr, soft_wrap=False, highlight=False, width=width)
 
 
 def print_json(data: Any) -> None:
     """Write ``data`` as indented JSON to stdout."""
+    import json
+
     sys.stdout.write(json.dumps(data, indent=2, default=str) + "\n")
 
 

@@ -1,8 +1,12 @@
-"""``energon-plugins list [--json] [--kind K]``: the installed plugins and the failed ones."""
+"""``energon-plugins list [--json] [--kind K]``: the installed plugins and the failed ones.
+
+The table is plain text (:mod:`energon_plugins.cli._columns`), not rich: ``list`` is the verb
+people run to see what is installed, and its start-up time is a goal (issue 16).
+"""
 
 import click
 
-from energon_plugins.cli._output import console, one_line, print_json
+from energon_plugins.cli._output import one_line, output_width, print_json
 from energon_plugins.host.kinds import KINDS
 
 KIND_CHOICES = [*KINDS, *(kind.replace("_", "-") for kind in KINDS)]
@@ -15,6 +19,16 @@ SLOW_LOAD_SECONDS = 0.5
 def _load_time(seconds: float) -> str:
     """``"12 ms"``, or ``"1.3 s"`` from a second on."""
     return f"{seconds:.1f} s" if seconds >= 1 else f"{seconds * 1000:.0f} ms"
+
+
+def _terminal_columns() -> int:
+    """The terminal's width (80 when it cannot be read); ``shutil`` would import archivers."""
+    import os
+
+    try:
+        return os.get_terminal_size().columns
+    except OSError:
+        return 80
 
 
 @click.command("list")
@@ -36,37 +50,37 @@ def list_command(as_json: bool, kind: str | None) -> None:
         print_json([row.as_dict() for row in rows])
         return
 
-    from rich.table import Table
+    from energon_plugins.cli._columns import render_columns
 
-    table = Table(title="energon-plugins", title_justify="left")
-    # Names are what users copy into configs: never folded, however narrow the terminal.
-    table.add_column("name", no_wrap=True, min_width=max((len(r.name) for r in rows), default=4))
-    for column in ("kind", "distribution", "version"):
-        table.add_column(column, overflow="fold")
-    table.add_column("description", overflow="fold")
-    table.add_column("load", no_wrap=True, justify="right")
-    table.add_column("status", no_wrap=True, min_width=6)
+    headers = ("name", "kind", "distribution", "version", "description", "load", "status")
+    cells = []
     for row in rows:
-        status = row.status
         description = row.description
         if row.aliases:
             description += f" (aliases: {', '.join(row.aliases)})"
         if row.status == "failed":
-            status = "[red]failed[/red]"
             description = one_line(row.error)
         elif row.status == "conflict":
-            status = "[yellow]conflict[/yellow]"
             description = f"{description} — {one_line(row.error)}"
-        table.add_row(row.name, row.kind or "?", row.distribution, row.version,
-                      description, _load_time(row.load_seconds), status)
-    out = console()
-    out.print(table)
+        cells.append((row.name, row.kind or "?", row.distribution, row.version, description,
+                      _load_time(row.load_seconds), row.status))
+    colour = {"failed": "red", "conflict": "yellow"}
+
+    def style(index: int, column: int, text: str) -> str:
+        fg = colour.get(rows[index].status) if column == len(headers) - 1 else None
+        return click.style(text, fg=fg) if fg else text
+
+    width = output_width() or _terminal_columns()
+    click.echo(render_columns(headers, cells, width=width, title="energon-plugins",
+                              folding={"description": 15, "distribution": 8, "kind": 8, "version": 7},
+                              right=frozenset({"load"}), style=style))
     slow = sorted({(r.distribution, r.load_seconds) for r in rows
                    if r.load_seconds >= SLOW_LOAD_SECONDS}, key=lambda d: -d[1])
     for distribution, seconds in slow:
-        out.print(f"[yellow]{distribution} takes {seconds:.1f} s to load[/yellow]: every "
-                  "energon-plugins call pays it; its plugin module should import heavy "
-                  "packages (torch, transformers) inside factories, not at module level.")
+        click.echo(click.style(f"{distribution} takes {seconds:.1f} s to load", fg="yellow")
+                   + ": every energon-plugins call pays it; its plugin module should import "
+                   "heavy packages (torch, transformers) inside factories, not at module level.")
     failed = sum(row.status == "failed" for row in rows)
     if failed:
-        out.print(f"[red]{failed} plugin module(s) failed to load[/red]; the other plugins work.")
+        click.echo(click.style(f"{failed} plugin module(s) failed to load", fg="red")
+                   + "; the other plugins work.")
