@@ -26,8 +26,8 @@ from energon_plugins.encoding.image_processors.inputs import (
     decode_uint8,
     image_size,
     is_encoded,
-    new_output,
 )
+from energon_plugins.encoding.image_processors.outputs import new_output
 
 from energon_plugin_fast_image.pil_resize import resize_batch, vertical_first
 from energon_plugin_fast_image.settings import ProcessorSettings, resolve_settings
