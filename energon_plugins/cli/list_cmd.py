@@ -22,12 +22,13 @@ def _load_time(seconds: float) -> str:
 
 
 def _terminal_columns() -> int:
-    """The terminal's width (80 when it cannot be read); ``shutil`` would import archivers."""
+    """``$COLUMNS``, else the terminal's width (80 when it cannot be read); as
+    ``shutil.get_terminal_size``, which would import the archive modules."""
     import os
 
     try:
-        return os.get_terminal_size().columns
-    except OSError:
+        return int(os.environ.get("COLUMNS") or 0) or os.get_terminal_size().columns
+    except (OSError, ValueError):
         return 80
 
 
