@@ -59,16 +59,68 @@ def test_new_output_in_the_main_process_is_writable_contiguous_and_sized():
 
 class _Outputs(Dataset):
     def __len__(self):
-        return 3
+        return 12
 
     def __getitem__(self, index):
         out = new_output((ROWS, 1176))
         out.fill_(float(index))
-        return out, out.is_shared()  # shared before the loader moves anything
+        return out, out.data_ptr()  # the worker-side address: reused segments repeat it
 
 
-def test_new_output_in_a_loader_worker_reaches_the_main_process_intact():
-    """In a worker the output is allocated in shared memory (not copied into it on the way)."""
-    loader = DataLoader(_Outputs(), batch_size=None, num_workers=1)
-    received = [(float(out.mean()), shared) for out, shared in loader]
-    assert received == [(0.0, True), (1.0, True), (2.0, True)]
+def test_worker_outputs_reuse_shared_memory_only_after_the_main_process_lets_go():
+    """A worker's outputs arrive intact, segments are reused once the main process drops a
+    batch, and a batch the main process keeps is never overwritten by later ones."""
+    loader = DataLoader(_Outputs(), batch_size=None, num_workers=1, prefetch_factor=2)
+    kept, addresses, means = None, [], []
+    for index, (out, address) in enumerate(loader):
+        means.append(float(out.mean()))
+        addresses.append(address)
+        if index == 0:
+            kept = out[5:]  # a view of the first batch, held to the end
+        del out
+    assert means == [float(i) for i in range(12)]
+    assert bool((kept == 0.0).all())  # never overwritten while held
+    assert len(set(addresses)) < len(addresses)  # segments were reused
+    assert addresses.count(addresses[0]) == 1  # ... but not the one still held
+
+
+def test_worker_outputs_held_beyond_the_tracked_count_stay_intact():
+    """The main process keeps every batch (more than a worker tracks): none is overwritten,
+    and the worker goes on with new segments."""
+    from energon_plugins.encoding.image_processors.shared_outputs import OUTSTANDING
+
+    class Many(_Outputs):
+        def __len__(self):
+            return OUTSTANDING + 6
+
+    held = [out for out, _ in DataLoader(Many(), batch_size=None, num_workers=1)]
+    assert [float(out.mean()) for out in held] == [float(i) for i in range(OUTSTANDING + 6)]
+    assert all(bool((out == float(i)).all()) for i, out in enumerate(held))
+
+
+class _SentTwice(Dataset):
+    """The same output in two batches (a worker that resends what it holds)."""
+
+    def __init__(self):
+        self.last = None
+
+    def __len__(self):
+        return 6
+
+    def __getitem__(self, index):
+        if index % 2:
+            return self.last, index
+        self.last = new_output((ROWS, 1176))
+        self.last.fill_(float(index))
+        return self.last, index
+
+
+def test_an_output_sent_twice_is_not_released_by_its_first_receiver():
+    """Each receiver of the same output gets its own memory when it is sent a second time, so
+    dropping the first copy cannot let the worker overwrite the second."""
+    received = []
+    for out, index in DataLoader(_SentTwice(), batch_size=None, num_workers=1):
+        received.append(out)
+        if index % 2:
+            del received[-2]  # the first receipt goes away; the second must stay intact
+    assert [float(out.mean()) for out in received] == [0.0, 2.0, 4.0]

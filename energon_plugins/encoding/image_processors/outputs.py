@@ -5,7 +5,9 @@ A processor's pixel output is large (a Qwen2-VL batch of four 1-megapixel images
 
 - In a loader worker, in shared memory: the batch a worker hands to the main process is
   moved there anyway (a copy of every tensor not already there); allocated there from the
-  start, it is not copied (as torch's own ``default_collate`` does).
+  start, it is not copied (as torch's own ``default_collate`` does), and from 1 MiB up it
+  comes from segments reused once the main process is done with them
+  (:mod:`~energon_plugins.encoding.image_processors.shared_outputs`).
 - Elsewhere (``num_workers: 0``, validation, notebooks), in arrays that are reused once the
   batch that held them is gone. A fresh array of more than 32 MiB is a fresh ``mmap`` that
   glibc gives back on free, so every batch would fault its pages in again (measured here:
@@ -35,7 +37,7 @@ smaller) fits in it."""
 def new_output(shape: tuple[int, ...], dtype: Any = None) -> Any:
     """An empty tensor for a processor's output, allocated where it is cheapest to fill.
 
-    In a loader worker: shared memory. Elsewhere, from 1 MiB up: a reused array (see the
+    In a loader worker: shared memory (reused segments from 1 MiB up). Elsewhere, from 1 MiB up: a reused array (see the
     module's docstring), its pages faulted in by one ``madvise(MADV_POPULATE_WRITE)`` call
     when new (a fresh multi-megabyte tensor otherwise takes one page fault per 4 KiB page on
     first write: 23 MiB filled in 67 ms instead of 19 ms here). Below 1 MiB: ``torch.empty``.
@@ -48,6 +50,11 @@ def new_output(shape: tuple[int, ...], dtype: Any = None) -> Any:
         numel *= int(size)
     element = torch.empty(0, dtype=dtype).element_size()
     if torch.utils.data.get_worker_info() is not None:
+        from energon_plugins.encoding.image_processors import shared_outputs
+
+        shared = shared_outputs.pool() if numel * element >= POOL_MIN_BYTES else None
+        if shared is not None:
+            return shared.take(numel * element).view(dtype).view(shape)
         storage = torch.UntypedStorage._new_shared(numel * element)
         return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))
     if numel * element < POOL_MIN_BYTES:
