@@ -1,13 +1,15 @@
 """Restore latency on realistic data: restore to the first batch against a fresh start's.
 
-Run: ``python benchmarks/loader.py [--after 40] [--workers 0,2] [--json FILE] [--quick]``.
+Run: ``python benchmarks/loader.py [--after 40] [--rounds 3] [--workers 0,2] [--json FILE]
+[--quick]``.
 
 The ``qwen2-vl`` + ``fast-qwen2-vl`` pipeline on the realistic dataset (:mod:`_realistic`),
 without packing (micro batch 4) and with first-fit-decreasing packing (buffer 100, capacity
 4,096), at 0 and 2 workers. A loader is advanced ``--after`` batches and its state saved; then
 (a) a fresh loader's first batch is timed (build to first batch), (b) a fresh loader restores
 the state and its first batch is timed (build + restore to first batch) and checked to be the
-batch the uninterrupted loader gives next. Two loader settings:
+batch the uninterrupted loader gives next; ``--rounds`` interleaved pairs, medians. Two loader
+settings:
 
 - ``datamodule``: ``EnergonMultiModalDataModule.train_dataloader()`` as it is (its defaults,
   ``checkpoint_every_sec=0``, ``checkpoint_every_min_n_samples=1``: a worker checkpoint after
@@ -25,6 +27,7 @@ processed until their pack is chosen).
 import argparse
 import gc
 import os
+import pickle
 import statistics
 import sys
 import time
@@ -74,27 +77,39 @@ class _Loader:
         gc.collect()
 
 
-def one(path, tokenizer, workers, packing, setting, after) -> dict:
+def _first_batch(path, tokenizer, workers, packing, checkpoints, state=None):
+    """Seconds from building a loader (and restoring ``state``) to its first batch; the batch."""
+    start = time.perf_counter()
+    loader = _Loader(path, tokenizer, workers, packing, checkpoints)
+    if state is not None:
+        loader.restore(pickle.loads(state))  # as from a checkpoint file, a fresh copy each time
+    batch = loader.next()
+    seconds = time.perf_counter() - start
+    loader.close()
+    return seconds, batch
+
+
+def one(path, tokenizer, workers, packing, setting, after, rounds: int = 3) -> dict:
     checkpoints = SETTINGS[setting]
     run = _Loader(path, tokenizer, workers, packing, checkpoints)
     for _ in range(after):
         run.next()
-    state = run.save()
+    state = pickle.dumps(run.save())
     expected = run.next()
     run.close()
 
-    start = time.perf_counter()
-    fresh = _Loader(path, tokenizer, workers, packing, checkpoints)
-    fresh.next()
-    fresh_s = time.perf_counter() - start
-    fresh.close()
-
-    start = time.perf_counter()
-    restored = _Loader(path, tokenizer, workers, packing, checkpoints)
-    restored.restore(state)
-    batch = restored.next()
-    restore_s = time.perf_counter() - start
-    restored.close()
+    # Interleaved rounds, the order alternating, medians: a single pair mostly measures the
+    # full gc.collect() Energon's GcDataset runs at the start of every iteration, whose cost
+    # depends on what the previous loader left to collect.
+    fresh_times, restore_times, batch = [], [], None
+    for r in range(rounds):
+        for kind in (("fresh", "restore") if r % 2 == 0 else ("restore", "fresh")):
+            if kind == "fresh":
+                fresh_times.append(_first_batch(path, tokenizer, workers, packing, checkpoints)[0])
+            else:
+                seconds, batch = _first_batch(path, tokenizer, workers, packing, checkpoints, state)
+                restore_times.append(seconds)
+    fresh_s, restore_s = statistics.median(fresh_times), statistics.median(restore_times)
     exact = list(batch.__key__) == list(expected.__key__) and bool((batch.input_ids == expected.input_ids).all())
     return {"workers": workers, "packing": packing, "setting": setting, "after_batches": after,
             "fresh_first_batch_s": round(fresh_s, 2), "restore_to_first_batch_s": round(restore_s, 2),
@@ -124,12 +139,13 @@ def main(argv=None) -> dict:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--after", type=int, default=40, help="batches before the save")
     parser.add_argument("--workers", default="0,2")
+    parser.add_argument("--rounds", type=int, default=3, help="fresh/restore pairs (medians)")
     parser.add_argument("--samples", type=int, default=240)
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
     if args.quick:
-        args.after, args.workers, args.samples = 3, "0", 48
+        args.after, args.workers, args.samples, args.rounds = 3, "0", 48, 1
 
     import torch
     import torch.utils.data._utils as data_utils
@@ -145,7 +161,7 @@ def main(argv=None) -> dict:
             for setting in SETTINGS:
                 if workers == 0 and setting != "datamodule":
                     continue  # checkpoints apply to workers only
-                rows.append(one(path, tokenizer, workers, packing, setting, args.after))
+                rows.append(one(path, tokenizer, workers, packing, setting, args.after, args.rounds))
     print_table(f"Restore after {args.after} batches: s to the first batch (qwen2-vl + fast-qwen2-vl)",
                 ["workers", "packing", "loader", "fresh start", "restore", "ratio", "exact"],
                 [[r["workers"], "FFD 100" if r["packing"] else "none", r["setting"],

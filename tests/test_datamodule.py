@@ -134,6 +134,27 @@ def test_restore_in_a_fresh_datamodule_continues_exactly(
         same_batches(next(resumed), want)
 
 
+def test_restoring_leaves_the_state_unchanged_so_it_restores_again(
+    vqa_dataset, tokenizer, clip_processor
+):
+    """Energon adopts the state objects it restores from (its buffers consume them); the
+    loader hands it a copy, so one in-memory state restores any number of loaders alike."""
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor)
+    loader = dm.train_dataloader()
+    for _ in range(5):
+        next(loader)
+    state = loader.save_state()
+    before = pickle.dumps(state)
+    expected = [next(loader) for _ in range(3)]
+    del loader, dm
+    for _ in range(2):
+        resumed = make_dm(vqa_dataset, tokenizer, clip_processor).train_dataloader()
+        resumed.restore_state(state)
+        for want in expected:
+            same_batches(next(resumed), want)
+        assert pickle.dumps(state) == before
+
+
 def test_restore_after_iteration_started_is_refused(vqa_dataset, tokenizer, clip_processor):
     dm = make_dm(vqa_dataset, tokenizer, clip_processor)
     loader = dm.train_dataloader()

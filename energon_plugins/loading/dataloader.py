@@ -1,5 +1,6 @@
 """The loader wrapper the Megatron training loop iterates: cycling, with save and restore."""
 
+import copy
 from collections.abc import Iterable, Iterator
 from typing import Any
 
@@ -176,7 +177,8 @@ class EnergonDataloader:
 
         Must be called before the first ``next()``; the following batches are then exactly
         those that followed the saved point, given the same dataset, task encoder, arguments
-        and worker configuration.
+        and worker configuration. ``state`` itself is left unchanged (the loader restores from
+        a copy), so the same state can restore another loader.
 
         Raises:
             LoaderStateError: iteration has started, or the loader is not savable.
@@ -207,7 +209,9 @@ class EnergonDataloader:
             state = state[STATE_KEY]
         self._check_energon_state(state)
         try:
-            restore(state)
+            # Energon adopts what it restores from (its buffers consume the saved lists): a copy
+            # leaves the caller's state as it was, to restore again.
+            restore(copy.deepcopy(state))
         except (AssertionError, IndexError, KeyError) as exc:
             raise _restore_failed(exc) from exc
         self._counts.load(counts)
