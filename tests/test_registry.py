@@ -445,8 +445,8 @@ def test_load_time_is_measured_and_a_slow_plugin_is_pointed_out(plugin_path, mon
 
 
 def test_the_light_entry_point_reader_agrees_with_importlib_metadata(plugin_path, monkeypatch, tmp_path):
-    """The dist-info reader on the listing path finds what importlib.metadata finds, and hands
-    over to it for layouts it does not read (an .egg-info distribution)."""
+    """The dist-info / egg-info reader on the listing path finds what importlib.metadata
+    finds, and hands over to it for layouts it does not read (an .egg distribution)."""
     from energon_plugins.host import entry_points as reader
 
     _toy(plugin_path)
@@ -458,11 +458,19 @@ def test_the_light_entry_point_reader_agrees_with_importlib_metadata(plugin_path
         assert light == sorted(reader._with_importlib_metadata(group), key=key), group
     assert ("energon-plugin-toy", "2.3", "toy", "toy_pkg.plugin") in {key(e) for e in light} | {
         key(e) for e in reader._scan("energon_plugins")}
-    (tmp_path / "legacy.egg-info").mkdir()
+    legacy = tmp_path / "energon_plugin_legacy.egg-info"  # what an editable build leaves
+    legacy.mkdir()
+    (legacy / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: energon-plugin-legacy\n"
+                                     "Version: 0.4\n\nLong description.\n")
+    (legacy / "entry_points.txt").write_text("[energon_plugins]\nlegacy = legacy_pkg.plugin\n")
     monkeypatch.syspath_prepend(str(tmp_path))
+    light = sorted(reader._scan("energon_plugins"), key=key)
+    assert light == sorted(reader._with_importlib_metadata("energon_plugins"), key=key)
+    assert ("energon-plugin-legacy", "0.4", "legacy", "legacy_pkg.plugin") in {key(e) for e in light}
+    (tmp_path / "zipped-1.0-py3.11.egg").write_bytes(b"")
     with pytest.raises(reader._Unusual):
         reader._scan("energon_plugins")
-    assert {e.name for e in reader.entry_points("energon_plugins")} >= {"toy", "task_encoders"}
+    assert {e.name for e in reader.entry_points("energon_plugins")} >= {"toy", "task_encoders", "legacy"}
 
 
 @pytest.mark.parametrize("value", [True, 2.0, "8"])

@@ -3,11 +3,13 @@
 ``importlib.metadata`` costs about as much to import as the rest of ``energon-plugins list``
 (it imports ``email``, ``zipfile`` and ``csv``, about 20 ms). What listing needs is small: for
 every distribution installed as a ``NAME-VERSION.dist-info`` folder in a directory on
-``sys.path`` (what pip and editable installs write), the ``[group]`` section of its
-``entry_points.txt`` and the ``Name`` / ``Version`` headers of its ``METADATA``. This module
-reads exactly that, keeping ``importlib.metadata``'s rules (``sys.path`` order, the first
-distribution of a normalized name wins). Where the layout is anything else (a zip file on
-``sys.path``, ``.egg-info`` or ``.egg`` distributions) it hands over to ``importlib.metadata``.
+``sys.path`` (what pip and editable installs write) or a ``NAME.egg-info`` folder (what an
+editable build leaves in a project's root, found when Python runs from there), the
+``[group]`` section of its ``entry_points.txt`` and the ``Name`` / ``Version`` headers of its
+``METADATA`` (``PKG-INFO``). This module reads exactly that, keeping ``importlib.metadata``'s
+rules (``sys.path`` order, the first distribution of a normalized name wins). Where the layout
+is anything else (a zip file on ``sys.path``, ``.egg`` distributions, a single-file
+``.egg-info``) it hands over to ``importlib.metadata``.
 """
 
 from __future__ import annotations
@@ -50,6 +52,10 @@ def entry_points(group: str) -> list[EntryPoint]:
         return _with_importlib_metadata(group)
 
 
+_METADATA_FILE = {".dist-info": "METADATA", ".egg-info": "PKG-INFO"}
+"""Distribution folder suffix -> the file holding its ``Name`` and ``Version`` headers."""
+
+
 def _normalize(name: str) -> str:
     return re.sub(r"[-_.]+", "_", name).lower()
 
@@ -65,18 +71,21 @@ def _scan(group: str) -> list[EntryPoint]:
             continue
         for name in os.listdir(path):
             lower = name.lower()
-            if lower.endswith((".egg-info", ".egg")):
-                raise _Unusual(name)
-            if not lower.endswith(".dist-info"):
+            suffix = next((s for s in _METADATA_FILE if lower.endswith(s)), None)
+            if suffix is None:
+                if lower.endswith(".egg"):
+                    raise _Unusual(name)
                 continue
-            normalized = _normalize(name[: -len(".dist-info")].partition("-")[0])
+            folder = os.path.join(path, name)
+            if not os.path.isdir(folder):
+                raise _Unusual(name)  # a single-file .egg-info
+            normalized = _normalize(name[: -len(suffix)].partition("-")[0])
             if normalized in seen:
                 continue  # shadowed by the same distribution earlier on sys.path
             seen.add(normalized)
-            folder = os.path.join(path, name)
             entries = _section(os.path.join(folder, "entry_points.txt"), group)
             if entries:
-                dist, version = _name_and_version(os.path.join(folder, "METADATA"))
+                dist, version = _name_and_version(os.path.join(folder, _METADATA_FILE[suffix]))
                 found += [EntryPoint(n, v, dist, version) for n, v in entries]
     return found
 
