@@ -34,6 +34,13 @@ POOL_HEADROOM = 1.25
 smaller) fits in it."""
 
 
+def best_fit(free: list[Any], nbytes: int, size: Any) -> Any:
+    """The smallest of ``free`` whose ``size(item)`` holds ``nbytes`` without being more than
+    twice as large (a small batch does not tie up a large buffer), or None."""
+    fits = [item for item in free if nbytes <= size(item) <= 2 * nbytes]
+    return min(fits, key=size) if fits else None
+
+
 def new_output(shape: tuple[int, ...], dtype: Any = None) -> Any:
     """An empty tensor for a processor's output, allocated where it is cheapest to fill.
 
@@ -77,8 +84,7 @@ class OutputPool:
         import torch
 
         with self._lock:
-            fits = [a for a in self._free if nbytes <= a.nbytes <= 2 * nbytes]
-            array = min(fits, key=lambda a: a.nbytes) if fits else None
+            array = best_fit(self._free, nbytes, lambda a: a.nbytes)
             if array is not None:
                 self._free = [a for a in self._free if a is not array]
         if array is None:

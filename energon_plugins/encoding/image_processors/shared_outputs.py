@@ -36,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from energon_plugins.encoding.image_processors.outputs import POOL_HEADROOM, best_fit
+
 TAIL_BYTES = 64
 """Bytes after a segment's data: the generation written by the main process on release."""
 ALIGN = 64
@@ -43,8 +45,6 @@ FREE_SEGMENTS = 2
 """Free segments a worker keeps for the next batches; more are closed."""
 OUTSTANDING = 16
 """Segments in the main process's hands a worker keeps track of; older ones are forgotten."""
-HEADROOM = 1.25
-"""A new segment is this much larger than asked, so slightly larger batches fit it later."""
 
 
 class _Segment:
@@ -83,13 +83,14 @@ class SharedOutputPool:
         self._lock = threading.RLock()
 
     def take(self, nbytes: int) -> torch.Tensor:
-        """A uint8 tensor of ``nbytes`` bytes in shared memory: a free segment that fits (at
-        most twice as large), or a new one."""
+        """A uint8 tensor of ``nbytes`` bytes in shared memory: a free segment that fits
+        (:func:`~energon_plugins.encoding.image_processors.outputs.best_fit`), or a new one
+        ``POOL_HEADROOM`` larger."""
         with self._lock:
-            free = [s for s in self._segments if s.is_free() and nbytes <= s.capacity <= 2 * nbytes]
-            segment = min(free, key=lambda s: s.capacity) if free else None
+            free = [s for s in self._segments if s.is_free()]
+            segment = best_fit(free, nbytes, lambda s: s.capacity)
             if segment is None:
-                segment = _Segment(int(nbytes * HEADROOM))
+                segment = _Segment(int(nbytes * POOL_HEADROOM))
                 self._segments.append(segment)
                 self._by_address[segment.array.ctypes.data] = segment
             segment.generation += 1
