@@ -8,6 +8,13 @@ shown), nor rich (its table is plain text); the script also checks that with a t
 Modules are byte-compiled first, as after ``pip install`` (``PYTHONDONTWRITEBYTECODE`` is
 dropped for the runs).
 
+Two environments are timed. The project's ``.venv`` holds editable installs, whose import
+finders (loaded by ``site`` from ``.pth`` files) cost every interpreter about 10 ms, ``python
+-c pass`` included, which flatters the ratio. A regular ``pip install`` has no such finders, so
+the script also builds a throwaway virtual environment (no pip) that sees the same packages as
+plain ``sys.path`` entries and times both commands there; the goal is judged on that one, the
+start-up users get.
+
 Usage: python benchmarks/cli_startup.py [--runs N] [--json]
 """
 
@@ -19,6 +26,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -74,6 +82,87 @@ BREAKDOWN = {
 }
 """Probes that show where the start-up time goes (each a fresh interpreter)."""
 
+REGULAR_BREAKDOWN = {
+    "import click, pluggy (the floor with both)": "import click, pluggy",
+    "import energon_plugins.cli": "import energon_plugins.cli",
+}
+"""The same in the regular install: what ``list`` cannot do without, and its imports."""
+
+
+def regular_install(folder: Path) -> Path:
+    """The Python of a new virtual environment that imports this one's packages without finders.
+
+    Its one ``.pth`` file lists the source roots of the editable installs (where the project's
+    and its plugins' top-level packages live) and this environment's ``site-packages`` (the
+    ``*.dist-info`` folders with the entry points, click, pluggy).
+    """
+    import importlib.util
+    import sysconfig
+    import venv
+
+    venv.create(folder, with_pip=False)
+    python = folder / ("Scripts" if os.name == "nt" else "bin") / "python"
+    roots = []
+    for name in ("energon_plugins", *_plugin_packages()):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            root = str(Path(next(iter(spec.submodule_search_locations))).parent)
+            if root not in roots:
+                roots.append(root)
+    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                             check=True, capture_output=True, text=True).stdout.strip()
+    Path(purelib, "packages.pth").write_text("\n".join([*roots, sysconfig.get_paths()["purelib"]]) + "\n")
+    return python
+
+
+def _plugin_packages() -> list[str]:
+    """Top-level packages of the installed plugins (from their entry points)."""
+    from energon_plugins.host._markers import ENTRY_POINT_GROUP
+    from energon_plugins.host.entry_points import entry_points
+
+    return sorted({ep.value.partition(":")[0].split(".")[0].strip() for ep in entry_points(ENTRY_POINT_GROUP)})
+
+
+CONSOLE_SCRIPT = "import sys; from energon_plugins.cli import main; sys.argv[0] = 'energon-plugins'; sys.exit(main())"
+"""What the ``energon-plugins`` console script runs (an environment without it runs this)."""
+
+
+def _alternate(baseline_cmd: list[str], cli_cmd: list[str], env: dict[str, str], runs: int,
+               probes: dict[str, list[str]] | None = None) -> dict:
+    """Median wall and CPU times of both commands over ``runs`` alternating runs."""
+    _time(baseline_cmd, env)  # warm the file-system cache for both
+    _time(cli_cmd, env)
+    baseline, cli = [], []
+    probe_times: dict[str, list[float]] = {label: [] for label in probes or {}}
+    for _ in range(runs):
+        baseline.append(_time(baseline_cmd, env))
+        cli.append(_time(cli_cmd, env))
+        for label, cmd in (probes or {}).items():
+            probe_times[label].append(_time(cmd, env))
+    base_median = statistics.median(baseline)
+    cli_median = statistics.median(cli)
+    base_cpu = statistics.median(_cpu[" ".join(baseline_cmd)][1:])
+    cli_cpu = statistics.median(_cpu[" ".join(cli_cmd)][1:])
+    return {
+        "baseline_command": " ".join(baseline_cmd),
+        "cli_command": " ".join(cli_cmd),
+        "baseline_median_s": round(base_median, 4),
+        "cli_median_s": round(cli_median, 4),
+        "ratio": round(cli_median / base_median, 2),
+        "baseline_cpu_median_s": round(base_cpu, 4),
+        "cli_cpu_median_s": round(cli_cpu, 4),
+        "cpu_ratio": round(cli_cpu / base_cpu, 2) if base_cpu else None,
+        "breakdown_median_s": {
+            label: round(statistics.median(times), 4) for label, times in probe_times.items()
+        },
+    }
+
+
+def listed(cmd: list[str], env: dict[str, str]) -> list[str]:
+    """The ``kind:name`` rows that ``cmd`` (a ``list`` command) prints with ``--json``."""
+    out = subprocess.run([*cmd, "--json"], env=env, check=True, capture_output=True, text=True).stdout
+    return sorted(f"{row['kind']}:{row['name']}" for row in json.loads(out))
+
 
 def measure(runs: int = 7) -> dict:
     """Median wall times of both commands over ``runs`` alternating runs, and their ratio."""
@@ -81,36 +170,20 @@ def measure(runs: int = 7) -> dict:
     # editable installs; with PYTHONDONTWRITEBYTECODE every run would compile them again).
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
-    baseline_cmd = [sys.executable, "-c", "pass"]
-    cli_cmd = [*_cli(), "list"]
     probes = {label: [sys.executable, "-c", code] for label, code in BREAKDOWN.items()}
-    _time(baseline_cmd, env)  # warm the file-system cache for both
-    _time(cli_cmd, env)
-    baseline, cli = [], []
-    probe_times: dict[str, list[float]] = {label: [] for label in probes}
-    for _ in range(runs):
-        baseline.append(_time(baseline_cmd, env))
-        cli.append(_time(cli_cmd, env))
-        for label, cmd in probes.items():
-            probe_times[label].append(_time(cmd, env))
-    base_median = statistics.median(baseline)
-    cli_median = statistics.median(cli)
-    base_cpu = statistics.median(_cpu[" ".join(baseline_cmd)][1:])
-    cli_cpu = statistics.median(_cpu[" ".join(cli_cmd)][1:])
+    editable = _alternate([sys.executable, "-c", "pass"], [*_cli(), "list"], env, runs, probes)
+    with tempfile.TemporaryDirectory() as folder:
+        python = str(regular_install(Path(folder)))
+        regular_cli = [python, "-c", CONSOLE_SCRIPT, "list"]
+        regular = _alternate([python, "-c", "pass"], regular_cli, env, runs,
+                             {label: [python, "-c", code] for label, code in REGULAR_BREAKDOWN.items()})
+        regular["same_rows_listed"] = listed(regular_cli, env) == listed([*_cli(), "list"], env)
     return {
-        "baseline_cpu_median_s": round(base_cpu, 4),
-        "cli_cpu_median_s": round(cli_cpu, 4),
-        "cpu_ratio": round(cli_cpu / base_cpu, 2) if base_cpu else None,
-        "breakdown_median_s": {
-            label: round(statistics.median(times), 4) for label, times in probe_times.items()
-        },
+        **editable,
         "runs": runs,
-        "baseline_command": " ".join(baseline_cmd),
-        "cli_command": " ".join(cli_cmd),
-        "baseline_median_s": round(base_median, 4),
-        "cli_median_s": round(cli_median, 4),
-        "ratio": round(cli_median / base_median, 2),
+        "regular_install": regular,
         "goal_ratio": 3.0,
+        "goal_met": regular["ratio"] <= 3.0,
         "heavy_modules_imported_by_list": heavy_modules_after_list(env),
     }
 
@@ -126,13 +199,22 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     print(f"CLI start-up, median of {result['runs']} runs each:")
-    print(f"  {result['baseline_command']:<60} {result['baseline_median_s'] * 1000:8.1f} ms")
-    print(f"  {result['cli_command'][-60:]:<60} {result['cli_median_s'] * 1000:8.1f} ms")
-    verdict = "meets" if result["ratio"] <= result["goal_ratio"] else "misses"
-    print(f"  ratio {result['ratio']:.2f} ({verdict} the goal <= {result['goal_ratio']:.0f})")
-    print(f"  CPU time (user+sys), less sensitive to a busy machine: "
-          f"{result['baseline_cpu_median_s'] * 1000:.1f} ms vs {result['cli_cpu_median_s'] * 1000:.1f} ms, "
-          f"ratio {result['cpu_ratio']:.2f}")
+    for title, figures in (("this environment (editable installs)", result),
+                           ("a regular install (no editable finders)", result["regular_install"])):
+        print(f"  {title}:")
+        print(f"    python -c pass       {figures['baseline_median_s'] * 1000:8.1f} ms")
+        print(f"    energon-plugins list {figures['cli_median_s'] * 1000:8.1f} ms")
+        print(f"    ratio {figures['ratio']:.2f}; CPU time (user+sys) "
+              f"{figures['baseline_cpu_median_s'] * 1000:.1f} vs {figures['cli_cpu_median_s'] * 1000:.1f} ms, "
+              f"ratio {figures['cpu_ratio']:.2f}")
+        for label, seconds in figures["breakdown_median_s"].items():
+            if figures is not result:
+                print(f"    {label:<42} {seconds * 1000:8.1f} ms "
+                      f"({seconds / figures['baseline_median_s']:.2f}x python -c pass)")
+    if not result["regular_install"]["same_rows_listed"]:
+        print("  WARNING: the regular install listed other plugins than this environment")
+    verdict = "meets" if result["goal_met"] else "misses"
+    print(f"  a regular install {verdict} the goal <= {result['goal_ratio']:.0f}")
     print("  where the time goes (fresh interpreters, medians):")
     for label, seconds in result["breakdown_median_s"].items():
         print(f"    {label:<30} {seconds * 1000:8.1f} ms")

@@ -154,10 +154,13 @@ def summary_rows(results: dict) -> list[list[str]]:
             add("packing", goal["goal"], goal["detail"], "", goal["met"])
     cli = _get(results, "cli_startup", "result")
     if cli:
-        add("cli_startup", "`energon-plugins list` / `python -c pass` (wall; CPU time)",
-            f"{cli['cli_median_s'] * 1000:.0f} / {cli['baseline_median_s'] * 1000:.0f} ms "
-            f"({cli['ratio']}x; CPU {cli.get('cpu_ratio')}x)", f"<= {cli['goal_ratio']}",
-            cli["ratio"] <= cli["goal_ratio"])
+        regular = cli.get("regular_install") or cli
+        add("cli_startup", "`energon-plugins list` / `python -c pass`, regular install (wall; CPU time)",
+            f"{regular['cli_median_s'] * 1000:.0f} / {regular['baseline_median_s'] * 1000:.0f} ms "
+            f"({regular['ratio']}x; CPU {regular.get('cpu_ratio')}x)", f"<= {cli['goal_ratio']}",
+            regular["ratio"] <= cli["goal_ratio"])
+        add("cli_startup", "the same in the project's .venv (editable installs)",
+            f"{cli['cli_median_s'] * 1000:.0f} / {cli['baseline_median_s'] * 1000:.0f} ms ({cli['ratio']}x)")
         heavy = cli.get("heavy_modules_imported_by_list") or []
         add("cli_startup", "heavy modules imported by `list`", ", ".join(heavy) or "none", "none",
             not heavy)

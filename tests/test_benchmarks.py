@@ -86,3 +86,19 @@ def test_video_benchmark_quick_run_reports_the_ratio(tmp_path):
         assert case["kept_frames"] <= case["total_frames"]
         assert all(v > 0 for v in case["ms"].values())
     assert "decode-all / seek" in (tmp_path / "latest.md").read_text()
+
+
+def test_cli_startup_times_a_regular_install_listing_the_same_plugins():
+    """benchmarks/cli_startup.py also times ``list`` in a throwaway environment without the
+    editable-install finders; that environment lists the same plugins, imports nothing heavy."""
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cli_startup.py"), "--runs", "1", "--json"],
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout)
+    regular = result["regular_install"]
+    assert regular["same_rows_listed"] is True
+    assert regular["baseline_command"] != result["baseline_command"]
+    assert regular["cli_median_s"] > 0 and regular["ratio"] > 0
+    assert result["goal_met"] == (regular["ratio"] <= result["goal_ratio"])
+    assert result["heavy_modules_imported_by_list"] == []
