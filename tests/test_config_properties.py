@@ -10,8 +10,7 @@
 
 Config validation only: nothing here builds a loader or reads a dataset (the constructor is
 called with a missing dataset path, so it stops with ``DatasetError`` once its arguments pass).
-Inputs that hit a known bug are pinned by the ``xfail(strict=True)`` tests at the end; drop
-the mark when the bug is fixed.
+The bugs these properties found are pinned by the tests at the end.
 """
 
 import copy
@@ -547,7 +546,7 @@ def test_any_json_text_loads_or_names_the_file(workspace: Path, tree: Any) -> No
         assert str(file) in str(exc)
 
 
-# -- bugs found by the properties above (an xfail one is still open) ------------------------
+# -- bugs found by the properties above -------------------------------------------------
 
 
 @pytest.mark.parametrize("text, json_format", [
@@ -588,13 +587,23 @@ def test_nested_integers_are_as_strict_as_settings(workspace: Path, path: str, v
     assert path in [issue.path for issue in caught.value.issues]
 
 
-@pytest.mark.parametrize("name", [
-    "energon-plugins:multimodal",
-    pytest.param("default", marks=pytest.mark.xfail(strict=True, reason=(
-        "overrides.py knows no aliases (it reads no registry): naming the selected plugin by "
-        "an alias counts as a switch and drops its options"))),
-])
+@pytest.mark.parametrize("name", ["energon-plugins:multimodal", "default", " default "])
 def test_renaming_the_selected_plugin_keeps_its_options(workspace: Path, name: str) -> None:
     config = {**BASE, "task_encoder": {"name": "multimodal", "options": {"image_tokens": 7}}}
     loaded = load_config(write(workspace, config), {"task_encoder.name": name})
     assert loaded.task_encoder.options == {"image_tokens": 7}
+
+
+def test_an_alias_selected_in_the_file_and_its_plain_name_in_an_override_are_one_plugin(
+    workspace: Path
+) -> None:
+    config = {**BASE, "task_encoder": {"name": "default", "options": {"image_tokens": 7}}}
+    loaded = load_config(write(workspace, config), {"task_encoder.name": "multimodal"})
+    assert loaded.task_encoder.options == {"image_tokens": 7}
+
+
+@pytest.mark.parametrize("name", ["llava", "no-such-encoder"])
+def test_naming_another_or_an_unknown_plugin_still_drops_the_options(workspace: Path, name: str) -> None:
+    config = {**BASE, "task_encoder": {"name": "multimodal", "options": {"image_tokens": 7}}}
+    data = apply_overrides(config, {"task_encoder.name": name})
+    assert data["task_encoder"] == {"name": name}

@@ -119,7 +119,7 @@ def load_config(
             f"expected a config file path, a mapping or a DataModuleConfig, "
             f"got {type(source).__name__}"
         )
-    data = apply_overrides(data, overrides or {})
+    data = apply_overrides(data, overrides or {}, registry=registry)
     return validate_config(
         data, base_dir=base_dir, registry=registry, source=label, check_paths=check_paths
     )

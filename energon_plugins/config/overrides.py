@@ -8,6 +8,7 @@ The rule (one, for Python and the command line alike):
    (``task_encoder={"options": {...}}`` keeps the selected ``name``), except that a mapping
    naming another plugin (``image_processor={"name": "fast-clip"}``, or the dotted
    ``image_processor.name``) replaces the selection: the old plugin's options are dropped.
+   Another name for the same plugin (an alias, or ``distribution:name``) is no switch.
 3. Anything else, ``None`` included, replaces the value (``packing=None`` turns packing off).
 
 The keys are the config file's keys (``sample_config``, not ``multimodal_sample_config``).
@@ -17,7 +18,7 @@ import copy
 from collections.abc import Mapping
 from typing import Any
 
-from energon_plugins.errors import ConfigError
+from energon_plugins.errors import ConfigError, EnergonPluginsError
 
 
 def expand_dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
@@ -46,43 +47,71 @@ def expand_dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _switches_plugin(current: Mapping[str, Any], patch: Mapping[str, Any]) -> bool:
-    """Whether ``patch`` selects another plugin than the selection ``current`` (both have a
-    ``name``, and the names differ beyond the surrounding whitespace the config strips)."""
-    return ("name" in current and "name" in patch
-            and _plain_name(patch["name"]) != _plain_name(current["name"]))
+def _switches_plugin(key: str, current: Mapping[str, Any], patch: Mapping[str, Any],
+                     registry: Any) -> bool:
+    """Whether ``patch`` selects another plugin than the selection ``current`` under the
+    top-level ``key`` (both have a ``name``, and the names select different plugins)."""
+    if "name" not in current or "name" not in patch:
+        return False
+    if _plain_name(patch["name"]) == _plain_name(current["name"]):
+        return False
+    return not _same_plugin(key, current["name"], patch["name"], registry)
 
 
 def _plain_name(name: Any) -> str:
     """A selection's name without surrounding whitespace or its ``distribution:`` qualifier
     (``energon-plugins:multimodal`` and ``multimodal`` select the same plugin unless two
-    distributions register it, which the registry refuses by name). Aliases are not known
-    here: naming a plugin by an alias still counts as a switch."""
+    distributions register it, which the registry refuses by name)."""
     return str(name).strip().rpartition(":")[2].strip()
 
 
-def merge(base: Mapping[str, Any], patch: Mapping[str, Any], *, where: str = "") -> dict[str, Any]:
+def _same_plugin(key: str, old: Any, new: Any, registry: Any) -> bool:
+    """Whether two different names under selection ``key`` select one registered plugin (one
+    is an alias of the other). A name the registry does not know is a switch; validation
+    reports it."""
+    from energon_plugins.config.model import SELECTIONS
+
+    kind = SELECTIONS.get(key)
+    if kind is None:
+        return False
+    try:
+        if registry is None:
+            from energon_plugins.host.manager import get_registry
+
+            registry = get_registry()
+        return (registry.resolve(kind, str(old)).qualified_name
+                == registry.resolve(kind, str(new)).qualified_name)
+    except EnergonPluginsError:
+        return False
+
+
+def merge(base: Mapping[str, Any], patch: Mapping[str, Any], *, where: str = "",
+          registry: Any = None, top_level: bool = True) -> dict[str, Any]:
     """Return ``base`` with ``patch`` merged in: mappings recursively, other values replaced.
 
-    A patch that selects another plugin (a different ``name``) replaces the selection: the old
-    plugin's ``options`` mean nothing to the new one.
+    A patch that selects another plugin (a name that is not the selected plugin's, nor one of
+    its aliases in ``registry``, default the one in use) replaces the selection: the old
+    plugin's ``options`` mean nothing to the new one. The registry is read only when a patch
+    names a plugin differently from its selection.
     """
     out = {k: copy.deepcopy(v) for k, v in base.items()}
     for key, value in patch.items():
         current = out.get(key)
         if (isinstance(value, Mapping) and isinstance(current, Mapping)
-                and not _switches_plugin(current, value)):
-            out[key] = merge(current, value, where=where)
+                and not (top_level and _switches_plugin(key, current, value, registry))):
+            out[key] = merge(current, value, where=where, registry=registry, top_level=False)
         else:
             out[key] = copy.deepcopy(dict(value)) if isinstance(value, Mapping) else value
     return out
 
 
-def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any]) -> dict[str, Any]:
-    """Return a copy of ``data`` with ``overrides`` applied by the rule in this module's doc."""
+def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any], *,
+                    registry: Any = None) -> dict[str, Any]:
+    """Return a copy of ``data`` with ``overrides`` applied by the rule in this module's doc;
+    ``registry`` (default: the one in use) tells which names are aliases of each other."""
     if not overrides:
         return {k: copy.deepcopy(v) for k, v in data.items()}
-    return merge(data, expand_dotted(overrides))
+    return merge(data, expand_dotted(overrides), registry=registry)
 
 
 def parse_set_option(item: str, flag: str = "--set") -> tuple[str, Any]:
