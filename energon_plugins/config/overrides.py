@@ -49,8 +49,8 @@ def expand_dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
 
 def _switches_plugin(key: str, current: Mapping[str, Any], patch: Mapping[str, Any],
                      registry: Any) -> bool:
-    """Whether ``patch`` selects another plugin than the selection ``current`` under the
-    top-level ``key`` (both have a ``name``, and the names select different plugins)."""
+    """Whether ``patch`` selects another plugin than the selection ``current`` under ``key``
+    (both have a ``name``, and the names select different plugins)."""
     if "name" not in current or "name" not in patch:
         return False
     if _plain_name(patch["name"]) == _plain_name(current["name"]):
@@ -86,7 +86,7 @@ def _same_plugin(key: str, old: Any, new: Any, registry: Any) -> bool:
 
 
 def merge(base: Mapping[str, Any], patch: Mapping[str, Any], *, where: str = "",
-          registry: Any = None, top_level: bool = True) -> dict[str, Any]:
+          registry: Any = None) -> dict[str, Any]:
     """Return ``base`` with ``patch`` merged in: mappings recursively, other values replaced.
 
     A patch that selects another plugin (a name that is not the selected plugin's, nor one of
@@ -98,8 +98,8 @@ def merge(base: Mapping[str, Any], patch: Mapping[str, Any], *, where: str = "",
     for key, value in patch.items():
         current = out.get(key)
         if (isinstance(value, Mapping) and isinstance(current, Mapping)
-                and not (top_level and _switches_plugin(key, current, value, registry))):
-            out[key] = merge(current, value, where=where, registry=registry, top_level=False)
+                and not _switches_plugin(key, current, value, registry)):
+            out[key] = merge(current, value, where=where, registry=registry)
         else:
             out[key] = copy.deepcopy(dict(value)) if isinstance(value, Mapping) else value
     return out
