@@ -172,3 +172,46 @@ def test_a_wrong_plan_stops_the_loader_naming_the_sample(mixed_dataset, tokenize
     pending.image_token_counts = [pending.image_token_counts[0] + 1]
     with pytest.raises(FatalSampleError, match="'k'.*planned"):
         encoder.complete_samples([pending])
+
+
+FROZEN_HEAP_SCRIPT = """
+import gc, json, sys
+import energon_plugins
+from energon_plugins.demo.tokenizer import build_demo_tokenizer
+
+processor = energon_plugins.create("image_processor", "fast-clip",
+                                   {"size": {"shortest_edge": 28}, "crop_size": 28})
+assert processor.image_input == "bytes"
+dm = energon_plugins.EnergonMultiModalDataModule(
+    sys.argv[1], build_demo_tokenizer(), processor, seq_length=300, micro_batch_size=2,
+    num_workers=0, shuffle_buffer_size=8)
+loader = dm.train_dataloader()
+built = set(sys.modules)
+for _ in range(12):
+    next(loader)
+late = sorted(m for m in set(sys.modules) - built
+              if m.split(".")[0] in ("torchvision", "sympy") or m.startswith("torch.onnx"))
+unfrozen = sum(len(gc.get_objects(generation=g)) for g in range(3))
+print(json.dumps({"late": late, "unfrozen": unfrozen, "frozen": gc.get_freeze_count()}))
+"""
+
+
+def test_decoding_modules_are_imported_before_energon_freezes_the_heap(mixed_dataset, tmp_path):
+    """Energon's ``GcDataset`` freezes the heap when iteration starts and collects every 10
+    batches, scanning what came after the freeze: torchvision's image IO (imported for a
+    ``bytes`` processor when the loader is built) must not arrive with the first batch, or
+    its ~150,000 objects are scanned by every collection (60 ms instead of under 1 ms)."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "frozen_heap.py"
+    script.write_text(FROZEN_HEAP_SCRIPT)
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, str(script), str(mixed_dataset)], env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert result["late"] == []
+    assert result["frozen"] > 0  # Energon froze the heap when the iteration started
+    assert result["unfrozen"] < 30_000, result  # ~150,000 with torchvision imported late
