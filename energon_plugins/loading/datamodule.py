@@ -521,9 +521,9 @@ class EnergonMultiModalDataModule:
     def _savable_loader(self, dataset: Any) -> Any:
         from megatron.energon import get_savable_loader
 
-        from energon_plugins.loading.stages import finish_watchdogs
+        from energon_plugins.loading.stages import replace_energon_stages
 
-        return self._pinned(finish_watchdogs(get_savable_loader(
+        return self._pinned(replace_energon_stages(get_savable_loader(
             dataset,
             checkpoint_every_sec=self.checkpoint_every_sec,
             checkpoint_every_min_n_samples=self.checkpoint_every_min_n_samples,
@@ -569,15 +569,11 @@ class EnergonMultiModalDataModule:
     def _validation_loader(self) -> ValidationLoader:
         from functools import partial
 
-        from megatron.energon import get_loader
-
         from energon_plugins.loading.validation import RestartingDataset
 
         encoder = self.validation_task_encoder
         dataset = RestartingDataset(self._loader_dataset(self.num_val_workers, "val"))
-        # No watchdog: Energon 7.4's WatchdogDataset starts a thread per iteration that it never
-        # stops (watch_iter does not call finish), one leaked thread per validation pass.
-        loader = self._pinned(get_loader(dataset, watchdog_timeout_seconds=None))
+        loader = self._pinned(_evaluation_loader(dataset))
         overridden = getattr(encoder, "_is_overridden", None)
         grouped = overridden is not None and overridden(encoder.batch_group_criterion)
         # Plain batching: Energon's len() bounds the pass (exact unless samples are skipped);
@@ -731,6 +727,18 @@ def _packing_problem(value: Any) -> ConfigIssue | None:
     )
 
 
+def _evaluation_loader(dataset: Any) -> Any:
+    """Energon's basic (not savable) loader for a validation split, without a watchdog (Energon
+    7.4's ``WatchdogDataset`` starts a thread per iteration that it never stops, one leaked
+    thread per pass) and with the shared garbage-collector freeze
+    (:class:`~energon_plugins.loading.stages.SharedFreezeGcDataset`)."""
+    from megatron.energon import get_loader
+
+    from energon_plugins.loading.stages import replace_energon_stages
+
+    return replace_energon_stages(get_loader(dataset, watchdog_timeout_seconds=None))
+
+
 def _first_val_batch(
     path: str,
     encoder: Any,
@@ -741,7 +749,7 @@ def _first_val_batch(
 ) -> Any:
     """The first batch of the validation split read as a single rank (``None`` if empty):
     what a rank without validation samples of its own pads with."""
-    from megatron.energon import WorkerConfig, get_loader, get_val_dataset
+    from megatron.energon import WorkerConfig, get_val_dataset
 
     from energon_plugins.loading.transfer import configure_pinning
 
@@ -755,7 +763,7 @@ def _first_val_batch(
         packing_buffer_size=packing_buffer_size,
         **kwargs,
     )
-    loader = get_loader(dataset, watchdog_timeout_seconds=None)  # see _validation_loader
+    loader = _evaluation_loader(dataset)
     configure_pinning(loader, pin_memory)
     for batch in loader:
         return batch
