@@ -411,24 +411,18 @@ def test_a_validation_pass_leaves_the_training_loaders_heap_frozen(vqa_dataset, 
     """Energon's ``GcDataset`` freezes the garbage collector when an iteration starts and
     unfreezes it when one ends, for the whole process: at 0 workers a validation pass unfroze
     the heap under the training loader, whose collections every 10 batches then scanned every
-    object of the process. The freeze is now shared: it ends with the last iteration holding it."""
+    object of the process. In the main process only the training loader freezes now."""
     import gc
-    import os
 
-    from energon_plugins.loading import stages
-
-    held = stages._FREEZING.get(os.getpid(), 0)  # other tests' loaders still alive
     dm = make_dm(vqa_dataset, tokenizer, clip_processor)
     train = dm.train_dataloader()
     take(train, 2)
-    assert stages._FREEZING.get(os.getpid(), 0) == held + 1 and gc.get_freeze_count() > 0
+    frozen = gc.get_freeze_count()
+    assert frozen > 0
+    passes = 0
     for _ in dm.val_dataloader().one_pass():
-        assert stages._FREEZING.get(os.getpid(), 0) == held + 2
-    assert stages._FREEZING.get(os.getpid(), 0) == held + 1
-    assert gc.get_freeze_count() > 0  # Energon's own stage had unfrozen it here
+        passes += 1
+    assert passes > 0
+    assert gc.get_freeze_count() >= frozen  # Energon's own settings unfroze everything here
     take(train, 2)
-    del dm, train
-    gc.collect()
-    assert stages._FREEZING.get(os.getpid(), 0) == held
-    if not held:
-        assert gc.get_freeze_count() == 0  # the last iteration unfroze it
+    assert gc.get_freeze_count() >= frozen

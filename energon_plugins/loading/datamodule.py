@@ -518,16 +518,17 @@ class EnergonMultiModalDataModule:
         configure_pinning(loader, self.pin_memory)
         return loader
 
-    def _savable_loader(self, dataset: Any) -> Any:
-        from megatron.energon import get_savable_loader
+    def _savable_loader(self, dataset: Any, *, training: bool = True) -> Any:
+        from megatron.energon import SavableDataLoader
 
-        from energon_plugins.loading.stages import replace_energon_stages
+        from energon_plugins.loading.stages import finish_watchdogs
 
-        return self._pinned(replace_energon_stages(get_savable_loader(
+        return self._pinned(finish_watchdogs(SavableDataLoader(
             dataset,
             checkpoint_every_sec=self.checkpoint_every_sec,
             checkpoint_every_min_n_samples=self.checkpoint_every_min_n_samples,
             n_checkpoints=self.n_checkpoints,
+            gc_freeze_at_start=freezes_heap(dataset, training=training),
         )))
 
     def train_dataloader(self) -> EnergonDataloader:
@@ -561,7 +562,8 @@ class EnergonMultiModalDataModule:
         if self.val_dataloader_object is None:
             if self.validation_mode == "infinite":
                 dataset = self._loader_dataset(self.num_val_workers, "val")
-                self.val_dataloader_object = EnergonDataloader(self._savable_loader(dataset))
+                self.val_dataloader_object = EnergonDataloader(
+                    self._savable_loader(dataset, training=False))
             else:
                 self.val_dataloader_object = self._validation_loader()
         return self.val_dataloader_object
@@ -727,16 +729,28 @@ def _packing_problem(value: Any) -> ConfigIssue | None:
     )
 
 
+def freezes_heap(dataset: Any, *, training: bool) -> bool:
+    """Whether the loader of ``dataset`` lets Energon freeze the garbage collector.
+
+    Energon's ``GcDataset`` runs ``gc.freeze()`` when an iteration starts and ``gc.unfreeze()``
+    when it ends, for the whole process: with loaders in the main process (0 workers), the end
+    of a validation pass unfroze the heap under the training loader, whose collections every
+    10 batches then scanned every object of the process (0.2 s each in a small one; far more
+    beside a model) for the rest of training. So in the main process only the training loader
+    freezes (the other loaders' collections are cheap under its freeze); in loader workers,
+    processes of their own, every loader does.
+    """
+    return training or dataset.worker_config.num_workers > 0
+
+
 def _evaluation_loader(dataset: Any) -> Any:
-    """Energon's basic (not savable) loader for a validation split, without a watchdog (Energon
-    7.4's ``WatchdogDataset`` starts a thread per iteration that it never stops, one leaked
-    thread per pass) and with the shared garbage-collector freeze
-    (:class:`~energon_plugins.loading.stages.SharedFreezeGcDataset`)."""
-    from megatron.energon import get_loader
+    """Energon's basic (not savable) loader for a validation split: no watchdog (Energon 7.4's
+    ``WatchdogDataset`` starts a thread per iteration that it never stops, one leaked thread
+    per pass), and the heap freeze left to the training loader (:func:`freezes_heap`)."""
+    from megatron.energon.savable_loader import BasicDataLoader
 
-    from energon_plugins.loading.stages import replace_energon_stages
-
-    return replace_energon_stages(get_loader(dataset, watchdog_timeout_seconds=None))
+    return BasicDataLoader(dataset, watchdog_timeout_seconds=None,
+                           gc_freeze_at_start=freezes_heap(dataset, training=False))
 
 
 def _first_val_batch(
