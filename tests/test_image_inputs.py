@@ -10,6 +10,9 @@ headers; the finished samples equal what ``encode_sample`` gives directly.
 import contextlib
 import io
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -201,10 +204,6 @@ def test_decoding_modules_are_imported_before_energon_freezes_the_heap(mixed_dat
     batches, scanning what came after the freeze: torchvision's image IO (imported for a
     ``bytes`` processor when the loader is built) must not arrive with the first batch, or
     its ~150,000 objects are scanned by every collection (60 ms instead of under 1 ms)."""
-    import os
-    import subprocess
-    import sys
-
     script = tmp_path / "frozen_heap.py"
     script.write_text(FROZEN_HEAP_SCRIPT)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}

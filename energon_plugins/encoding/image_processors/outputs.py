@@ -46,8 +46,9 @@ def new_output(shape: tuple[int, ...], dtype: Any = None) -> Any:
 
     In a loader worker: shared memory (reused segments from 1 MiB up). Elsewhere, from 1 MiB
     up: a reused array (see the module's docstring), its pages faulted in by one
-    ``madvise(MADV_POPULATE_WRITE)`` call when new (a fresh multi-megabyte tensor otherwise takes one page fault per 4 KiB page on
-    first write: 23 MiB filled in 67 ms instead of 19 ms here). Below 1 MiB: ``torch.empty``.
+    ``madvise(MADV_POPULATE_WRITE)`` call when new (a fresh multi-megabyte tensor otherwise
+    takes one page fault per 4 KiB page on first write: 23 MiB filled in 67 ms instead of
+    19 ms here). Below 1 MiB: ``torch.empty``.
     """
     import torch
 
