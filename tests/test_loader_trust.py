@@ -423,6 +423,8 @@ def test_a_validation_pass_leaves_the_training_loaders_heap_frozen(vqa_dataset, 
     for _ in dm.val_dataloader().one_pass():
         passes += 1
     assert passes > 0
-    assert gc.get_freeze_count() >= frozen  # Energon's own settings unfroze everything here
+    # Energon's own settings unfreeze everything here (count 0). Still frozen, the count may
+    # shrink a little: frozen objects freed by reference counting leave the frozen set.
+    assert gc.get_freeze_count() > frozen // 2
     take(train, 2)
-    assert gc.get_freeze_count() >= frozen
+    assert gc.get_freeze_count() > frozen // 2
