@@ -159,6 +159,10 @@ def summary_rows(results: dict) -> list[list[str]]:
             f"{regular['cli_median_s'] * 1000:.0f} / {regular['baseline_median_s'] * 1000:.0f} ms "
             f"({regular['ratio']}x; CPU {regular.get('cpu_ratio')}x)", f"<= {cli['goal_ratio']}",
             regular["ratio"] <= cli["goal_ratio"])
+        floor = (regular.get("breakdown_median_s") or {}).get("import pluggy (loads every plugin)")
+        if floor:
+            add("cli_startup", "`import pluggy` alone / `python -c pass`, regular install",
+                f"{floor / regular['baseline_median_s']:.2f}x (a floor of `list`)")
         add("cli_startup", "the same in the project's .venv (editable installs)",
             f"{cli['cli_median_s'] * 1000:.0f} / {cli['baseline_median_s'] * 1000:.0f} ms ({cli['ratio']}x)")
         heavy = cli.get("heavy_modules_imported_by_list") or []
