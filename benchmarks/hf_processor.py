@@ -8,8 +8,9 @@ collate function): render every conversation with ``apply_chat_template(tokenize
 call the processor once per batch on the texts and images (``padding=True``), then build
 the loss mask by finding the assistant turns' marker tokens in the ids. The encoder under
 test renders and calls the processor per sample (so each sample's length is known before
-packing) and collates with ``batch``. Same conversations, same in-memory images (already
-decoded, as Energon hands them), one torch thread each (samples/s per core), both measured in
+packing) and collates with ``batch``. Same conversations (realistic lengths; the tiny
+processor's tokenizer, trained on a few sentences, makes 3-5 tokens of a word), same in-memory
+photograph-like images (already decoded, as Energon hands them), one torch thread each (samples/s per core), both measured in
 this run, in interleaved rounds; the ratio of the medians is the figure.
 """
 
@@ -23,29 +24,37 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from _common import print_table, write_json  # noqa: E402
+from _realistic import photo, text  # noqa: E402
 
 
 def conversations(count: int, seed: int):
-    """``count`` (turns, PIL images) conversations: 0-2 images, 1-2 turns, mixed sizes."""
+    """``count`` (turns, PIL images) conversations: 0-2 photograph-like images (long side
+    300-1000 px), 1-2 turns of 8-30 word questions and 20-150 word answers."""
     import numpy as np
-    from PIL import Image
 
     rng = np.random.default_rng(seed)
     out = []
-    for i in range(count):
-        images = [Image.fromarray(rng.integers(0, 256, (int(rng.integers(200, 480)),
-                                                        int(rng.integers(200, 480)), 3), dtype=np.uint8))
-                  for _ in range(int(rng.integers(0, 3)))]
+    for _ in range(count):
+        images = []
+        for _ in range(int(rng.integers(0, 3))):
+            long = int(rng.integers(300, 1001))
+            short = int(round(long * rng.uniform(0.5, 1.0)))
+            images.append(photo(rng, *((long, short) if rng.random() < 0.6 else (short, long))))
         tags = "<image>\n" * len(images)
-        turns = [("user", f"{tags}What is shown in picture {i}?"), ("assistant", f"Shapes, {i} of them.")]
-        if i % 2:
-            turns += [("user", "And the colour?"), ("assistant", "Mostly blue.")]
+        turns = []
+        for turn in range(1 + int(rng.integers(0, 2))):
+            question = text(rng, int(rng.integers(8, 31)), question=True)
+            turns += [("user", f"{tags if turn == 0 else ''}{question}"),
+                      ("assistant", text(rng, int(rng.integers(20, 151))))]
         out.append((turns, images))
     return out
 
 
-def baseline_batches(processor, data, batch_size, start_marker, end_marker, size):
-    """Megatron-Bridge's generic path: the processor per batch, markers for the loss mask."""
+def baseline_batches(processor, data, batch_size, start_marker, end_marker, settings):
+    """Megatron-Bridge's generic path: the processor per batch, markers for the loss mask.
+
+    ``settings``: the keyword arguments of the encoder's processor calls (its image size
+    budget included), so both paths make the same pixels."""
     import torch
 
     tok = processor.tokenizer
@@ -65,7 +74,7 @@ def baseline_batches(processor, data, batch_size, start_marker, end_marker, size
             images.append(list(imgs))
         with_images = any(images)
         out = processor(text=texts, images=images if with_images else None, padding=True,
-                        return_tensors="pt", **size)
+                        return_tensors="pt", **settings)
         ids = out["input_ids"]
         labels = torch.full_like(ids, -100)
         n = len(start_ids)
@@ -81,6 +90,20 @@ def baseline_batches(processor, data, batch_size, start_marker, end_marker, size
                     i = j
                 i += 1
         yield out, labels
+
+
+def same_pixels(batch, baseline_out) -> None:
+    """Stop unless both paths made the same pixels for the first batch (a baseline run with
+    another image size budget would be timing other work)."""
+    import torch
+
+    ours, theirs = batch.pixel_values, baseline_out.get("pixel_values")
+    if ours is None and theirs is None:
+        return
+    if ours is None or theirs is None or ours.shape != theirs.shape or not torch.allclose(ours, theirs):
+        raise SystemExit(f"the encoder and the baseline made different pixel values: "
+                         f"{None if ours is None else tuple(ours.shape)} vs "
+                         f"{None if theirs is None else tuple(theirs.shape)}")
 
 
 def encoder_batches(encoder, samples, batch_size):
@@ -124,6 +147,11 @@ def main() -> None:
         samples = [ChatMLSample(__key__=str(i), __restore_key__=(),
                                 conversation=[{"role": r, "content": c} for r, c in turns],
                                 images=imgs) for i, (turns, imgs) in enumerate(data)]
+        settings = {**encoder.call_kwargs,
+                    **({"images_kwargs": encoder.image_kwargs} if encoder.image_kwargs else {})}
+        same_pixels(next(encoder_batches(encoder, samples, args.batch)),
+                    next(baseline_batches(processor, data, args.batch, "<|im_start|>assistant\n",
+                                          "<|im_end|>", settings))[0])
         timings = {"encoder": [], "baseline": []}
         for _ in range(args.repeats):
             start = time.perf_counter()
@@ -132,7 +160,7 @@ def main() -> None:
             timings["encoder"].append(time.perf_counter() - start)
             start = time.perf_counter()
             for _ in baseline_batches(processor, data, args.batch, "<|im_start|>assistant\n",
-                                      "<|im_end|>", encoder.call_kwargs):
+                                      "<|im_end|>", settings):
                 pass
             timings["baseline"].append(time.perf_counter() - start)
     rates = {k: args.samples / statistics.median(v) for k, v in timings.items()}

@@ -6,10 +6,12 @@ import gc
 import torch
 from torch.utils.data import DataLoader, Dataset
 
+from energon_plugins.encoding.image_processors import shared_outputs
 from energon_plugins.encoding.image_processors.outputs import (
     POOL_HEADROOM,
     POOL_MIN_BYTES,
     OutputPool,
+    concatenated,
     new_output,
 )
 
@@ -55,6 +57,44 @@ def test_new_output_in_the_main_process_is_writable_contiguous_and_sized():
     assert float(out[-1, -1]) == ROWS * 1176 - 1
     tiny = new_output((2, 3), torch.uint8)
     assert tiny.shape == (2, 3) and tiny.dtype == torch.uint8
+
+
+def test_concatenated_equals_torch_cat_and_reuses_pooled_memory():
+    """Along any dim, mixed dtypes promoted as torch.cat does, small (plain) and large (pooled)."""
+    big = [torch.randn(ROWS // 2, 1176), torch.randn(ROWS // 3, 1176), torch.randn(1, 1176)]
+    out = concatenated(big)
+    assert torch.equal(out, torch.cat(big)) and out.is_contiguous()
+    address = out.data_ptr()
+    del out
+    gc.collect()
+    assert concatenated(big).data_ptr() == address  # the pooled array, handed out again
+    rows = [torch.randn(1, 3, 5), torch.randn(1, 4, 5)]
+    assert torch.equal(concatenated(rows, dim=1), torch.cat(rows, dim=1))
+    assert torch.equal(concatenated(rows, dim=-2), torch.cat(rows, dim=-2))
+    mixed = [torch.arange(4, dtype=torch.int32).view(2, 2), torch.full((1, 2), 0.5, dtype=torch.float64)]
+    result = concatenated(mixed)
+    assert result.dtype == torch.float64 and torch.equal(result, torch.cat(mixed))
+
+
+class _Concatenated(Dataset):
+    def __len__(self):
+        return 2
+
+    def __getitem__(self, index):
+        parts = [torch.full((ROWS // 2, 1176), float(index)), torch.full((ROWS // 2, 1176), -1.0)]
+        out = concatenated(parts)
+        pool = shared_outputs.pool()
+        in_pool = pool is not None and pool.holds(out.data_ptr())
+        return out, in_pool or out.is_shared(), torch.cat(parts).is_shared()
+
+
+def test_concatenated_in_a_loader_worker_is_shared_memory():
+    """A worker's concatenation is born in shared memory (torch.cat's is not: it is copied
+    there on the way to the main process), and arrives intact."""
+    for index, (out, shared, cat_shared) in enumerate(DataLoader(_Concatenated(), batch_size=None,
+                                                                 num_workers=1)):
+        assert shared and not cat_shared
+        assert float(out[0, 0]) == index and float(out[-1, -1]) == -1.0
 
 
 class _Outputs(Dataset):

@@ -117,6 +117,11 @@ class SharedOutputPool:
             del self._by_address[segment.array.ctypes.data]
             segment.close()  # the main process's own mapping keeps a forgotten one alive there
 
+    def holds(self, address: int) -> bool:
+        """Whether the data of one of this pool's segments starts at ``address``."""
+        with self._lock:
+            return address in self._by_address
+
     def sent(self, address: int) -> _Segment | None:
         """The segment whose data starts at ``address``, marked as sent; None if not pooled,
         or if this hand-out was sent already (a second receiver's release could free it while

@@ -36,6 +36,7 @@ from megatron.energon.task_encoder.base import TaskEncoder
 
 from energon_plugins.host.context import BuildContext
 from energon_plugins.encoding.image_processors.inputs import decoder_for
+from energon_plugins.encoding.image_processors.outputs import concatenated
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
 from energon_plugins.encoding.task_encoders.packing import PackingMixin
@@ -352,9 +353,11 @@ class PluginTaskEncoder(
         ``key`` is a ``visual`` key, or ``pixel_values`` / ``image_grid_thw`` (which packing and
         ``batch`` combine the same way). The default concatenates along dim 0; override (or
         consult a per-key table) for inputs laid out otherwise, such as tiles padded to a
-        common count.
+        common count. The result is written into output memory
+        (:func:`~energon_plugins.encoding.image_processors.outputs.concatenated`: shared
+        memory in a loader worker).
         """
-        return torch.cat(parts, dim=0)
+        return concatenated(parts, dim=0)
 
     def combine_parts(self, key: str, parts: list[torch.Tensor | None]) -> torch.Tensor | None:
         """The samples' ``key`` tensors combined by :meth:`collate_visual` (``None`` if none;

@@ -25,6 +25,8 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
+from energon_plugins.encoding.image_processors.outputs import concatenated
+
 logger = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "energon_plugins.hf_processor_families"
@@ -33,10 +35,12 @@ Combine = Callable[[list[Any]], Any]
 
 
 def concat(parts: list[Any]) -> Any:
-    """One entry per image (or patch) along dim 0: concatenate (Qwen patches, image sizes)."""
-    import torch
+    """One entry per image (or patch) along dim 0: concatenate (Qwen patches, image sizes).
 
-    return torch.cat(parts, dim=0)
+    Every rule writes into the core's output memory
+    (:func:`~energon_plugins.encoding.image_processors.outputs.concatenated`: shared memory
+    in a loader worker, reused arrays elsewhere)."""
+    return concatenated(parts, dim=0)
 
 
 def _padded(parts: list[Any], first_dim: int) -> list[Any]:
@@ -59,11 +63,9 @@ def pad_concat(parts: list[Any]) -> Any:
     What a processor does within one call: LLaVA-NeXT / OneVision pad each image's tiles to
     the largest tile count, Pixtral pads images to the largest height and width.
     """
-    import torch
-
     if len({p.shape[1:] for p in parts}) == 1:
-        return torch.cat(parts, dim=0)
-    return torch.cat(_padded(parts, 1), dim=0)
+        return concatenated(parts, dim=0)
+    return concatenated(_padded(parts, 1), dim=0)
 
 
 def image_row(parts: list[Any]) -> Any:
@@ -73,11 +75,9 @@ def image_row(parts: list[Any]) -> Any:
     one row of every image is what it reads, without the all-zero padding images that a
     ``(B, max n)`` layout adds.
     """
-    import torch
-
     if len({p.shape[2:] for p in parts}) != 1:
         parts = _padded(parts, 2)
-    return torch.cat(parts, dim=1)
+    return concatenated(parts, dim=1)
 
 
 COMBINE: dict[str, Combine] = {"concat": concat, "pad_concat": pad_concat, "image_row": image_row}
