@@ -74,6 +74,8 @@ def test_concatenated_equals_torch_cat_and_reuses_pooled_memory():
     mixed = [torch.arange(4, dtype=torch.int32).view(2, 2), torch.full((1, 2), 0.5, dtype=torch.float64)]
     result = concatenated(mixed)
     assert result.dtype == torch.float64 and torch.equal(result, torch.cat(mixed))
+    on_meta = [torch.empty(2, 3, device="meta"), torch.empty(1, 3, device="meta")]
+    assert concatenated(on_meta).device.type == "meta"  # another device: concatenated there
 
 
 class _Concatenated(Dataset):
