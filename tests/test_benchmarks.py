@@ -102,3 +102,31 @@ def test_cli_startup_times_a_regular_install_listing_the_same_plugins():
     assert regular["cli_median_s"] > 0 and regular["ratio"] > 0
     assert result["goal_met"] == (regular["ratio"] <= result["goal_ratio"])
     assert result["heavy_modules_imported_by_list"] == []
+
+
+@pytest.mark.slow
+def test_hf_processor_benchmark_times_the_same_pixels_on_both_sides(tmp_path):
+    """benchmarks/hf_processor.py gives the per-batch loop the encoder's processor settings and
+    stops unless both paths make the same pixel values (a baseline left at the processor's
+    default image size once timed a twentieth of the work)."""
+    import importlib.util
+    from types import SimpleNamespace
+
+    import torch
+
+    out = tmp_path / "hf.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "hf_processor.py"), "--quick",
+                           "--json", str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert set(result["samples_per_second"]) == {"encoder", "baseline"}
+    assert all(rate > 0 for rate in result["samples_per_second"].values())
+
+    spec = importlib.util.spec_from_file_location("hf_processor_bench", ROOT / "benchmarks" / "hf_processor.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    ours = SimpleNamespace(pixel_values=torch.ones(8, 1176))
+    module.same_pixels(ours, {"pixel_values": torch.ones(8, 1176)})
+    with pytest.raises(SystemExit, match="different pixel values"):
+        module.same_pixels(ours, {"pixel_values": torch.ones(2, 1176)})
