@@ -9,9 +9,11 @@ call the processor once per batch on the texts and images (``padding=True``), th
 the loss mask by finding the assistant turns' marker tokens in the ids. The encoder under
 test renders and calls the processor per sample (so each sample's length is known before
 packing) and collates with ``batch``. Same conversations (realistic lengths; the tiny
-processor's tokenizer, trained on a few sentences, makes 3-5 tokens of a word), same in-memory
-photograph-like images (already decoded, as Energon hands them), one torch thread each (samples/s per core), both measured in
-this run, in interleaved rounds; the ratio of the medians is the figure.
+processor's tokenizer, trained on a few sentences, makes 3-5 tokens of a word), same
+in-memory photograph-like images (already decoded, as Energon hands them), same processor
+settings (the script stops unless both paths make the same pixel values), one torch thread
+each (samples/s per core), both measured in this run, in interleaved rounds; the ratio of the
+medians is the figure.
 """
 
 import argparse
