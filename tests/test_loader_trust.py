@@ -428,3 +428,43 @@ def test_a_validation_pass_leaves_the_training_loaders_heap_frozen(vqa_dataset, 
     assert gc.get_freeze_count() > frozen // 2
     take(train, 2)
     assert gc.get_freeze_count() > frozen // 2
+
+
+
+def test_an_evaluation_only_pass_freezes_the_heap_and_gives_it_back(vqa_dataset, tokenizer,
+                                                                   clip_processor):
+    """With no training loader iterating (an evaluation-only script), a validation pass at 0
+    workers freezes the heap for the pass, so Energon's collections every 10 batches skip all
+    that was alive before it (without: each scans the whole process); the pass ends it."""
+    import gc
+
+    from energon_plugins.loading import heap
+
+    gc.unfreeze()
+    gc.collect()  # loaders of earlier tests, gone
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor)
+    during = [gc.get_freeze_count() for _ in dm.val_dataloader().one_pass()]
+    assert during and min(during) > 0
+    assert gc.get_freeze_count() == 0 or len(heap._TRAINING) > 0  # a live training loader keeps it
+
+
+def test_a_training_loader_started_during_a_pass_keeps_its_freeze(vqa_dataset, tokenizer,
+                                                                  clip_processor):
+    """A pass that froze the heap (nothing else had) and ends after a training loader started
+    leaves the heap frozen: the training loader's freeze covers the same objects."""
+    import gc
+
+    gc.unfreeze()
+    gc.collect()
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor)
+    val_pass = dm.val_dataloader().one_pass()
+    next(val_pass)
+    assert gc.get_freeze_count() > 0  # the pass's own freeze
+    train = dm.train_dataloader()
+    take(train, 2)
+    frozen = gc.get_freeze_count()
+    for _ in val_pass:
+        pass
+    assert gc.get_freeze_count() > frozen // 2
+    take(train, 2)
+    assert gc.get_freeze_count() > frozen // 2

@@ -11,6 +11,7 @@ from energon_plugins.loading.checkpoint import (
     fingerprint_differences,
     mismatch_message,
 )
+from energon_plugins.loading.heap import note_training_start
 
 
 class LoaderStateError(EnergonPluginsError, RuntimeError):
@@ -100,6 +101,7 @@ class EnergonDataloader:
 
     def __next__(self) -> Any:
         if self._iterator is None:
+            note_training_start(self, self._dataloader)  # a training loader freezes the heap
             self._iterator = self._start()
         while True:
             try:

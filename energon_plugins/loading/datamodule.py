@@ -33,6 +33,7 @@ from energon_plugins.loading.dataset_check import (
 )
 from energon_plugins.loading.dataset_fit import check_fit
 from energon_plugins.loading.distributed import ParallelLayout, max_over_group, parallel_layout
+from energon_plugins.loading.heap import freezes_heap
 from energon_plugins.loading.energon_arguments import (
     energon_argument_issues,
     split_energon_arguments,
@@ -729,24 +730,10 @@ def _packing_problem(value: Any) -> ConfigIssue | None:
     )
 
 
-def freezes_heap(dataset: Any, *, training: bool) -> bool:
-    """Whether the loader of ``dataset`` lets Energon freeze the garbage collector.
-
-    Energon's ``GcDataset`` runs ``gc.freeze()`` when an iteration starts and ``gc.unfreeze()``
-    when it ends, for the whole process: with loaders in the main process (0 workers), the end
-    of a validation pass unfroze the heap under the training loader, whose collections every
-    10 batches then scanned every object of the process (0.2 s each in a small one; far more
-    beside a model) for the rest of training. So in the main process only the training loader
-    freezes (the other loaders' collections are cheap under its freeze); in loader workers,
-    processes of their own, every loader does.
-    """
-    return training or dataset.worker_config.num_workers > 0
-
-
 def _evaluation_loader(dataset: Any) -> Any:
     """Energon's basic (not savable) loader for a validation split: no watchdog (Energon 7.4's
     ``WatchdogDataset`` starts a thread per iteration that it never stops, one leaked thread
-    per pass), and the heap freeze left to the training loader (:func:`freezes_heap`)."""
+    per pass), and the heap freeze left to :mod:`energon_plugins.loading.heap`."""
     from megatron.energon.savable_loader import BasicDataLoader
 
     return BasicDataLoader(dataset, watchdog_timeout_seconds=None,

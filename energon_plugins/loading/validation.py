@@ -33,6 +33,7 @@ from typing import Any
 from megatron.energon.wrappers.base import BaseWrapperDataset
 
 from energon_plugins.errors import ConfigError, DatasetError
+from energon_plugins.loading.heap import frozen_for_pass
 
 logger = logging.getLogger(__name__)
 
@@ -212,7 +213,7 @@ class ValidationLoader:
     def _real_batches(self) -> Iterator[Any]:
         """One pass over this rank's part of the split (restarted from the beginning)."""
         self._counts.load(None)
-        return self._counts.filter(self._dataloader)
+        return self._counts.filter(frozen_for_pass(self._dataloader))
 
     def _next_filler(self) -> Any:
         if self._filler is None:
