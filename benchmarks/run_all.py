@@ -41,6 +41,7 @@ BENCHMARKS = {
     "hf_processor": ("hf_processor.py", ["--samples", "96", "--repeats", "3"], ["--quick"], "file"),
     "convert": ("convert.py", ["--records", "20000"], ["--records", "200"], "file"),
     "video": ("video.py", ["--repeats", "3"], ["--quick"], "file"),
+    "validation_heap": ("validation_heap.py", [], ["--quick"], "file"),
 }
 FALLBACKS: dict[str, tuple] = {}
 """Used when the primary script is missing or fails."""
@@ -191,6 +192,11 @@ def summary_rows(results: dict) -> list[list[str]]:
     if bf:
         for goal in bf.get("goals", []):
             add("batch_formats", goal["goal"], goal["detail"], "", goal["met"])
+    vh = _get(results, "validation_heap", "result")
+    if vh:
+        add("validation_heap", f"validation pass at 0 workers beside ~{vh['objects_in_process']:,} objects: "
+            "Energon (no freeze) / with the freeze rule, s", " / ".join(
+                f"{v:.3f}" for v in vh["median_pass_seconds"].values()) + f" ({vh['speedup']}x)")
     hf = _get(results, "hf_processor", "result")
     if hf:
         rates = hf["samples_per_second"]

@@ -130,3 +130,17 @@ def test_hf_processor_benchmark_times_the_same_pixels_on_both_sides(tmp_path):
     module.same_pixels(ours, {"pixel_values": torch.ones(8, 1176)})
     with pytest.raises(SystemExit, match="different pixel values"):
         module.same_pixels(ours, {"pixel_values": torch.ones(2, 1176)})
+
+
+def test_validation_heap_benchmark_times_both_loaders(tmp_path):
+    """benchmarks/validation_heap.py times validation passes with and without the freeze rule
+    (quick sizes) and writes the keys the summary reads."""
+    out = tmp_path / "vh.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validation_heap.py"), "--quick",
+                           "--json", str(out)], env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    result = json.loads(out.read_text())
+    assert result["batches_per_pass"] > 0 and result["objects_in_process"] > 10_000
+    assert set(result["median_pass_seconds"]) == {"Energon (no freeze)", "with the freeze rule"}
+    assert result["speedup"] > 0
