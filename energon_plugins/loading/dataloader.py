@@ -11,7 +11,7 @@ from energon_plugins.loading.checkpoint import (
     fingerprint_differences,
     mismatch_message,
 )
-from energon_plugins.loading.heap import note_training_start
+from energon_plugins.loading.heap import TrainingIterations
 
 
 class LoaderStateError(EnergonPluginsError, RuntimeError):
@@ -84,7 +84,7 @@ class EnergonDataloader:
 
     def _pull(self) -> Iterator[Any]:
         """Cycle the loader; while prefetching, remember the state before every pull."""
-        source = cyclic_iter(self._dataloader)
+        source = cyclic_iter(TrainingIterations(self._dataloader))
         while True:
             if self._prefetching:
                 self._snapshot = self._loader_position()
@@ -92,7 +92,7 @@ class EnergonDataloader:
 
     def _start(self) -> Iterator[Any]:
         if self.device is None:
-            return cyclic_iter(self._dataloader)
+            return cyclic_iter(TrainingIterations(self._dataloader))
         from energon_plugins.loading.transfer import DevicePrefetcher
 
         prefetcher = DevicePrefetcher(self._pull(), self.device)
@@ -101,7 +101,6 @@ class EnergonDataloader:
 
     def __next__(self) -> Any:
         if self._iterator is None:
-            note_training_start(self, self._dataloader)  # a training loader freezes the heap
             self._iterator = self._start()
         while True:
             try:

@@ -13,24 +13,24 @@ processes freeze their own heaps and are left as Energon builds them. In the mai
   :func:`frozen_for_pass`: it freezes the heap for the pass when nothing has it frozen (an
   evaluation-only script: passes 1.7x faster beside half a million objects,
   ``benchmarks/validation_heap.py``), and at the end of the pass gives the freeze back only if
-  no training loader of this process has started iterating (one that started during the pass
-  froze the heap too, and its freeze must stay).
+  no training loader of this process started an iteration meanwhile (that iteration froze the
+  heap too, and its freeze must stay).
 
-Training loaders announce their first iteration with :func:`note_training_start`. A training
-loader built outside the datamodule (a hand-wired Energon loader) does not, so a validation
-pass that starts before it and ends after its first batch unfreezes its heap, as Energon's own
-validation loaders always do.
+Training loaders announce every iteration they start (:class:`TrainingIterations`: one per
+pass over the data, as the wrapper cycles them). A training loader built outside the
+datamodule (a hand-wired Energon loader) does not, so a validation pass that starts before it
+and ends after its first batch unfreezes its heap, as Energon's own validation loaders always
+do.
 """
 
 from __future__ import annotations
 
 import gc
-import weakref
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-_TRAINING: weakref.WeakSet[Any] = weakref.WeakSet()
-"""Training loaders of this process that froze its heap when they started iterating."""
+_training_starts = 0
+"""Iterations started in this process by training loaders that freeze its heap."""
 
 
 def freezes_heap(dataset: Any, *, training: bool) -> bool:
@@ -58,11 +58,19 @@ def _freezes_main_process(loader: Any) -> bool:
     return False
 
 
-def note_training_start(owner: Any, loader: Any) -> None:
-    """Record that ``owner`` (kept weakly) starts iterating ``loader``, which freezes this
-    process's heap if it runs here with Energon's freeze."""
-    if _freezes_main_process(loader):
-        _TRAINING.add(owner)
+class TrainingIterations:
+    """``loader``, iterable as it is; each iteration it starts is counted first when it will
+    freeze this process's heap (Energon's freeze, 0 workers)."""
+
+    def __init__(self, loader: Any) -> None:
+        self.loader = loader
+        self._freezes = _freezes_main_process(loader)
+
+    def __iter__(self) -> Iterator[Any]:
+        global _training_starts
+        if self._freezes:
+            _training_starts += 1
+        return iter(self.loader)
 
 
 def frozen_for_pass(loader: Any) -> Iterable[Any]:
@@ -76,11 +84,12 @@ def frozen_for_pass(loader: Any) -> Iterable[Any]:
 
 def _pass_under_freeze(batches: Iterable[Any]) -> Iterator[Any]:
     own = gc.get_freeze_count() == 0
+    starts = _training_starts
     if own:
         gc.collect()
         gc.freeze()
     try:
         yield from batches
     finally:
-        if own and not len(_TRAINING):
+        if own and _training_starts == starts:
             gc.unfreeze()
