@@ -104,6 +104,16 @@ def test_cli_startup_times_a_regular_install_listing_the_same_plugins():
     assert result["heavy_modules_imported_by_list"] == []
 
 
+def _quick_json(script: str, tmp_path: Path) -> dict:
+    """Run ``benchmarks/SCRIPT --quick --json FILE`` offline; return the JSON it wrote."""
+    out = tmp_path / f"{Path(script).stem}.json"
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--json", str(out)],
+                          env=env, capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(out.read_text())
+
+
 @pytest.mark.slow
 def test_hf_processor_benchmark_times_the_same_pixels_on_both_sides(tmp_path):
     """benchmarks/hf_processor.py gives the per-batch loop the encoder's processor settings and
@@ -114,12 +124,7 @@ def test_hf_processor_benchmark_times_the_same_pixels_on_both_sides(tmp_path):
 
     import torch
 
-    out = tmp_path / "hf.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "hf_processor.py"), "--quick",
-                           "--json", str(out)], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = _quick_json("hf_processor.py", tmp_path)
     assert set(result["samples_per_second"]) == {"encoder", "baseline"}
     assert all(rate > 0 for rate in result["samples_per_second"].values())
 
@@ -135,12 +140,7 @@ def test_hf_processor_benchmark_times_the_same_pixels_on_both_sides(tmp_path):
 def test_validation_heap_benchmark_times_both_loaders(tmp_path):
     """benchmarks/validation_heap.py times validation passes with and without the freeze rule
     (quick sizes) and writes the keys the summary reads."""
-    out = tmp_path / "vh.json"
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "validation_heap.py"), "--quick",
-                           "--json", str(out)], env=env, capture_output=True, text=True, timeout=600)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    result = json.loads(out.read_text())
+    result = _quick_json("validation_heap.py", tmp_path)
     assert result["batches_per_pass"] > 0 and result["objects_in_process"] > 10_000
     assert set(result["median_pass_seconds"]) == {"Energon (no freeze)", "with the freeze rule"}
     assert result["speedup"] > 0
