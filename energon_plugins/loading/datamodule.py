@@ -33,11 +33,11 @@ from energon_plugins.loading.dataset_check import (
 )
 from energon_plugins.loading.dataset_fit import check_fit
 from energon_plugins.loading.distributed import ParallelLayout, max_over_group, parallel_layout
-from energon_plugins.loading.heap import freezes_heap
 from energon_plugins.loading.energon_arguments import (
     energon_argument_issues,
     split_energon_arguments,
 )
+from energon_plugins.loading.heap import freezes_heap
 from energon_plugins.loading.settings import (
     CHECKPOINT_EVERY_MIN_N_SAMPLES,
     CHECKPOINT_EVERY_SEC,
