@@ -57,7 +57,6 @@ def test_a_packed_run_with_a_worker_prints_nothing_but_its_own_output(vqa_datase
 NOISY = "noisy_module_for_quiet_test"
 
 
-
 def test_a_first_import_is_quiet_and_a_repeated_one_skips_the_context(tmp_path, monkeypatch):
     (tmp_path / f"{NOISY}.py").write_text(
         "import logging, warnings\n"
