@@ -6,7 +6,7 @@ import gc
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from energon_plugins.encoding.image_processors import shared_outputs
+from energon_plugins.encoding.image_processors import outputs, shared_outputs
 from energon_plugins.encoding.image_processors.outputs import (
     POOL_HEADROOM,
     POOL_MIN_BYTES,
@@ -59,8 +59,13 @@ def test_new_output_in_the_main_process_is_writable_contiguous_and_sized():
     assert tiny.shape == (2, 3) and tiny.dtype == torch.uint8
 
 
-def test_concatenated_equals_torch_cat_and_reuses_pooled_memory():
-    """Along any dim, mixed dtypes promoted as torch.cat does, small (plain) and large (pooled)."""
+def test_concatenated_equals_torch_cat_and_reuses_pooled_memory(monkeypatch):
+    """Along any dim, mixed dtypes promoted as torch.cat does, small (plain) and large (pooled).
+
+    The process's pool is replaced by an empty one for the test: arrays that earlier tests left
+    free in the shared pool may fit better and be handed out first (it failed so under -n 2).
+    """
+    monkeypatch.setattr(outputs, "_POOL", OutputPool())
     big = [torch.randn(ROWS // 2, 1176), torch.randn(ROWS // 3, 1176), torch.randn(1, 1176)]
     out = concatenated(big)
     assert torch.equal(out, torch.cat(big)) and out.is_contiguous()
