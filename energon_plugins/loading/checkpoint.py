@@ -58,12 +58,36 @@ def state_path(folder: str | os.PathLike, dp_rank: int) -> Path:
     return Path(folder) / STATE_FILE.format(rank=dp_rank)
 
 
+COMPONENT_NAMES: dict[str, str] = {
+    "energon_plugins.encoding.packing.strategies.NoPacking": "none",
+    "energon_plugins.encoding.packing.strategies.FirstFitDecreasing": "first-fit-decreasing",
+    "energon_plugins.encoding.packing.strategies.BestFitDecreasing": "best-fit-decreasing",
+    "energon_plugins.encoding.packing.strategies.GreedyKnapsack": "greedy-knapsack",
+}
+"""Class paths that fingerprints of 0.1.0 recorded for built-in components, and the names
+recorded since. A class that moves adds its old path here (old path -> what is recorded
+now), so states saved before the move still restore."""
+
+_COMPONENT_KEYS = ("task_encoder", "packing")
+
+
+def _canonical(key: str, value: Any) -> Any:
+    if key in _COMPONENT_KEYS and isinstance(value, str):
+        return COMPONENT_NAMES.get(value, value)
+    return value
+
+
 def fingerprint_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """``key: saved X, now Y`` for every key whose value differs (missing keys included)."""
+    """``key: saved X, now Y`` for every key whose value differs (missing keys included).
+
+    Components recorded by a class path that has since moved or been named
+    (:data:`COMPONENT_NAMES`) compare by what is recorded now.
+    """
     missing = object()
     lines = []
     for key in sorted(set(saved) | set(current)):
-        before, now = saved.get(key, missing), current.get(key, missing)
+        before = _canonical(key, saved.get(key, missing))
+        now = _canonical(key, current.get(key, missing))
         if before != now:
             show = lambda v: "(absent)" if v is missing else repr(v)  # noqa: E731
             lines.append(f"{key}: saved {show(before)}, now {show(now)}")
@@ -237,9 +261,13 @@ def _describe_component(arg: Any, built: Any) -> tuple[str, Any]:
         return "None", None
     cls = type(obj)
     options = getattr(obj, "options", None)
-    return f"{cls.__module__}.{cls.__qualname__}", (
-        _options_dump(options) if options is not None else None
-    )
+    options = _options_dump(options) if options is not None else None
+    path = f"{cls.__module__}.{cls.__qualname__}"
+    registered = getattr(cls, "name", None)
+    if path in COMPONENT_NAMES or (isinstance(registered, str) and path.startswith("energon_plugins.")):
+        # a built-in component: its registered name, which survives moving the class
+        return COMPONENT_NAMES.get(path, registered), options
+    return path, options
 
 
 def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> dict[str, Any]:
