@@ -272,7 +272,7 @@ def test_a_killed_run_resumes_without_duplicates(converted, tmp_path):
     runner = CliRunner()
     args = ["convert", str(source.path), str(out), "--from", "llava-json",
             "-o", f"image_folder={source.options['image_folder']}", "--split-ratio", SPLITS,
-            "--shard-size", SHARD, "--workers", "2", "--json"]
+            "--shard-size", SHARD, "--workers", "2", "--max-rejected", "30%", "--json"]
     refused = runner.invoke(cli, args[:-1])
     assert refused.exit_code == 1 and "--resume" in refused.output
     resumed = runner.invoke(cli, [*args, "--resume"])
@@ -334,14 +334,14 @@ def test_user_errors_name_what_is_wrong(converted, tmp_path):
 
 def test_a_json_array_is_streamed(tmp_path):
     """Records before a break in a JSON array arrive before the error: nothing loads it whole."""
-    from energon_plugins.convert.formats.json_stream import iter_json_records
+    from energon_plugins.convert.formats.json_stream import decode_payload, iter_json_records
 
     path = tmp_path / "big.json"
     path.write_text("[" + ",".join(json.dumps({"n": i}) for i in range(1000)) + ", {broken")
     seen = []
     with pytest.raises(ConvertError, match=r"big.json: invalid JSON after record #999"):
         for location, payload in iter_json_records(path, "big.json"):
-            seen.append(payload[1]["n"])
+            seen.append(decode_payload(payload)["n"])
     assert seen == list(range(1000))
 
 
@@ -354,7 +354,8 @@ def test_cli_convert_then_preview_and_validate(converted, tmp_path):
     out = tmp_path / "ds"
     result = runner.invoke(cli, ["convert", str(source.path), str(out), "--from", "llava-json",
                                  "-o", f"image_folder={source.options['image_folder']}",
-                                 "--split-ratio", SPLITS, "--workers", "0"], env={"COLUMNS": "400"})
+                                 "--split-ratio", SPLITS, "--workers", "0",
+                                 "--max-rejected", "30%"], env={"COLUMNS": "400"})
     assert result.exit_code == 0, result.output
     assert "20 written, 7 rejected" in result.output and "rejected.jsonl" in result.output
     config = tmp_path / "train.yaml"
@@ -379,7 +380,9 @@ def test_split_assignment_is_even_and_positional():
 
     ratios = parse_split_ratio("0.8,0.1,0.1")
     assert ratios == [("train", 0.8), ("val", 0.1), ("test", 0.1)]
-    assert parse_split_ratio("train=3,val=1,test=0") == [("train", 0.75), ("val", 0.25)]
+    assert parse_split_ratio("train=0.75,val=0.25,test=0") == [("train", 0.75), ("val", 0.25)]
+    with pytest.raises(ConvertError, match="sum to 4"):  # weights are no longer rescaled
+        parse_split_ratio("train=3,val=1")
     assign = SplitAssigner(ratios)
     for n in (10, 100, 10_000):
         counts = {name: 0 for name, _ in ratios}

@@ -9,22 +9,13 @@ from typing import Any
 
 import click
 
-EXIT_INTERRUPTED = 130
-
 
 def _progress_bar(enabled: bool) -> Any:
-    """A rich progress display on stderr (or None), showing records, rate and rejects."""
-    if not enabled:
-        return None
-    from rich.progress import MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+    """What the run shows on stderr: notices always, a rich progress display (records of the
+    total, rate, rejects, time left, the indexing step) when ``enabled``."""
+    from energon_plugins.cli.convert_progress import ConvertDisplay
 
-    from energon_plugins.cli._output import console
-
-    return Progress(
-        SpinnerColumn(), TextColumn("[bold]converting[/]"), MofNCompleteColumn(),
-        TextColumn("records, {task.fields[rejected]} rejected, {task.fields[rate]} records/s"),
-        TimeElapsedColumn(), console=console(stderr=True), transient=True,
-    )
+    return ConvertDisplay(animated=enabled)
 
 
 def print_summary(result: Any) -> None:
@@ -52,6 +43,9 @@ def print_summary(result: Any) -> None:
     for split in result.empty_splits:
         out.print(f"[yellow]split {split!r} got no record and is left out[/] (more data or a "
                   "larger share)")
+    for warning in result.warnings:
+        out.print("[bold yellow]warning:[/] ", end="")
+        out.print(warning, markup=False)
     out.print(f"\nNext: put [bold]path: {result.output}[/] in a datamodule config, then "
               "`energon-plugins preview CONFIG`.")
 
@@ -75,48 +69,68 @@ def print_summary(result: Any) -> None:
               help="The image placeholder in the text (the config's sample_config.image_token).")
 @click.option("--reencode", type=click.Choice(["png", "jpeg"]), default=None,
               help="Re-encode every image (default: keep each image's original bytes).")
+@click.option("--max-image-size", default="64MiB", show_default=True, metavar="SIZE",
+              help="Largest image file or embedded image; a larger one is rejected (too_large) "
+                   "without being read.")
+@click.option("--max-image-pixels", default=str(8192 * 8192), show_default=True, metavar="N",
+              help="Most pixels an image header may declare (64M accepted); more is rejected "
+                   "(too_many_pixels) before decoding.")
+@click.option("--allow-outside", "allow_outside", multiple=True, metavar="DIR",
+              type=click.Path(exists=True, file_okay=False),
+              help="Also read images from inside DIR (for absolute paths in the records); "
+                   "repeatable. Without it an image must lie inside the media folder (symlinks "
+                   "resolved); URLs, devices, FIFOs and other non-files are always rejected.")
 @click.option("--strict", is_flag=True, help="Stop at the first bad record instead of reporting it.")
+@click.option("--max-rejected", default="10%", show_default=True, metavar="SHARE|N",
+              help="Fail (before the index is written; --resume continues) when more records "
+                   "are rejected: a share of those read (5%; 100% for no limit) or a number.")
 @click.option("--resume", is_flag=True, help="Continue an interrupted conversion in OUTPUT.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier conversion in OUTPUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def convert_command(source: str, output: str, source_format: str, options: tuple[str, ...],
                     split_ratio: str, shard_size: str, workers: int | None, image_token: str,
-                    reencode: str | None, strict: bool, resume: bool, overwrite: bool,
-                    as_json: bool) -> None:
-    """Convert SOURCE (LLaVA JSON, ShareGPT, parquet, ...) into a prepared Energon dataset in OUTPUT."""
-    import time
+                    reencode: str | None, max_image_size: str, max_image_pixels: str,
+                    allow_outside: tuple[str, ...], strict: bool, max_rejected: str, resume: bool,
+                    overwrite: bool, as_json: bool) -> None:
+    """Convert SOURCE (LLaVA JSON, ShareGPT, parquet, ...) into a prepared Energon dataset in OUTPUT.
 
+    Images are read only from inside the media folder (-o image_folder=DIR; symlinks resolved)
+    or an --allow-outside DIR, and only regular files under --max-image-size. JSON records
+    larger than -o max_record_bytes=16MiB or nested deeper than -o max_depth=64 are not
+    read. Each refusal is a rejected record in OUTPUT's report with its reason: url,
+    outside_folder, not_a_file, too_large, too_many_pixels, record_too_large, too_deep.
+    """
     from energon_plugins.cli._output import print_json
     from energon_plugins.config.overrides import parse_set_option
+    from energon_plugins.convert.interrupt import catch_stop_signals, exit_status
     from energon_plugins.convert.run import convert_dataset
 
     parsed = dict(parse_set_option(item, flag="--option") for item in options)
     bar = _progress_bar(not as_json and click.get_text_stream("stderr").isatty())
-    task = None
-    started = time.perf_counter()
 
-    def progress(done: int, rejected: int) -> None:
-        rate = done / max(time.perf_counter() - started, 1e-9)
-        bar.update(task, completed=done, rejected=rejected, rate=f"{rate:.0f}")
-
+    # SIGINT and SIGTERM (a scheduler's pre-emption) stop the run resumably: exit 130 / 143;
+    # a second one exits at once (energon_plugins.convert.interrupt)
+    stop = catch_stop_signals(f"Interrupted. Run the same command with --resume to continue "
+                              f"from the last checkpoint in {output}.")
     try:
         if bar is not None:
             bar.start()
-            task = bar.add_task("convert", total=None, rejected=0, rate="0")
         result = convert_dataset(
             source, output, source_format, options=parsed, split_ratio=split_ratio,
             shard_size=shard_size, image_token=image_token, reencode=reencode, workers=workers,
-            strict=strict, resume=resume, overwrite=overwrite,
-            progress=progress if bar is not None else None,
+            max_image_size=max_image_size, max_image_pixels=max_image_pixels,
+            allow_outside=list(allow_outside), strict=strict, max_rejected=max_rejected,
+            resume=resume, overwrite=overwrite,
+            progress=bar,
         )
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         if bar is not None:
             bar.stop()
             bar = None
-        click.echo(f"Interrupted. Run the same command with --resume to continue from the last "
-                   f"checkpoint in {output}.", err=True)
-        raise SystemExit(EXIT_INTERRUPTED) from None
+        stop.print_farewell()
+        raise SystemExit(exit_status(exc)) from None
     finally:
+        stop.restore()
         if bar is not None:
             bar.stop()
     if as_json:

@@ -4,8 +4,12 @@ Small modules, each with one job: ``records`` (what a reader returns, :class:`So
 :class:`RecordError`), ``formats`` (the built-in readers and their helpers), ``checks`` (the
 checks every record passes and the sample it becomes), ``splits``, ``shards`` (size-bounded,
 byte-reproducible, resumable tar shards), ``report`` (rejected records), ``state`` (resume),
-``parallel`` (ordered worker map), ``prepare`` (Energon's prepare API and ``dataset.yaml``),
-``settings`` and ``run`` (:func:`convert_dataset`). Importing this package imports nothing heavy.
+``parallel`` (ordered worker map), ``interrupt`` (SIGINT / SIGTERM, child processes),
+``prepare`` (Energon's prepare API and ``dataset.yaml``), ``output`` (the output folder: what
+``--overwrite`` may remove), ``progress`` (counting the source's records), ``diagnose`` (hints
+when most records fail for one reason), ``settings`` and ``run`` (:func:`convert_dataset`).
+``formats.media`` reads a record's media only from inside the folders it was given. Importing
+this package imports nothing heavy.
 """
 
 from energon_plugins._lazy import lazy_attributes

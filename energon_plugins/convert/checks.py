@@ -1,10 +1,11 @@
 """The checks every record passes, whatever its source format, and the sample it becomes.
 
 :func:`check_turns` (roles alternate, answers are not empty, one placeholder per image),
-:func:`check_image` (the bytes decode; JPEGs are decoded at 1/8 scale in the DCT domain, which
-still reads every coded block) and :func:`sample_parts` (the tar parts of one sample: the
-``json`` conversation and the images ``0.jpg``, ``1.png``, ... as their original bytes,
-re-encoded only when asked or when the format is not one of :data:`EXTENSION_OF_FORMAT`).
+:func:`check_image` (the header declares no more pixels than the cap, then the bytes decode;
+JPEGs are decoded at 1/8 scale in the DCT domain, which still reads every coded block) and
+:func:`sample_parts` (the tar parts of one sample: the ``json`` conversation and the images
+``0.jpg``, ``1.png``, ... as their original bytes, re-encoded only when asked or when the
+format is not one of :data:`EXTENSION_OF_FORMAT`).
 """
 
 import io
@@ -13,6 +14,7 @@ import re
 import warnings
 from typing import Literal
 
+from energon_plugins.convert.formats.media import current_media_limits
 from energon_plugins.convert.records import RecordError, SourceRecord
 
 FROM_ROLE = {"system": "system", "user": "human", "assistant": "gpt"}
@@ -62,20 +64,33 @@ def check_turns(turns: list[dict[str, str]], num_images: int, image_token: str) 
         )
 
 
-def check_image(data: bytes, index: int, reencode: Reencode) -> tuple[str, bytes]:
-    """``(extension, bytes)`` to store for one image, after checking it decodes.
+def check_image(data: bytes, index: int, reencode: Reencode,
+                max_pixels: int | None = None) -> tuple[str, bytes]:
+    """``(extension, bytes)`` to store for one image, after checking its header declares at
+    most ``max_pixels`` (default: :func:`~energon_plugins.convert.formats.media.current_media_limits`)
+    and then that it decodes.
 
     Raises:
-        RecordError: ``missing_image`` (no bytes), ``undecodable_image`` (PIL cannot decode it).
+        RecordError: ``missing_image`` (no bytes), ``too_many_pixels`` (seen in the header,
+            before decoding; Pillow's own bomb guard gives the same reason),
+            ``undecodable_image`` (PIL cannot decode it).
     """
     from PIL import Image
 
     if not data:
         raise RecordError("missing_image", f"image {index} has no bytes")
+    if max_pixels is None:
+        max_pixels = current_media_limits().max_image_pixels
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            with Image.open(io.BytesIO(data)) as image:
+            with Image.open(io.BytesIO(data)) as image:  # reads the header only
+                width, height = image.size
+                if width * height > max_pixels:
+                    raise RecordError(
+                        "too_many_pixels", f"image {index} declares {width}x{height} = "
+                        f"{width * height} pixels, more than the {max_pixels} allowed "
+                        "(--max-image-pixels); not decoded")
                 kind = image.format or ""
                 extension = EXTENSION_OF_FORMAT.get(kind)
                 if reencode is None and extension is not None:
@@ -84,6 +99,10 @@ def check_image(data: bytes, index: int, reencode: Reencode) -> tuple[str, bytes
                     image.load()
                     return extension, data
                 return _reencode(image, reencode or "png")
+    except RecordError:
+        raise
+    except Image.DecompressionBombError as exc:
+        raise RecordError("too_many_pixels", f"image {index}: {exc}; not decoded") from None
     except Exception as exc:  # noqa: BLE001 - any decoder failure is this record's problem
         detail = re.sub(r"<[^<>]* at 0x[0-9a-fA-F]+>", "the bytes", str(exc))  # no addresses
         raise RecordError(
@@ -103,9 +122,11 @@ def _reencode(image, target: str) -> tuple[str, bytes]:
 
 
 def sample_parts(
-    record: SourceRecord, location: str, *, image_token: str, reencode: Reencode
+    record: SourceRecord, location: str, *, image_token: str, reencode: Reencode,
+    max_pixels: int | None = None,
 ) -> list[tuple[str, bytes]]:
     """Check ``record`` and return its tar parts: ``json`` first, then ``0.<ext>``, ``1.<ext>``...
+    (``max_pixels``: see :func:`check_image`).
 
     The ``json`` part is ``{"conversations": [{"from": "system" | "human" | "gpt", "value":
     ...}], "id": ..., "source": location}``.
@@ -114,7 +135,7 @@ def sample_parts(
         RecordError: the record fails a check.
     """
     check_turns(record.turns, len(record.images), image_token)
-    images = [check_image(data, i, reencode) for i, data in enumerate(record.images)]
+    images = [check_image(data, i, reencode, max_pixels) for i, data in enumerate(record.images)]
     meta = {
         "conversations": [{"from": FROM_ROLE[t["role"]], "value": t["content"]} for t in record.turns],
         "id": record.id,

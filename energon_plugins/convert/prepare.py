@@ -25,8 +25,16 @@ subflavors:
 def prepare_energon(output: pathlib.Path, shards: dict[str, list[str]], workers: int) -> None:
     """Run ``BaseWebdatasetFactory.prepare_dataset`` on the shards; write ``dataset.yaml``.
 
-    ``shards`` maps each split to its shard names (splits without shards are left out).
+    ``shards`` maps each split to its shard names (splits without shards are left out). It runs
+    in a child process of its own process group, killed with the worker processes Energon
+    starts as soon as this call ends: Ctrl-C or SIGTERM stops the indexing at once.
     """
+    from energon_plugins.convert.interrupt import call_in_child
+
+    call_in_child("indexing with Energon's prepare API", _prepare_energon, output, shards, workers)
+
+
+def _prepare_energon(output: pathlib.Path, shards: dict[str, list[str]], workers: int) -> None:
     from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
 
     names = [name for split_names in shards.values() for name in split_names]

@@ -14,6 +14,15 @@ REASONS: dict[str, str] = {
              "start with the user or end with an answer",
     "empty_answer": "an assistant turn is empty",
     "reader_error": "the source format's reader raised an unexpected error on the record",
+    "url": "an image is given as a URL (http://, s3://, file://, ...); convert reads local "
+           "files only",
+    "outside_folder": "an image path (symlinks resolved) lies outside the media folder and "
+                      "every --allow-outside root",
+    "not_a_file": "an image path is a directory, a device, a FIFO or a socket, not a regular file",
+    "too_large": "an image file or embedded image is larger than --max-image-size",
+    "too_many_pixels": "an image's header declares more pixels than --max-image-pixels",
+    "record_too_large": "a JSON record is larger than the max_record_bytes option",
+    "too_deep": "a JSON record is nested deeper than the max_depth option",
 }
 """Reason codes of rejected records (the report's ``reason`` field) and what each means."""
 

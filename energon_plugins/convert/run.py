@@ -5,13 +5,17 @@ go to worker processes that ``load`` each record and check it
 (:func:`~energon_plugins.convert.checks.sample_parts`); results come back in input order and
 are written to the split's shards (:mod:`~energon_plugins.convert.shards`) or to the report.
 Every ``checkpoint_every`` records the progress is saved (:mod:`~energon_plugins.convert.state`)
-so an interrupted run resumes there. At the end Energon's prepare API indexes the shards.
+so an interrupted run resumes there. When more records are rejected than ``max_rejected``
+allows, the run stops before the index is written (resumable, the report there to read). At
+the end Energon's prepare API indexes the shards. The output folder's rules (what
+``--overwrite`` removes, a full disk) are in :mod:`~energon_plugins.convert.output`.
 """
 
 import dataclasses
 import itertools
 import pathlib
-import shutil
+import re
+import sqlite3
 import time
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
@@ -19,19 +23,27 @@ from typing import Any
 import pydantic
 
 from energon_plugins.convert.checks import sample_parts
+from energon_plugins.convert.formats.media import MediaLimits, media_limits
+from energon_plugins.convert.diagnose import DuplicateIds, warnings_for
+from energon_plugins.convert.output import (
+    check_output,
+    disk_full_error,
+    remove_index,
+    shard_files,
+)
 from energon_plugins.convert.parallel import ordered_map
 from energon_plugins.convert.prepare import prepare_energon
+from energon_plugins.convert.progress import ConvertProgress, RecordCounter, as_progress
 from energon_plugins.convert.records import RecordError
-from energon_plugins.convert.report import REPORT_NAME, RejectReport
+from energon_plugins.convert.report import REPORT_NAME, RejectReport, parse_reject_limit
 from energon_plugins.convert.settings import ConvertSettings
-from energon_plugins.convert.shards import ShardStream, shard_pattern
+from energon_plugins.convert.shards import ShardStream
 from energon_plugins.convert.splits import SplitAssigner
 from energon_plugins.convert.state import (
-    STATE_NAME,
     STATE_VERSION,
     check_resumable,
+    check_source,
     fingerprint,
-    load_state,
     save_state,
 )
 from energon_plugins.errors import ConvertError
@@ -40,7 +52,8 @@ BATCH_RECORDS = 32
 """Records sent to a worker at a time."""
 
 Progress = Callable[[int, int], None]
-"""``progress(records_done, records_rejected)``, called as records are handled."""
+"""``progress(records_done, records_rejected)``, called as records are handled (the simple
+form of :class:`~energon_plugins.convert.progress.ConvertProgress`)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +71,11 @@ class ConvertResult:
         records_per_second: records handled per second while streaming (before indexing).
         resumed_from: the first record this run handled (0 unless resumed).
         empty_splits: splits with a share but no record (left out of the dataset).
+        duplicate_ids: written records whose id an earlier written record has (all are
+            written: samples are keyed by position).
+        duplicate_id_examples: the first few such ids.
+        warnings: what the user should read (most records rejected for one reason, with the
+            likely fix; repeated ids).
     """
 
     output: pathlib.Path
@@ -70,6 +88,9 @@ class ConvertResult:
     records_per_second: float = 0.0
     resumed_from: int = 0
     empty_splits: tuple[str, ...] = ()
+    duplicate_ids: int = 0
+    duplicate_id_examples: tuple[str, ...] = ()
+    warnings: tuple[str, ...] = ()
 
     @property
     def rejected_total(self) -> int:
@@ -80,42 +101,48 @@ class ConvertResult:
         """A JSON-ready mapping."""
         data = dataclasses.asdict(self)
         data.update(output=str(self.output), report=str(self.report),
-                    empty_splits=list(self.empty_splits))
+                    empty_splits=list(self.empty_splits),
+                    duplicate_id_examples=list(self.duplicate_id_examples),
+                    warnings=list(self.warnings))
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ConvertResult":
         """Inverse of :meth:`to_json`."""
+        tuples = {name: tuple(data.get(name, ()))
+                  for name in ("empty_splits", "duplicate_id_examples", "warnings")}
         return cls(**{**data, "output": pathlib.Path(data["output"]),
-                      "report": pathlib.Path(data["report"]),
-                      "empty_splits": tuple(data.get("empty_splits", ()))})
+                      "report": pathlib.Path(data["report"]), **tuples})
 
 
 # ----------------------------------------------------------------------------- workers
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(reader: Any, image_token: str, reencode: str | None) -> None:
-    _WORKER.update(reader=reader, image_token=image_token, reencode=reencode)
+def _init_worker(reader: Any, image_token: str, reencode: str | None,
+                 limits: MediaLimits | None = None) -> None:
+    _WORKER.update(reader=reader, image_token=image_token, reencode=reencode, limits=limits)
 
 
-def _load_batch(batch: list[tuple[int, str, Any]]) -> list[tuple[int, str, Any, Any]]:
-    """``(index, location, problem, parts)`` per record: ``problem`` is ``(reason, message, id)``
-    for a rejected record, else ``parts`` are its tar parts."""
+def _load_batch(batch: list[tuple[int, str, Any]]) -> list[tuple[int, str, Any, Any, Any]]:
+    """``(index, location, id, problem, parts)`` per record: ``problem`` is ``(reason,
+    message)`` for a rejected record, else ``parts`` are its tar parts."""
     reader = _WORKER["reader"]
-    out = []
+    out: list[tuple[int, str, Any, Any, Any]] = []
     for index, location, payload in batch:
         ident = None
         try:
-            record = reader.load(payload)
-            ident = record.id
-            parts = sample_parts(record, location, image_token=_WORKER["image_token"],
-                                 reencode=_WORKER["reencode"])
-            out.append((index, location, None, parts))
+            with media_limits(_WORKER["limits"]):  # what the reader's image reads obey
+                record = reader.load(payload)
+                ident = record.id
+                parts = sample_parts(record, location, image_token=_WORKER["image_token"],
+                                     reencode=_WORKER["reencode"])
+            out.append((index, location, ident, None, parts))
         except RecordError as exc:
-            out.append((index, location, (exc.reason, exc.message, exc.id or ident), None))
+            out.append((index, location, exc.id or ident, (exc.reason, exc.message), None))
         except Exception as exc:  # noqa: BLE001 - a reader failing on one record: reported
-            out.append((index, location, ("reader_error", f"{type(exc).__name__}: {exc}", ident), None))
+            out.append((index, location, ident, ("reader_error", f"{type(exc).__name__}: {exc}"),
+                        None))
     return out
 
 
@@ -158,52 +185,159 @@ def _reader(source_format: Any, settings: ConvertSettings) -> Any:
     return reader
 
 
-def _prepare_output(output: pathlib.Path, source: pathlib.Path, *, resume: bool,
-                    overwrite: bool) -> dict[str, Any] | None:
-    """The state to resume from (None: start fresh), after checking the output folder."""
-    if output == source or source in output.parents:
-        raise ConvertError(f"{output}: the output folder must not be the source or inside it")
-    if not output.exists():
-        return None
-    if not output.is_dir():
-        raise ConvertError(f"{output}: exists and is not a folder")
-    state = load_state(output)
-    if not any(output.iterdir()):
-        return None
-    if state is None:
-        raise ConvertError(f"{output}: the folder is not empty and holds no {STATE_NAME}; "
-                           "choose a new or empty folder")
-    if resume:
-        return state
-    if not overwrite:
-        raise ConvertError(
-            f"{output}: holds an earlier conversion ({state.get('status')}); pass --resume to "
-            "continue it or --overwrite to start over"
-        )
-    shutil.rmtree(output)
-    return None
-
-
-def _restore(output: pathlib.Path, state: dict[str, Any], settings: ConvertSettings
-             ) -> tuple[dict[str, ShardStream], RejectReport, dict[str, Any]]:
-    checkpoint = state["checkpoint"]
-    streams = {
-        split: ShardStream.restore(output, split, settings.shard_size,
-                                   checkpoint["streams"].get(split, {"closed": [], "open": None}))
-        for split, _ in settings.split_ratio
-    }
-    known = set().union(*(s.known_names() for s in streams.values()))
-    patterns = [shard_pattern(split) for split in streams]
-    for path in output.iterdir():  # shards begun after the checkpoint
-        if path.is_file() and path.name not in known and any(p.match(path.name) for p in patterns):
-            path.unlink()
-    shutil.rmtree(output / ".nv-meta", ignore_errors=True)
-    report = RejectReport(output / REPORT_NAME, offset=checkpoint["report_offset"],
-                          counts=checkpoint["rejected"])
-    return streams, report, checkpoint
-
-
 # ----------------------------------------------------------------------------- the run
+class _Conversion:
+    """One run over the source: the open shards and report, the state and the counts."""
+
+    def __init__(self, output: pathlib.Path, source: pathlib.Path, reader: Any,
+                 settings: ConvertSettings, state: dict[str, Any], watcher: ConvertProgress) -> None:
+        self.output, self.source, self.reader, self.settings = output, source, reader, settings
+        self.state, self.watcher = state, watcher
+        self.limit = parse_reject_limit(settings.max_rejected)
+        self.duplicates = DuplicateIds()
+        self.streams: dict[str, ShardStream] = {}
+        self.report: RejectReport
+        if "checkpoint" in state:
+            self._restore(state["checkpoint"])
+        else:
+            output.mkdir(parents=True, exist_ok=True)
+            self.streams = {split: ShardStream(output, split, settings.shard_size)
+                            for split, _ in settings.split_ratio}
+            self.next_index, self.written = 0, {split: 0 for split in self.streams}
+            state["checkpoint"] = {"next_index": 0, "written": dict(self.written), "rejected": {},
+                                   "report_offset": 0, "streams": {s: {"closed": [], "open": None}
+                                                                   for s in self.streams}}
+            save_state(output, state)  # first: a folder with files in it always has a state
+            self.report = RejectReport(output / REPORT_NAME)
+        self.first = self.next_index
+
+    def _restore(self, checkpoint: dict[str, Any]) -> None:
+        output, settings = self.output, self.settings
+        self.streams = {
+            split: ShardStream.restore(output, split, settings.shard_size,
+                                       checkpoint["streams"].get(split, {"closed": [], "open": None}))
+            for split, _ in settings.split_ratio
+        }
+        known = set().union(*(s.known_names() for s in self.streams.values()))
+        patterns = [shard_files(re.escape(split)) for split in self.streams]
+        for path in output.iterdir():  # shards begun after the checkpoint, every .tar.idx
+            if path.is_file() and path.name not in known and any(p.match(path.name) for p in patterns):
+                path.unlink()
+        remove_index(output)
+        self.report = RejectReport(output / REPORT_NAME, offset=checkpoint["report_offset"],
+                                   counts=checkpoint["rejected"])
+        self.next_index, self.written = checkpoint["next_index"], dict(checkpoint["written"])
+        self.duplicates.replay(output / name for name in sorted(known)
+                               if (output / name).stat().st_size)
+
+    def save_checkpoint(self) -> None:
+        """Record the progress so far (the shards and the report flushed to disk first)."""
+        self.state["checkpoint"] = {
+            "next_index": self.next_index, "written": dict(self.written),
+            "rejected": dict(self.report.counts), "report_offset": self.report.checkpoint(),
+            "streams": {split: stream.checkpoint() for split, stream in self.streams.items()},
+        }
+        save_state(self.output, self.state)
+
+    def abort(self) -> None:
+        """Close what is still open without finishing it (the run failed or stopped)."""
+        for stream in self.streams.values():
+            stream.abort()
+        self.report.abort()
+
+    def _stop(self, why: str) -> ConvertError:
+        """Save a checkpoint here and return the error that stops the run (resumable)."""
+        report, records = self.report, self.next_index
+        counts = ", ".join(f"{reason}: {n}" for reason, n in report.counts.most_common())
+        hints = warnings_for(dict(report.counts), records, report.path, self.source,
+                             self.output, self.reader)
+        message = (f"{report.total} of {records} records read ({100 * report.total / records:.0f}%) "
+                   f"were rejected ({counts}), more than --max-rejected {self.limit} allows{why}."
+                   + "".join(f"\n  {hint}" for hint in hints)
+                   + f"\nThe shards and the report ({report.path}) are kept, without Energon's "
+                   "index: fix the source or the options and start over with --overwrite, or "
+                   "keep what was written with --resume --max-rejected 100%")
+        self.state["stopped"] = message
+        self.save_checkpoint()
+        return ConvertError(message)
+
+    def _handle(self, batch: list[tuple[int, str, Any, Any, Any]], assign: SplitAssigner) -> None:
+        settings, report = self.settings, self.report
+        for index, location, ident, problem, parts in batch:
+            if problem is not None:
+                report.add(index, location, problem[0], problem[1], ident)
+                if settings.strict:
+                    raise ConvertError(f"{location}: {problem[0]}: {problem[1]} (--strict stops "
+                                       f"at the first bad record; see {report.path})")
+            else:
+                split = assign(index)
+                self.streams[split].write(f"{index:010d}", parts)
+                self.written[split] += 1
+                self.duplicates.add(ident)
+            self.next_index = index + 1
+            if problem is not None and self.limit is not None and self.limit.count is not None \
+                    and self.limit.exceeded(report.total, self.next_index):
+                raise self._stop(" (a number of records stops the run when it is passed)")
+            if (self.next_index - self.first) % settings.checkpoint_every == 0:
+                self.save_checkpoint()
+
+    def stream(self, counter: RecordCounter | None) -> None:
+        """Read, check and write every record after the checkpoint."""
+        settings = self.settings
+        assign = SplitAssigner(settings.split_ratio)
+        records = ((index, location, payload) for index, (location, payload)
+                   in itertools.islice(enumerate(self.reader.scan(self.source)), self.first, None))
+        results = ordered_map(
+            _load_batch, _batched(records, BATCH_RECORDS), workers=settings.workers,
+            initializer=_init_worker, initargs=(self.reader, settings.image_token, settings.reencode,
+                                                settings.media_limits()),
+        )
+        self.watcher.advance(self.first, self.report.total)
+        try:
+            for batch in results:
+                self._handle(batch, assign)
+                self.watcher.advance(self.next_index, self.report.total)
+                total = counter.poll() if counter is not None else None
+                if total is not None:
+                    self.watcher.total(total)
+        finally:
+            results.close()
+
+    def finish(self, started: float, streaming: float) -> "ConvertResult":
+        """Check the rejected share, close the shards, index them; the result."""
+        report, output = self.report, self.output
+        if self.limit is not None and self.limit.exceeded(report.total, self.next_index):
+            raise self._stop("")
+        report.close()
+        shards = {split: [shard["name"] for shard in stream.close()]
+                  for split, stream in self.streams.items()}
+        rate = (self.next_index - self.first) / max(time.perf_counter() - streaming, 1e-9)
+        if not self.written.get("train"):
+            raise ConvertError(f"no record reached the train split ({self.next_index} read, "
+                               f"{report.total} rejected: see {report.path})")
+        kept = {split: names for split, names in shards.items() if names}
+        self.watcher.phase(f"indexing {sum(map(len, kept.values()))} shards with Energon's "
+                           "prepare API")
+        prepare_energon(output, kept, self.settings.workers)
+        warnings = warnings_for(dict(report.counts), self.next_index, report.path, self.source,
+                                output, self.reader)
+        warnings += [line for line in [self.duplicates.warning()] if line]
+        result = ConvertResult(
+            output=output, records=self.next_index, written=self.written, shards=shards,
+            rejected=dict(sorted(report.counts.items())), report=report.path,
+            seconds=round(time.perf_counter() - started, 3), records_per_second=round(rate, 1),
+            resumed_from=self.first,
+            empty_splits=tuple(split for split, names in shards.items() if not names),
+            duplicate_ids=self.duplicates.count,
+            duplicate_id_examples=tuple(self.duplicates.examples), warnings=tuple(warnings),
+        )
+        self.state.update(status="done", result=result.to_json())
+        for key in ("checkpoint", "stopped"):
+            self.state.pop(key, None)
+        save_state(output, self.state)
+        return result
+
+
 def convert_dataset(
     source: Any,
     output: Any,
@@ -214,12 +348,16 @@ def convert_dataset(
     shard_size: Any = None,
     image_token: str | None = None,
     reencode: str | None = None,
+    max_image_size: Any = None,
+    max_image_pixels: Any = None,
+    allow_outside: Any = None,
     workers: int | None = None,
     strict: bool = False,
+    max_rejected: Any = None,
     resume: bool = False,
     overwrite: bool = False,
     checkpoint_every: int | None = None,
-    progress: Progress | None = None,
+    progress: ConvertProgress | Progress | None = None,
 ) -> ConvertResult:
     """Convert ``source`` (read by the source format ``source_format``) into a prepared
     Energon dataset in ``output``.
@@ -231,102 +369,63 @@ def convert_dataset(
         source_format: a registered source format's name (``llava-json``, ``sharegpt``,
             ``hf-parquet``, a plugin's), or a reader object (``scan`` and ``load``).
         options: the source format's options (validated by its options model).
-        split_ratio, shard_size, image_token, reencode, workers, strict, checkpoint_every:
-            see :class:`~energon_plugins.convert.settings.ConvertSettings`.
-        resume: continue an interrupted conversion in ``output`` from its last checkpoint
-            (same settings and source needed).
-        overwrite: delete an earlier conversion in ``output`` first.
-        progress: called with ``(records done, records rejected)`` as records are handled.
+        split_ratio, shard_size, image_token, reencode, workers, strict, max_rejected,
+            checkpoint_every: see :class:`~energon_plugins.convert.settings.ConvertSettings`
+            (``max_rejected`` is off unless given here; the command line's default is 10%).
+        max_image_size, max_image_pixels, allow_outside: the media limits (a size cap and a
+            pixel cap; folders images may come from besides the media folder), see
+            :class:`~energon_plugins.convert.settings.ConvertSettings`.
+        resume: continue an interrupted (or stopped) conversion in ``output`` from its last
+            checkpoint (same settings and source needed; a source file only touched is the same).
+        overwrite: remove an earlier conversion's own files in ``output`` first (nothing else).
+        progress: a :class:`~energon_plugins.convert.progress.ConvertProgress` (notices,
+            phases, the record total and progress), or ``progress(done, rejected)``.
 
     Raises:
-        ConvertError: bad settings, an unreadable source, a ``strict`` record failure, an
-            output folder that cannot be used.
+        ConvertError: bad settings, an unreadable source, a ``strict`` record failure, more
+            rejected records than ``max_rejected``, an output folder that cannot be used, a
+            full disk (resumable).
         PluginNotFoundError, PluginOptionsError: the source format or its options.
     """
     started = time.perf_counter()
     settings = _settings(source_format, options=options, split_ratio=split_ratio,
                          shard_size=shard_size, image_token=image_token, reencode=reencode,
-                         workers=workers, strict=strict, checkpoint_every=checkpoint_every)
+                         max_image_size=max_image_size, max_image_pixels=max_image_pixels,
+                         allow_outside=allow_outside,
+                         workers=workers, strict=strict, max_rejected=max_rejected,
+                         checkpoint_every=checkpoint_every)
     source = pathlib.Path(source).expanduser().resolve()
     output = pathlib.Path(output).expanduser().resolve()
     if not source.exists():
         raise ConvertError(f"{source}: no such file or folder")
     reader = _reader(source_format, settings)
     files = reader.source_files(source) if callable(getattr(reader, "source_files", None)) else None
-    prints = fingerprint(source, files)
-    state = _prepare_output(output, source, resume=resume, overwrite=overwrite)
+    watcher = as_progress(progress) or ConvertProgress()
+    state = check_output(output, source, resume=resume, overwrite=overwrite, notice=watcher.notice)
     if state is not None:
-        check_resumable(state, settings.output_settings(), prints)
+        check_resumable(state, settings.output_settings())
+        state["fingerprint"] = check_source(state, source, files)
         if state.get("status") == "done":
             return ConvertResult.from_json(state["result"])
-        streams, report, checkpoint = _restore(output, state, settings)
     else:
-        output.mkdir(parents=True, exist_ok=True)
-        streams = {split: ShardStream(output, split, settings.shard_size)
-                   for split, _ in settings.split_ratio}
-        report = RejectReport(output / REPORT_NAME)
-        checkpoint = {"next_index": 0, "written": {split: 0 for split in streams}}
+        watcher.phase("hashing the source files (what --resume checks)")
         state = {"version": STATE_VERSION, "tool": "energon-plugins convert", "status": "running",
                  "source": str(source), "settings": settings.output_settings(),
-                 "fingerprint": prints}
-    first = next_index = checkpoint["next_index"]
-    written = dict(checkpoint["written"])
-
-    def save_checkpoint() -> None:
-        state["checkpoint"] = {
-            "next_index": next_index, "written": dict(written), "rejected": dict(report.counts),
-            "report_offset": report.checkpoint(),
-            "streams": {split: stream.checkpoint() for split, stream in streams.items()},
-        }
-        save_state(output, state)
-
-    save_checkpoint()
-    assign = SplitAssigner(settings.split_ratio)
-    streaming = time.perf_counter()
-    records = ((index, location, payload) for index, (location, payload)
-               in itertools.islice(enumerate(reader.scan(source)), first, None))
-    results = ordered_map(
-        _load_batch, _batched(records, BATCH_RECORDS), workers=settings.workers,
-        initializer=_init_worker, initargs=(reader, settings.image_token, settings.reencode),
-    )
+                 "fingerprint": fingerprint(source, files)}
+    counter = RecordCounter(reader, source, files) if watcher.wants_total else None
+    conversion = None
     try:
-        for batch in results:
-            for index, location, problem, parts in batch:
-                if problem is not None:
-                    reason, message, ident = problem
-                    report.add(index, location, reason, message, ident)
-                    if settings.strict:
-                        raise ConvertError(f"{location}: {reason}: {message} (--strict stops at "
-                                           f"the first bad record; see {report.path})")
-                else:
-                    split = assign(index)
-                    streams[split].write(f"{index:010d}", parts)
-                    written[split] += 1
-                next_index = index + 1
-                if (next_index - first) % settings.checkpoint_every == 0:
-                    save_checkpoint()
-            if progress is not None:
-                progress(next_index, sum(report.counts.values()))
+        conversion = _Conversion(output, source, reader, settings, state, watcher)
+        streaming = time.perf_counter()
+        conversion.stream(counter)
+        return conversion.finish(started, streaming)
+    except (OSError, sqlite3.OperationalError) as exc:
+        error = disk_full_error(exc, output)
+        if error is None:
+            raise
+        raise error from None
     finally:
-        results.close()
-        report.close()
-    shards = {split: [shard["name"] for shard in stream.close()] for split, stream in streams.items()}
-    rate = (next_index - first) / max(time.perf_counter() - streaming, 1e-9)
-    if not written.get("train"):
-        raise ConvertError(
-            f"no record reached the train split ({next_index} read, "
-            f"{sum(report.counts.values())} rejected: see {report.path})"
-        )
-    prepare_energon(output, {split: names for split, names in shards.items() if names},
-                    settings.workers)
-    result = ConvertResult(
-        output=output, records=next_index, written=written, shards=shards,
-        rejected=dict(sorted(report.counts.items())), report=report.path,
-        seconds=round(time.perf_counter() - started, 3), records_per_second=round(rate, 1),
-        resumed_from=first,
-        empty_splits=tuple(split for split, names in shards.items() if not names),
-    )
-    state.update(status="done", result=result.to_json())
-    state.pop("checkpoint", None)
-    save_state(output, state)
-    return result
+        if counter is not None:
+            counter.close()
+        if conversion is not None:
+            conversion.abort()

@@ -97,6 +97,16 @@ class ShardStream:
         self._close_open()
         return list(self.closed)
 
+    def abort(self) -> None:
+        """Close the open shard's file without finishing the tar (after a failed write, or a run
+        that stops before its end): a resumed run cuts it back to the last checkpoint."""
+        if self._file is not None:
+            try:
+                self._file.close()
+            except OSError:  # a full disk: what could not be flushed is cut on resume anyway
+                pass
+        self._tar = self._file = None
+
     # ------------------------------------------------------------------ resume
     def checkpoint(self) -> dict[str, Any]:
         """The stream's state now (shards closed, and the open shard's records and offset)."""

@@ -5,26 +5,35 @@ Record ``i`` goes to the split whose share of ``[0, 1)`` holds the fractional pa
 the input, the counts match the ratios within a record or two at any size (so a small
 dataset still gets its validation records), and the choice depends only on the record's
 position, so a rerun or a resumed run assigns every record the same way.
+
+The shares must sum to 1 (within :data:`SUM_TOLERANCE`): ``train=0.9,val=0.2`` is an error
+naming ``--split-ratio`` rather than a silent rescaling to 0.82 / 0.18, since a sum other than
+1 is most often a typo. A share of 0 leaves its split out.
 """
 
 import bisect
 import math
 import re
 from collections.abc import Sequence
+from typing import Any
 
 from energon_plugins.errors import ConvertError
 
 GOLDEN = (math.sqrt(5) - 1) / 2
 POSITIONAL_NAMES = ("train", "val", "test")
 _NAME = re.compile(r"^[A-Za-z0-9_]+$")
+SUM_TOLERANCE = 1e-6
+"""How far from 1 the shares may sum (rounding: 0.7 + 0.15 + 0.15 is 0.9999999999999999)."""
 
 
 def parse_split_ratio(value: str | Sequence[tuple[str, float]] | dict) -> list[tuple[str, float]]:
     """``"train=0.9,val=0.1"``, ``"0.9,0.05,0.05"`` (train, val, test), a mapping or pairs
-    -> ``[(name, ratio), ...]`` normalised to sum 1, splits with ratio 0 left out.
+    -> ``[(name, ratio), ...]`` (rounding errors taken out so they sum to exactly 1), splits
+    with ratio 0 left out.
 
     Raises:
-        ConvertError: a malformed entry, a negative ratio, a repeated name, or no train share.
+        ConvertError: a malformed entry, a negative ratio, a repeated name, no train share, or
+            shares that do not sum to 1 (naming ``--split-ratio``, the sum and rescaled shares).
     """
     pairs: list[tuple[str, float]] = []
     if isinstance(value, str):
@@ -54,7 +63,19 @@ def parse_split_ratio(value: str | Sequence[tuple[str, float]] | dict) -> list[t
     total = sum(ratio for _, ratio in pairs)
     if not dict(pairs).get("train"):
         raise ConvertError(f"split ratio {value!r}: the train split needs a share above 0")
+    if abs(total - 1) > SUM_TOLERANCE:
+        rescaled = ",".join(f"{name}={ratio / total:.4g}" for name, ratio in pairs if ratio > 0)
+        raise ConvertError(f"--split-ratio {_shown(value)}: the shares sum to {total:.6g}, not 1 "
+                           f"(for these proportions: --split-ratio {rescaled})")
     return [(name, ratio / total) for name, ratio in pairs if ratio > 0]
+
+
+def _shown(value: Any) -> str:
+    """The split ratio as the user gave it, for a message."""
+    if isinstance(value, str):
+        return repr(value)
+    items = value.items() if isinstance(value, dict) else value
+    return repr(",".join(f"{name}={ratio}" for name, ratio in items))
 
 
 class SplitAssigner:

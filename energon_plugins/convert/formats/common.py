@@ -1,5 +1,8 @@
 """Helpers source readers share: turns in any common chat layout, image bytes, file lists.
 
+Image files are read through :mod:`~energon_plugins.convert.formats.media` (containment in
+the media folder, regular files only, a size cap).
+
 Import-light (no PIL, no pyarrow); every function raises
 :class:`~energon_plugins.convert.records.RecordError` for a record it cannot read.
 """
@@ -8,6 +11,7 @@ import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from energon_plugins.convert.formats.media import check_size, current_media_limits, read_media_file
 from energon_plugins.convert.records import RecordError
 from energon_plugins.encoding.task_encoders.conversation import GPT_ROLES
 
@@ -84,43 +88,46 @@ def as_list(value: Any) -> list[Any]:
 
 
 def read_image_file(folder: pathlib.Path, name: str, where: str) -> bytes:
-    """The bytes of image ``name`` (relative to ``folder``, or absolute).
+    """The bytes of image ``name`` (relative to ``folder``, or absolute), read only when it
+    lies inside ``folder`` (symlinks resolved) or a root ``--allow-outside`` allows, is a
+    regular file and is no larger than the image cap in force (see
+    :mod:`~energon_plugins.convert.formats.media`). ``where`` names the record field.
 
     Raises:
-        RecordError: ``missing_image`` naming the path when the file cannot be read.
+        RecordError: ``url``, ``outside_folder``, ``not_a_file``, ``too_large`` (the file is
+            never opened), ``missing_image`` (no such file, unreadable or empty), each message
+            naming ``where`` and the path.
     """
-    path = folder / name
-    try:
-        data = path.read_bytes()
-    except OSError as exc:
-        raise RecordError("missing_image", f"{where}: cannot read image {str(path)!r}: "
-                          f"{exc.strerror or exc}") from None
-    if not data:
-        raise RecordError("missing_image", f"{where}: image file {str(path)!r} is empty")
-    return data
+    if not isinstance(name, str):
+        raise RecordError("malformed", f"{where}: an image path is {type(name).__name__}, not text")
+    return read_media_file(folder, name, where)
 
 
 def image_bytes(value: Any, folder: pathlib.Path, where: str) -> bytes:
     """An image given as bytes, as a path (str), or as a Hugging Face image struct
-    ``{"bytes": ..., "path": ...}`` (bytes win; a path is read relative to ``folder``).
+    ``{"bytes": ..., "path": ...}`` (bytes win; a path is read with :func:`read_image_file`).
 
     Raises:
-        RecordError: ``missing_image`` (no bytes and no readable path), ``malformed`` (another type).
+        RecordError: ``missing_image`` (no bytes and no readable path), ``too_large`` (bytes
+            over the image cap), ``malformed`` (another type), or what :func:`read_image_file`
+            raises.
     """
+    if isinstance(value, dict) and ("bytes" in value or "path" in value):
+        if value.get("bytes"):
+            value = value["bytes"]
+        elif value.get("path"):
+            return read_image_file(folder, value["path"], f"{where}.path")
+        else:
+            raise RecordError("missing_image", f"{where}: image has neither bytes nor a path")
     if isinstance(value, (bytes, bytearray, memoryview)):
         if not value:
             raise RecordError("missing_image", f"{where}: empty image bytes")
+        check_size(len(value), where, "the embedded image", current_media_limits())
         return bytes(value)
     if isinstance(value, str):
         if not value:
             raise RecordError("missing_image", f"{where}: empty image path")
         return read_image_file(folder, value, where)
-    if isinstance(value, dict) and ("bytes" in value or "path" in value):
-        if value.get("bytes"):
-            return bytes(value["bytes"])
-        if value.get("path"):
-            return read_image_file(folder, value["path"], where)
-        raise RecordError("missing_image", f"{where}: image has neither bytes nor a path")
     if value is None:
         raise RecordError("missing_image", f"{where}: image is null")
     raise RecordError("malformed", f"{where}: an image is {type(value).__name__}, expected a "

@@ -67,7 +67,7 @@ class HFParquetReader:
         return [path for path, _ in source_files(source, (".parquet",))]
 
     def scan(self, source: pathlib.Path) -> Iterator[tuple[str, Any]]:
-        """``(location, (row fields, image folder))`` for every row, file by file."""
+        """``(location, (row fields, image folder, images column))`` for every row, file by file."""
         import pyarrow as pa
         import pyarrow.parquet as pq
 
@@ -83,16 +83,20 @@ class HFParquetReader:
             for batch in parquet.iter_batches(batch_size=self.options.batch_rows, columns=wanted):
                 for values in batch.to_pylist():
                     fields = {role: values[c] for role, c in columns.items() if c is not None}
-                    yield f"{label}:row {row}", (fields, folder)
+                    yield f"{label}:row {row}", (fields, folder, columns["images"])
                     row += 1
 
     def load(self, payload: Any) -> SourceRecord:
-        """The row's turns (or question and answer) and image bytes."""
-        fields, folder = payload
+        """The row's turns (or question and answer) and image bytes (embedded bytes, or files
+        read inside the image folder, both under the image size cap)."""
+        fields, folder, column = payload
         ident = None if fields.get("id") is None else str(fields["id"])
+        value = fields.get("images")
+        listed = isinstance(value, (list, tuple))
         try:
-            images = [image_bytes(value, pathlib.Path(folder), f"image {i}")
-                      for i, value in enumerate(as_list(fields.get("images")))]
+            images = [image_bytes(item, pathlib.Path(folder),
+                                  f"{column}[{i}]" if listed else column)
+                      for i, item in enumerate(as_list(value))]
             turns = self._turns(fields, len(images))
         except RecordError as exc:
             exc.id = ident

@@ -44,7 +44,9 @@ class JsonConversationReader:
         """``(location, (record payload, image folder))`` for every record, in file order."""
         for path, label in source_files(source, JSON_SUFFIXES):
             folder = str(pathlib.Path(self.options.image_folder or path.parent).expanduser().resolve())
-            for location, payload in iter_json_records(path, label):
+            for location, payload in iter_json_records(
+                    path, label, max_record_bytes=self.options.max_record_bytes,
+                    max_depth=self.options.max_depth):
                 yield location, (payload, folder)
 
     def load(self, payload: Any) -> SourceRecord:
@@ -54,8 +56,11 @@ class JsonConversationReader:
         ident = None if record.get("id") is None else str(record["id"])
         try:
             turns = self.turns(record)
-            images = [image_bytes(value, pathlib.Path(folder), f"image {i}")
-                      for i, value in enumerate(self.image_values(record))]
+            field = self.image_field(record)
+            values = self.image_values(record)
+            single = not isinstance(record.get(field), (list, tuple))
+            images = [image_bytes(value, pathlib.Path(folder), field if single else f"{field}[{i}]")
+                      for i, value in enumerate(values)]
         except RecordError as exc:
             exc.id = ident
             raise
@@ -65,13 +70,17 @@ class JsonConversationReader:
         """The record's normalised turns."""
         raise NotImplementedError
 
-    def image_values(self, record: dict) -> list[Any]:  # pragma: no cover - abstract
-        """The record's images (paths, usually)."""
-        raise NotImplementedError
+    def image_values(self, record: dict) -> list[Any]:
+        """The record's images (paths, usually): the value of :meth:`image_field`."""
+        return as_list(record.get(self.image_field(record)))
+
+    def image_field(self, record: dict) -> str:
+        """The record field holding the images: ``images`` if present, else ``image``."""
+        return "images" if "images" in record else "image"
 
 
 class LlavaJsonReader(JsonConversationReader):
-    """``llava-json``: ``conversations`` (from/value) and ``image`` or ``images``."""
+    """``llava-json``: ``conversations`` (from/value) and ``image`` (one path) or ``images``."""
 
     def turns(self, record: dict) -> list[dict[str, str]]:
         """``conversations``, GPT style."""
@@ -79,10 +88,6 @@ class LlavaJsonReader(JsonConversationReader):
             raise RecordError("malformed", f"no 'conversations' field (fields: {sorted(record)})")
         return normalize_turns(record["conversations"], field="conversations",
                                image_token=self.image_token)
-
-    def image_values(self, record: dict) -> list[Any]:
-        """``image`` (one path) or ``images`` (a list)."""
-        return as_list(record.get("images", record.get("image")))
 
 
 class ShareGPTReader(JsonConversationReader):
@@ -102,11 +107,9 @@ class ShareGPTReader(JsonConversationReader):
             turns.insert(0, {"role": "system", "content": system})
         return turns
 
-    def image_values(self, record: dict) -> list[Any]:
-        """``images`` or ``image`` (or the field the options name)."""
-        if self.options.images_field:
-            return as_list(record.get(self.options.images_field))
-        return as_list(record.get("images", record.get("image")))
+    def image_field(self, record: dict) -> str:
+        """The field the options name, else ``images`` if present, else ``image``."""
+        return self.options.images_field or super().image_field(record)
 
 
 def build_llava_json(options: LlavaJsonOptions | None, context: Any) -> LlavaJsonReader:

@@ -1,6 +1,11 @@
 """Options of the built-in source formats (import-light: pydantic only)."""
 
-from pydantic import BaseModel, ConfigDict, Field
+from typing import Any
+
+from pydantic import BaseModel, ByteSize, ConfigDict, Field, field_validator
+
+from energon_plugins.convert.formats.json_stream import DEFAULT_MAX_DEPTH, DEFAULT_MAX_RECORD_BYTES
+from energon_plugins.convert.settings import parse_size
 
 
 class LlavaJsonOptions(BaseModel):
@@ -11,8 +16,24 @@ class LlavaJsonOptions(BaseModel):
     image_folder: str | None = Field(
         default=None,
         description="The folder the records' image paths are relative to (LLaVA's "
-        "--image_folder); default: the folder of the JSON file.",
+        "--image_folder); default: the folder of the JSON file. Images are read only from "
+        "inside it (symlinks resolved) or a root given with --allow-outside.",
     )
+    max_record_bytes: ByteSize = Field(
+        default=DEFAULT_MAX_RECORD_BYTES, ge=1,
+        description="The largest record (an array element or a line), in bytes ('16MiB' "
+        "accepted); a larger one is rejected as record_too_large without being kept in memory.",
+    )
+    max_depth: int = Field(
+        default=DEFAULT_MAX_DEPTH, ge=1,
+        description="The deepest nesting of lists and objects in a record (the record is "
+        "level 1); a deeper one is rejected as too_deep.",
+    )
+
+    @field_validator("max_record_bytes", mode="before")
+    @classmethod
+    def _record_bytes(cls, value: Any) -> Any:
+        return parse_size(value)
 
 
 class ShareGPTOptions(LlavaJsonOptions):
@@ -59,7 +80,8 @@ class HFParquetOptions(BaseModel):
     image_folder: str | None = Field(
         default=None,
         description="The folder that image structs holding only a path are relative to; "
-        "default: the parquet folder.",
+        "default: the parquet folder. Such paths are read only from inside it (symlinks "
+        "resolved) or a root given with --allow-outside.",
     )
     batch_rows: int = Field(
         default=256, ge=1, description="Rows read from a parquet file at a time."
