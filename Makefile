@@ -11,12 +11,28 @@ STAMP  := $(VENV)/.installed
 PLUGINS := $(wildcard plugins/*/pyproject.toml)
 PYTEST_ARGS ?=
 
+# make test-bridge: the released Megatron-Bridge beside us, in its own Python 3.12 environment
+# (Bridge 0.6.2 needs Python 3.12 and megatron-core 0.19). PYTHON312: a python3.12 on PATH, else
+# pyenv's; set it to point elsewhere.
+PYTHON312_CANDIDATES := python3.12 \
+	$(wildcard $(or $(PYENV_ROOT),$(HOME)/.pyenv)/versions/3.12.*/bin/python3.12)
+PYTHON312 ?= $(firstword $(foreach p,$(PYTHON312_CANDIDATES),$(if $(shell $(p) -c \
+	"import sys; print(sys.version_info[:2] == (3, 12) or '')" 2>/dev/null),$(p))))
+BRIDGE_VENV  ?= .venv-bridge
+BRIDGE_PY    := $(BRIDGE_VENV)/bin/python
+BRIDGE_STAMP := $(BRIDGE_VENV)/.installed
+BRIDGE       ?= megatron-bridge==0.6.2
+BRIDGE_CORE  ?= megatron-core==0.19.2
+# Bridge is installed without its dependencies (flashinfer, Transformer Engine, mlflow, ...: CUDA
+# builds and services a data test never touches); these are the ones its code on our path imports.
+BRIDGE_REQUIREMENTS := tests_bridge/requirements.txt
+
 export HF_HUB_OFFLINE := 1
 export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install demo test test-fast bench docs clean
+.PHONY: install demo test test-fast test-bridge bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -37,6 +53,21 @@ test: $(STAMP)
 test-fast: $(STAMP)
 	$(PY) -m pytest -q -n 2 -m "not slow" $(PYTEST_ARGS)
 
+$(BRIDGE_PY):
+	@test -n "$(PYTHON312)" || { echo "make test-bridge needs Python 3.12: put python3.12 on" \
+	  "PATH or pass PYTHON312=/path/to/python3.12" >&2; exit 1; }
+	$(PYTHON312) -m venv $(BRIDGE_VENV)
+
+$(BRIDGE_STAMP): $(BRIDGE_PY) pyproject.toml $(PLUGINS) $(BRIDGE_REQUIREMENTS)
+	$(BRIDGE_PY) -m pip install -q $(TORCH)
+	$(BRIDGE_PY) -m pip install -q $(BRIDGE_CORE) -r $(BRIDGE_REQUIREMENTS) \
+	  -e . $(foreach p,$(PLUGINS),-e $(dir $(p)))
+	$(BRIDGE_PY) -m pip install -q --no-deps $(BRIDGE)
+	touch $(BRIDGE_STAMP)
+
+test-bridge: $(BRIDGE_STAMP)
+	$(BRIDGE_PY) -m pytest -q -p no:cacheprovider tests_bridge $(PYTEST_ARGS)
+
 bench: $(STAMP)
 	$(PY) benchmarks/run_all.py
 
@@ -44,4 +75,4 @@ docs: $(STAMP)
 	$(VENV)/bin/mkdocs build --strict
 
 clean:
-	rm -rf $(VENV) site .pytest_cache .hypothesis
+	rm -rf $(VENV) $(BRIDGE_VENV) site .pytest_cache .hypothesis
