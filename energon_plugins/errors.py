@@ -36,3 +36,26 @@ class BatchFormatError(EnergonPluginsError, ValueError):
 class ConvertError(EnergonPluginsError, ValueError):
     """``convert`` cannot proceed: unreadable source, bad arguments, a ``--strict`` record
     failure, or an output folder that cannot be resumed."""
+
+
+class SampleFailedError(EnergonPluginsError, ValueError):
+    """The loader stopped on a sample: the message names the sample key, the pipeline stage
+    (``cook``, ``encode_sample``, ``pack``, ``batch``, ``encode_batch``, ``batch format``) and
+    the reason (the last exception's type and message); ``__cause__`` keeps the full chain.
+
+    ``key`` (the failing sample's key; the first key of a failing batch), ``stage`` and
+    ``reason`` hold those parts (``None`` where unknown).
+    """
+
+    def __init__(
+        self,
+        text: str,
+        *,
+        key: str | None = None,
+        stage: str | None = None,
+        reason: str | None = None,
+    ) -> None:
+        super().__init__(text)
+        self.key = key
+        self.stage = stage
+        self.reason = reason

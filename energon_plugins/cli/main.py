@@ -96,8 +96,23 @@ def is_user_error(exc: BaseException) -> bool:
 
 
 def report_error(exc: BaseException) -> None:
-    """Print ``exc`` as ``Error: ...`` on stderr, with a hint about ``--debug``."""
+    """Print ``exc`` as ``Error: ...`` on stderr, with a hint about ``--debug``.
+
+    A sample that stopped an Energon loader prints as one line naming the sample, the stage
+    and the reason, and a loader worker's error that arrives as torch's re-raised text
+    (``Caught X in DataLoader worker process N`` and the worker's whole traceback) as its own
+    message only. The project's loaders already raise such errors; this is the net under
+    Energon loaders built elsewhere (``validate --deep`` reads samples with Energon's own).
+    """
     text = str(exc).strip() or type(exc).__name__
+    energon_errors = sys.modules.get("megatron.energon.errors")
+    fatal = getattr(energon_errors, "FatalSampleError", None)
+    if "in DataLoader worker process" in text or (fatal is not None and isinstance(exc, fatal)):
+        # torch and Energon are imported already: a loader raised this
+        from energon_plugins.loading.sample_failures import readable_error, worker_message
+
+        clear = readable_error(exc)
+        text = str(clear) if clear is not None else (worker_message(text) or text)
     click.echo(f"Error: {text}", err=True)
     click.echo("(run with --debug for the traceback)", err=True)
 

@@ -49,7 +49,10 @@ class EnergonDataloader:
     continues exactly with the first batch the caller did not receive.
 
     Batches produced by the datamodule's loaders carry their workers' skip counts
-    (:mod:`energon_plugins.loading.errors_policy`); :meth:`skip_counts` sums them.
+    (:mod:`energon_plugins.loading.errors_policy`); :meth:`skip_counts` sums them. A sample
+    that stops the loader raises one :class:`~energon_plugins.errors.SampleFailedError` naming
+    the sample, the stage and the reason, also when a worker process raised it
+    (:mod:`energon_plugins.loading.sample_failures`).
 
     ``fingerprint``: what produced the stream (see
     :func:`~energon_plugins.loading.checkpoint.loader_fingerprint`); saved with the state and
@@ -115,6 +118,11 @@ class EnergonDataloader:
                 if self._restored:
                     raise _restore_failed(exc) from exc
                 raise
+            except Exception as exc:  # noqa: BLE001 - re-raised as it is unless made readable
+                clear = _readable_error(exc)
+                if clear is None:
+                    raise
+                raise clear from exc
             self._restored = False
             batch = self._counts.unwrap(item)
             if batch is not None:  # None: a counts-only item at the end of a pass
@@ -293,6 +301,13 @@ def _empty_worker_error(loader: Any) -> Exception:
 
 #: Key of Energon's own state in :meth:`EnergonDataloader.save_state`'s dict.
 STATE_KEY = "energon"
+
+
+def _readable_error(exc: BaseException) -> BaseException | None:
+    """A worker's failure as one message (see :mod:`energon_plugins.loading.sample_failures`)."""
+    from energon_plugins.loading.sample_failures import readable_error
+
+    return readable_error(exc)
 
 
 def _skip_counts() -> Any:

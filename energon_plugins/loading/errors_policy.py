@@ -35,6 +35,7 @@ from megatron.energon.wrappers.base import BaseWrapperDataset
 
 from energon_plugins.encoding.chatml import VIDEO_EXTENSIONS
 from energon_plugins.errors import EnergonPluginsError
+from energon_plugins.loading.sample_failures import sample_failure
 from energon_plugins.loading.stages import TransparentRestore
 
 logger = logging.getLogger(__name__)
@@ -275,6 +276,10 @@ class CountedBatch(Sample):
 class SkipCountingDataset(TransparentRestore, BaseWrapperDataset):
     """Outermost wrapper: yields each batch as a :class:`CountedBatch` with this worker's counts.
 
+    A sample that stops the loader (Energon's ``FatalSampleError``, a batch format's error)
+    leaves it as one :class:`~energon_plugins.errors.SampleFailedError` naming the sample, the
+    stage and the reason (:func:`~energon_plugins.loading.sample_failures.sample_failure`).
+
     The cumulative counts are a savable field, so Energon checkpoints them with the rest of
     the pipeline and a restored loader reports exactly what an uninterrupted one would.
     Counts of the task encoder (``error_counts()``) are folded in as they grow.
@@ -329,11 +334,19 @@ class SkipCountingDataset(TransparentRestore, BaseWrapperDataset):
 
     def __iter__(self) -> Iterator[CountedBatch]:
         reported: dict[str, int] | None = None
-        for batch in self.dataset:
-            self._fold_encoder_counts()
-            item = self._wrap(batch)
-            reported = item.skip_counts
-            yield item
+        try:
+            for batch in self.dataset:
+                self._fold_encoder_counts()
+                item = self._wrap(batch)
+                reported = item.skip_counts
+                yield item
+        except Exception as exc:  # noqa: BLE001 - re-raised as it is unless made one message
+            # A sample that stops the loader: one message naming the sample, the stage and
+            # the reason, here where the real exception (and its traceback) still exists.
+            failure = sample_failure(exc)
+            if failure is None:
+                raise
+            raise failure from exc
         # A finite pass may end with skipped samples after its last batch: report them in a
         # counts-only item (``batch=None``), which the loader consumes without yielding.
         self._fold_encoder_counts()

@@ -19,6 +19,17 @@ one DP rank may get more batches than another.
 - :meth:`ValidationLoader.one_pass` yields exactly one evaluation and stops, for hand-written
   loops (``for batch in dm.val_dataloader().one_pass()``). Lightning's trainer stops at
   ``len()`` on its own, and calls ``iter()`` afresh every epoch, so it sees one pass per epoch.
+  A plain ``for batch in dm.val_dataloader()`` never ends: past two whole evaluations it warns
+  once (:class:`EndlessValidationWarning`), pointing at ``one_pass()``; Megatron's ``next()``
+  calls on one iterator never warn.
+
+Batches of a type of the user's own (a task encoder such as Energon's ``DefaultTaskEncoder``
+returning, say, ``VQASample`` batches, without ``loss_mask`` or ``labels``) pass through
+unchanged. A filler is made only when a rank really runs short; whether that can happen is
+decided once, at the first pass, before any rank waits on another: when the ranks' passes
+differ (or fall short of ``val_batches_per_evaluation``) and the batches cannot be zero-masked,
+every rank raises the same :class:`~energon_plugins.ConfigError`, naming the encoder, the batch
+type and the two ways out.
 
 Restarting mid-pass is exact: :class:`RestartingDataset` resets the Energon pipeline at the
 start of every iteration (Energon's datasets otherwise continue where an abandoned iteration
@@ -26,19 +37,33 @@ stopped).
 """
 
 import copy
+import dis
 import logging
-from collections.abc import Callable, Iterator, Mapping, MutableMapping
+import sys
+import warnings
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from megatron.energon.wrappers.base import BaseWrapperDataset
 
 from energon_plugins.errors import ConfigError, DatasetError
 from energon_plugins.loading.heap import frozen_for_pass
+from energon_plugins.loading.padding import (  # noqa: F401 - re-exported (documented here)
+    PADDING_KEY,
+    can_zero_mask,
+    is_padding_batch,
+    zero_loss_batch,
+)
+from energon_plugins.loading.sample_failures import with_readable_errors
 
 logger = logging.getLogger(__name__)
 
-PADDING_KEY = "__padding__"
-"""The sample key filler batches carry in ``__key__`` (one per row)."""
+ENDLESS_AFTER_PASSES = 2
+"""A ``for`` loop over the validation loader warns when it runs past this many evaluations."""
+
+
+class EndlessValidationWarning(UserWarning):
+    """A ``for`` loop over ``val_dataloader()`` ran past two evaluations: it never ends."""
 
 
 class RestartingDataset(BaseWrapperDataset):
@@ -73,74 +98,19 @@ class RestartingDataset(BaseWrapperDataset):
         return f"RestartingDataset(dataset={self.dataset})"
 
 
-def zero_loss_batch(batch: Any, ignore_index: int = -100) -> Any:
-    """A copy of ``batch`` that contributes nothing to a loss: ``loss_mask`` all zero,
-    ``labels`` all ``ignore_index``, and ``__key__`` / ``__keys__`` set to
-    :data:`PADDING_KEY` per row.
-
-    Works on attribute batches (``MultiModalBatch``) and on mappings (the batch formats).
-
-    Raises:
-        ConfigError: the batch has neither a ``loss_mask`` nor a ``labels`` tensor, so a
-            filler cannot be made from it.
-    """
-    import torch
-
-    filler = copy.deepcopy(batch)
-    is_mapping = isinstance(filler, MutableMapping)
-
-    def get(name: str) -> Any:
-        return filler.get(name) if is_mapping else getattr(filler, name, None)
-
-    def put(name: str, value: Any) -> None:
-        if is_mapping:
-            filler[name] = value
-        else:
-            setattr(filler, name, value)
-
-    zeroed = False
-    loss_mask = get("loss_mask")
-    if isinstance(loss_mask, torch.Tensor):
-        put("loss_mask", torch.zeros_like(loss_mask))
-        zeroed = True
-    labels = get("labels")
-    if isinstance(labels, torch.Tensor):
-        put("labels", torch.full_like(labels, ignore_index))
-        zeroed = True
-    if not zeroed:
-        raise ConfigError(
-            f"validation padding: a {type(batch).__name__} batch has no loss_mask or labels "
-            "tensor, so no zero-loss filler batch can be made to even out the data-parallel "
-            "ranks; set val_batches_per_evaluation to a number every rank reaches, or return "
-            "batches with loss_mask / labels"
-        )
-    for name in ("__key__", "__keys__"):
-        keys = get(name)
-        if isinstance(keys, (list, tuple)):
-            put(name, [PADDING_KEY] * len(keys))
-        elif isinstance(keys, str):
-            put(name, PADDING_KEY)
-    return filler
-
-
-def is_padding_batch(batch: Any) -> bool:
-    """Whether ``batch`` is a filler made by :func:`zero_loss_batch`."""
-    keys = batch.get("__key__", batch.get("__keys__")) if isinstance(batch, Mapping) else (
-        getattr(batch, "__key__", None)
-    )
-    if isinstance(keys, str):
-        return keys == PADDING_KEY
-    return bool(keys) and all(key == PADDING_KEY for key in keys)
-
-
 class ValidationLoader:
     """What ``val_dataloader()`` returns: see the module docstring.
+
+    ``iter()`` on it never ends (Megatron's evaluation calls ``next()`` on one iterator, as
+    many times as it evaluates batches); for one evaluation in a loop of your own, iterate
+    :meth:`one_pass`: ``for batch in loader.one_pass(): ...``.
 
     Args:
         dataloader: a finite Energon loader over a :class:`RestartingDataset` (built once; its
             workers persist between passes).
-        pass_length: ``pass_length(local) -> agreed``: this rank's batch count of one pass in,
-            the largest over the data-parallel ranks out (a collective).
+        pass_length: ``pass_length(local) -> agreed``: the largest of a number over the
+            data-parallel ranks (a collective): this rank's batch count of one pass in, the
+            longest rank's out.
         count_by_pass: count this rank's batches by reading a pass (packed or grouped
             batches), instead of Energon's ``len()`` (an upper bound for plain batching).
         batches_per_evaluation: ``val_batches_per_evaluation`` (``None``: one pass).
@@ -169,7 +139,11 @@ class ValidationLoader:
         self.ignore_index = ignore_index
         self._counts = SkipCounts()
         self._length: int | None = None
+        self._local_length: int | None = None  # this rank's real batches in a pass, if known
+        self._settled = False  # whether the first pass decided how this rank pads
+        self._filler_source: Any = None  # a real batch kept to make fillers from
         self._filler: Any = None
+        self._warned_endless = False
 
     @property
     def dataloader(self) -> Any:
@@ -179,6 +153,14 @@ class ValidationLoader:
     def skip_counts(self) -> dict[str, int]:
         """Samples skipped (by reason) in the current or last pass, all workers."""
         return self._counts.total()
+
+    def __repr__(self) -> str:
+        length = self._length if self._length is not None else self.batches_per_evaluation
+        length = "not agreed yet" if length is None else str(length)
+        return (
+            f"ValidationLoader(batches per evaluation: {length}; iter() never ends, as "
+            "Megatron's evaluation needs: use .one_pass() for one evaluation)"
+        )
 
     # ------------------------------------------------------------------ length
     def __len__(self) -> int:
@@ -196,61 +178,136 @@ class ValidationLoader:
 
     def local_pass_length(self) -> int:
         """This rank's real batches in one pass (an upper bound when samples are skipped)."""
-        if not self._count_by_pass:
-            return len(self._dataloader)
+        if self._local_length is None:
+            if self._count_by_pass:
+                self._local_length = self._count_pass()
+            else:
+                self._local_length = len(self._dataloader)
+        return self._local_length
+
+    def _count_pass(self, limit: int | None = None) -> int:
+        """Read one pass of this rank's part and count its batches (up to ``limit``)."""
         count = 0
         passes = self._real_batches()
         try:
-            for batch in passes:
+            for _ in passes:
                 count += 1
-                if self._filler is None:
-                    self._filler = zero_loss_batch(batch, self.ignore_index)
+                if limit is not None and count >= limit:
+                    break
         finally:
             passes.close()
         return count
+
+    # ------------------------------------------------------------------ padding
+    def _settle(self, total: int, first: Any) -> None:
+        """Decide once, at the first pass, how this rank pads (see the module docstring).
+
+        ``first`` is this rank's first real batch (``None``: it has none). Batches that can be
+        zero-masked need no agreement: a rank that runs short pads. Batches that cannot: the
+        ranks agree on the largest shortfall (the same collective on every rank, since every
+        rank runs the same encoder) and all raise when any rank would run short.
+        """
+        batch = first if first is not None else self._template_batch()
+        self._settled = True
+        if batch is None:
+            return  # the split is empty everywhere: _next_filler says so if a filler is due
+        local = self._local_length
+        if can_zero_mask(batch):
+            if local is None or local < total:  # this rank may run short
+                self._filler_source = copy.deepcopy(batch)
+            return
+        if local is None:
+            local = self._local_length = self._count_pass(limit=total)
+        shortfall = int(self._pass_length(total - min(local, total)))
+        if shortfall > 0:
+            shortest = total - shortfall
+            fix = f" (e.g. val_batches_per_evaluation={shortest}, which every rank reaches)"
+            raise ConfigError(self._unpaddable(
+                batch,
+                f"a data-parallel rank has only {shortest} real batch(es) per pass where each "
+                f"evaluation takes {total} ({self._wanted()})",
+                fix if shortest > 0 else "",
+            ))
+
+    def _template_batch(self) -> Any:
+        return self._template() if self._template is not None else None
+
+    def _wanted(self) -> str:
+        if self.batches_per_evaluation is not None:
+            return f"val_batches_per_evaluation={self.batches_per_evaluation}"
+        return "the longest data-parallel rank's pass"
+
+    def _unpaddable(self, batch: Any, shortage: str, fix: str = "") -> str:
+        """The message for a rank that runs short on batches that cannot be zero-masked."""
+        batch_type = type(batch).__name__
+        return (
+            f"validation: task encoder {_encoder_name(self._dataloader)} returns {batch_type} "
+            f"batches, which have no loss_mask or labels tensor, and {shortage}; the missing "
+            f"batches would be zero-loss fillers, which cannot be made from a {batch_type}. "
+            f"Either give every data-parallel rank the same number of validation batches{fix}, "
+            "or return batches with a loss_mask or labels tensor (e.g. from a task encoder "
+            "built on energon_plugins.PluginTaskEncoder)"
+        )
+
+    def _next_filler(self) -> Any:
+        if self._filler is None:
+            source = self._filler_source
+            if source is None:
+                source = self._template_batch()
+            if source is None:
+                raise DatasetError(
+                    "the validation split yields no batch on any rank, so there is nothing to "
+                    "evaluate; check the split (energon info PATH) or drop validation"
+                )
+            if not can_zero_mask(source):  # fewer batches than counted: samples were skipped
+                raise ConfigError(self._unpaddable(
+                    source, f"this rank ran out of real batches before the {len(self)} each "
+                    f"evaluation takes ({self._wanted()}; samples were skipped)"))
+            self._filler = zero_loss_batch(source, self.ignore_index)
+            self._filler_source = None
+        return copy.deepcopy(self._filler)
 
     # ------------------------------------------------------------------ iteration
     def _real_batches(self) -> Iterator[Any]:
         """One pass over this rank's part of the split (restarted from the beginning)."""
         self._counts.load(None)
-        return self._counts.filter(frozen_for_pass(self._dataloader))
+        return with_readable_errors(self._counts.filter(frozen_for_pass(self._dataloader)))
 
-    def _next_filler(self) -> Any:
-        if self._filler is None:
-            batch = self._template() if self._template is not None else None
-            if batch is None:
-                raise DatasetError(
-                    "the validation split yields no batch on any rank, so there is nothing to "
-                    "evaluate; check the split (energon info PATH) or drop validation"
-                )
-            self._filler = zero_loss_batch(batch, self.ignore_index)
-        return copy.deepcopy(self._filler)
+    def _open_pass(self, total: int) -> tuple[Iterator[Any], Any]:
+        """A new pass and its first batch (``None``: none); settles padding at the first."""
+        real = self._real_batches()
+        first = next(real, None)
+        if first is None and self._local_length is None:
+            self._local_length = 0
+        if not self._settled:
+            if first is not None and self._local_length is None and not can_zero_mask(first):
+                # The decision needs this rank's count: read it, then start the pass again.
+                real.close()
+                self._local_length = self._count_pass(limit=total)
+                real = self._real_batches()
+                first = next(real, None)
+            self._settle(total, first)
+        return real, first
 
     def one_pass(self) -> Iterator[Any]:
         """Exactly ``len(self)`` batches, from the start of the split: real, then fillers."""
         total = len(self)
         produced = 0
-        real = self._real_batches()
+        real, batch = self._open_pass(total)
         try:
-            while produced < total:
-                try:
-                    batch = next(real)
-                except StopIteration:
-                    break
-                if self._filler is None:
-                    self._filler = zero_loss_batch(batch, self.ignore_index)
+            while produced < total and batch is not None:
                 produced += 1
                 yield batch
-            else:
-                if self.batches_per_evaluation is None:
-                    # A whole pass: read to its end, so the last skip counts arrive.
-                    for _ in real:
-                        logger.warning(
-                            "validation: this rank's pass has more than the agreed %d batches "
-                            "(a non-deterministic task encoder?); the rest is not evaluated",
-                            total,
-                        )
-                        break
+                batch = next(real, None) if produced < total else None
+            if produced == total and self.batches_per_evaluation is None:
+                # A whole pass: read to its end, so the last skip counts arrive.
+                for _ in real:
+                    logger.warning(
+                        "validation: this rank's pass has more than the agreed %d batches "
+                        "(a non-deterministic task encoder?); the rest is not evaluated",
+                        total,
+                    )
+                    break
         finally:
             real.close()
         while produced < total:
@@ -260,7 +317,8 @@ class ValidationLoader:
     def __iter__(self) -> Iterator[Any]:
         """Evaluation after evaluation, forever (``next()`` never raises ``StopIteration``).
 
-        Nothing is read (and no collective runs) before the first ``next()``.
+        Nothing is read (and no collective runs) before the first ``next()``. A ``for`` loop
+        over it never ends: past two evaluations it warns once (use :meth:`one_pass`).
         """
         return _Evaluations(self)
 
@@ -275,6 +333,7 @@ class _Evaluations:
     def __init__(self, loader: ValidationLoader) -> None:
         self._loader = loader
         self._current: Iterator[Any] | None = None
+        self._delivered = 0
 
     def __iter__(self) -> "_Evaluations":
         return self
@@ -282,16 +341,62 @@ class _Evaluations:
     def __next__(self) -> Any:
         while True:
             if self._current is None:
-                if len(self._loader) == 0:
+                length = len(self._loader)
+                if length == 0:
                     raise DatasetError(
                         "the validation split is empty on every data-parallel rank: nothing to "
                         "evaluate (check the split, or do not build a validation loader)"
                     )
+                if self._delivered >= ENDLESS_AFTER_PASSES * length:
+                    self._warn_if_endless_loop(length)
                 self._current = self._loader.one_pass()
             try:
-                return next(self._current)
+                batch = next(self._current)
             except StopIteration:
                 self._current = None
+                continue
+            self._delivered += 1
+            return batch
+
+    def _warn_if_endless_loop(self, length: int) -> None:
+        """Warn once per loader when a ``for`` loop (not ``next()`` calls) starts a third
+        evaluation: such a loop never ends."""
+        if self._loader._warned_endless or not _called_by_for_loop(depth=3):
+            return
+        self._loader._warned_endless = True
+        warnings.warn(
+            f"this for loop over the validation loader has run {ENDLESS_AFTER_PASSES} whole "
+            f"evaluations ({length} batches each) and never ends: iter(val_dataloader()) "
+            "repeats the evaluation forever, as Megatron's evaluation (next() eval_iters times "
+            "on one iterator) needs. For one evaluation, iterate val_dataloader().one_pass()",
+            EndlessValidationWarning,
+            stacklevel=3,
+        )
+
+
+def _called_by_for_loop(depth: int) -> bool:
+    """Whether the frame ``depth`` levels up is executing a ``for`` loop's ``FOR_ITER``
+    (iterating with ``for``), rather than a call such as ``next(iterator)``."""
+    try:
+        frame = sys._getframe(depth)
+    except ValueError:
+        return False
+    code = frame.f_code.co_code
+    return 0 <= frame.f_lasti < len(code) and code[frame.f_lasti] == dis.opmap["FOR_ITER"]
+
+
+def _encoder_name(dataloader: Any) -> str:
+    """The class name of the task encoder behind ``dataloader`` (found on the project's stages
+    of its dataset chain)."""
+    node = getattr(dataloader, "dataset", None)
+    for _ in range(16):
+        encoder = getattr(node, "encoder", None)
+        if encoder is not None:
+            return type(encoder).__name__
+        node = getattr(node, "dataset", None)
+        if node is None:
+            break
+    return "(unknown)"
 
 
 def _shutdown_workers(dataloader: Any) -> None:
