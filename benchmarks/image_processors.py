@@ -83,7 +83,7 @@ def _qwen_resize(processor, chw):
 
 def _qwen_output_fill(processor, chw):
     """Fill a Qwen output of this image's size: the least writing any processor does."""
-    from energon_plugins.encoding.image_processors.outputs import new_output
+    from energon_plugins.encoding.memory.outputs import new_output
 
     _, rows, cols = processor.grid_for(*chw.shape[-2:])
     width = 3 * processor.temporal_patch_size * processor.patch_size ** 2

@@ -6,13 +6,13 @@ import gc
 import torch
 from torch.utils.data import DataLoader, Dataset
 
-from energon_plugins.encoding.image_processors import outputs, shared_outputs
-from energon_plugins.encoding.image_processors.outputs import (
+from energon_plugins.encoding.memory import pool as pools
+from energon_plugins.encoding.memory import shared as shared_outputs
+from energon_plugins.encoding.memory.outputs import concatenated, new_output
+from energon_plugins.encoding.memory.pool import (
     POOL_HEADROOM,
     POOL_MIN_BYTES,
     OutputPool,
-    concatenated,
-    new_output,
 )
 
 ROWS = 2 * POOL_MIN_BYTES // (4 * 1176)  # float32 rows of 1176: about 2 MiB, pooled
@@ -65,7 +65,7 @@ def test_concatenated_equals_torch_cat_and_reuses_pooled_memory(monkeypatch):
     The process's pool is replaced by an empty one for the test: arrays that earlier tests left
     free in the shared pool may fit better and be handed out first (it failed so under -n 2).
     """
-    monkeypatch.setattr(outputs, "_POOL", OutputPool())
+    monkeypatch.setattr(pools, "_POOL", OutputPool())
     big = [torch.randn(ROWS // 2, 1176), torch.randn(ROWS // 3, 1176), torch.randn(1, 1176)]
     out = concatenated(big)
     assert torch.equal(out, torch.cat(big)) and out.is_contiguous()
@@ -134,7 +134,7 @@ def test_worker_outputs_reuse_shared_memory_only_after_the_main_process_lets_go(
 def test_worker_outputs_held_beyond_the_tracked_count_stay_intact():
     """The main process keeps every batch (more than a worker tracks): none is overwritten,
     and the worker goes on with new segments."""
-    from energon_plugins.encoding.image_processors.shared_outputs import OUTSTANDING
+    from energon_plugins.encoding.memory.shared import OUTSTANDING
 
     class Many(_Outputs):
         def __len__(self):

@@ -36,7 +36,7 @@ from megatron.energon.task_encoder.base import TaskEncoder
 
 from energon_plugins.host.context import BuildContext
 from energon_plugins.encoding.image_processors.inputs import decoder_for
-from energon_plugins.encoding.image_processors.outputs import concatenated
+from energon_plugins.encoding.memory.outputs import concatenated
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
 from energon_plugins.encoding.task_encoders.packing import PackingMixin
@@ -354,7 +354,7 @@ class PluginTaskEncoder(
         ``batch`` combine the same way). The default concatenates along dim 0; override (or
         consult a per-key table) for inputs laid out otherwise, such as tiles padded to a
         common count. The result is written into output memory
-        (:func:`~energon_plugins.encoding.image_processors.outputs.concatenated`: shared
+        (:func:`~energon_plugins.encoding.memory.outputs.concatenated`: shared
         memory in a loader worker).
         """
         return concatenated(parts, dim=0)

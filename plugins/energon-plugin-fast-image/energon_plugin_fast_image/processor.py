@@ -27,7 +27,7 @@ from energon_plugins.encoding.image_processors.inputs import (
     image_size,
     is_encoded,
 )
-from energon_plugins.encoding.image_processors.outputs import new_output
+from energon_plugins.encoding.memory.outputs import new_output
 
 from energon_plugin_fast_image.pil_resize import resize_batch, vertical_first
 from energon_plugin_fast_image.settings import ProcessorSettings, resolve_settings

@@ -22,7 +22,7 @@ from energon_plugins.encoding.image_processors.inputs import (
     is_encoded,
     to_uint8_chw,
 )
-from energon_plugins.encoding.image_processors.outputs import new_output
+from energon_plugins.encoding.memory.outputs import new_output
 
 from energon_plugin_fast_image.processor import FastBatchFeature, call_items, torch_threads
 from energon_plugin_fast_image.qwen_settings import QwenSettings, resolve_qwen_settings, smart_resize

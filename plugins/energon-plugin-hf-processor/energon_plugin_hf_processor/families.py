@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from energon_plugins.encoding.image_processors.outputs import concatenated
+from energon_plugins.encoding.memory.outputs import concatenated
 
 logger = logging.getLogger(__name__)
 
@@ -38,7 +38,7 @@ def concat(parts: list[Any]) -> Any:
     """One entry per image (or patch) along dim 0: concatenate (Qwen patches, image sizes).
 
     Every rule writes into the core's output memory
-    (:func:`~energon_plugins.encoding.image_processors.outputs.concatenated`: shared memory
+    (:func:`~energon_plugins.encoding.memory.outputs.concatenated`: shared memory
     in a loader worker, reused arrays elsewhere)."""
     return concatenated(parts, dim=0)
 

@@ -36,7 +36,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from energon_plugins.encoding.image_processors.outputs import POOL_HEADROOM, best_fit
+from energon_plugins.encoding.memory.pool import POOL_HEADROOM, best_fit
 
 TAIL_BYTES = 64
 """Bytes after a segment's data: the generation written by the main process on release."""
@@ -84,7 +84,7 @@ class SharedOutputPool:
 
     def take(self, nbytes: int) -> torch.Tensor:
         """A uint8 tensor of ``nbytes`` bytes in shared memory: a free segment that fits
-        (:func:`~energon_plugins.encoding.image_processors.outputs.best_fit`), or a new one
+        (:func:`~energon_plugins.encoding.memory.pool.best_fit`), or a new one
         ``POOL_HEADROOM`` larger."""
         with self._lock:
             free = [s for s in self._segments if s.is_free()]
