@@ -4,7 +4,7 @@
 float32, ``num_tiles``, ``cu_lengths`` and ``max_lengths`` int32. It then shifts the labels
 itself (``labels[:, 1:L + 1]``, so they come one column wider and unshifted), masks the
 targets equal to ``-100`` or the tokenizer's pad id, treats ``imgs`` of shape ``[1, 1]`` as
-"no image", and builds THD ``PackedSeqParams`` from ``cu_lengths[0]`` / ``max_lengths[0]``
+"no image", and builds THD ``PackedSeqParams`` (:mod:`~energon_plugins.encoding.packed_seq`) from ``cu_lengths[0]`` / ``max_lengths[0]``
 unless they are the ``[[0]]`` dummies (packing needs micro batch 1). ``LLaVAModel`` expands
 each image token of ``tokens`` into that image's ``num_tiles * img_seq_len`` embeddings, so
 each image takes one token here: the task encoder's run of expanded tokens is collapsed.

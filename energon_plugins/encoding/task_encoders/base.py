@@ -37,6 +37,7 @@ from megatron.energon.task_encoder.base import TaskEncoder
 from energon_plugins.host.context import BuildContext
 from energon_plugins.encoding.image_processors.inputs import decoder_for
 from energon_plugins.encoding.memory.outputs import concatenated
+from energon_plugins.encoding.packed_seq import packed_seq_params
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
 from energon_plugins.encoding.task_encoders.packing import PackingMixin
@@ -327,7 +328,7 @@ class PluginTaskEncoder(
         all_pixels = self.combined_pixels(samples, all_pixels)
         image_grid_thw = self.combine_parts("image_grid_thw", [s.image_grid_thw for s in samples])
         num_images = torch.tensor([int(s.num_images) for s in samples], dtype=torch.long)
-        packed_seq_params = build_packed_seq_params(segments) if packed else None
+        thd_params = packed_seq_params(segments) if packed else None
         batch = MultiModalBatch.from_samples(
             samples,
             input_ids=input_ids,
@@ -338,7 +339,7 @@ class PluginTaskEncoder(
             pixel_values=all_pixels,
             image_grid_thw=image_grid_thw,
             num_images=num_images,
-            packed_seq_params=packed_seq_params,
+            packed_seq_params=thd_params,
             visual=self.combine_visual([s.visual for s in samples]),
             token_fields=_pad_token_fields([s.token_fields for s in samples], lengths, width),
             image_token_counts=_token_counts([s.image_token_counts for s in samples]),
@@ -422,26 +423,3 @@ def _token_counts(counts: list[list[int] | None]) -> torch.Tensor | None:
     if any(c is None for c in counts):
         return None
     return torch.tensor([n for c in counts for n in c], dtype=torch.long)  # type: ignore[union-attr]
-
-
-def build_packed_seq_params(segment_lengths: list[int]) -> Any:
-    """Megatron-core ``PackedSeqParams`` (``qkv_format="thd"``) for rows laid end to end.
-
-    ``segment_lengths`` lists every sub-sequence of every row in order, each row's padding
-    tail as its own segment, so the cumulative lengths cover the flattened ``B * L`` tokens.
-    """
-    from energon_plugins._quiet import import_quietly
-
-    PackedSeqParams = import_quietly("megatron.core.packed_seq_params").PackedSeqParams
-
-    lengths = torch.tensor(segment_lengths, dtype=torch.int32)
-    cu = torch.zeros(len(segment_lengths) + 1, dtype=torch.int32)
-    cu[1:] = torch.cumsum(lengths, dim=0)
-    max_len = int(lengths.max()) if len(segment_lengths) else 0
-    return PackedSeqParams(
-        qkv_format="thd",
-        cu_seqlens_q=cu,
-        cu_seqlens_kv=cu.clone(),
-        max_seqlen_q=max_len,
-        max_seqlen_kv=max_len,
-    )

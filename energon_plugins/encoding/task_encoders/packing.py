@@ -45,6 +45,7 @@ from energon_plugins._stages import replace_stage_class
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.packing.carry import split_carry
 from energon_plugins.encoding.packing.options import PackingOptions
+from energon_plugins.encoding.packed_seq import packed_seq_params
 from energon_plugins.encoding.packing.parallel import parallel_pad_multiple
 from energon_plugins.encoding.samples import EncodedSample
 
@@ -77,37 +78,6 @@ class PackedSample(EncodedSample):
 
 def _round_up(length: int, multiple: int) -> int:
     return -(-length // multiple) * multiple
-
-
-def packed_seq_params(real_segments: list[int], padded_segments: list[int],
-                      always_padded: bool = False) -> Any:
-    """megatron-core ``PackedSeqParams(qkv_format="thd")`` for rows laid end to end.
-
-    ``padded_segments`` lists every sub-sequence of every row as laid out (each row's padding
-    tail as its own segment), ``real_segments`` the same segments without the per-sub-sequence
-    padding. The ``*_padded`` fields are set when the two differ or ``always_padded``.
-    """
-    from energon_plugins._quiet import import_quietly
-
-    PackedSeqParams = import_quietly("megatron.core.packed_seq_params").PackedSeqParams
-
-    def cumulative(lengths: list[int]) -> torch.Tensor:
-        cu = torch.zeros(len(lengths) + 1, dtype=torch.int32)
-        cu[1:] = torch.cumsum(torch.tensor(lengths, dtype=torch.int32), dim=0)
-        return cu
-
-    cu_real = cumulative(real_segments)
-    padded = always_padded or real_segments != padded_segments
-    cu_padded = cumulative(padded_segments) if padded else None
-    return PackedSeqParams(
-        qkv_format="thd",
-        cu_seqlens_q=cu_real,
-        cu_seqlens_kv=cu_real.clone(),
-        cu_seqlens_q_padded=cu_padded,
-        cu_seqlens_kv_padded=cu_padded.clone() if cu_padded is not None else None,
-        max_seqlen_q=max(padded_segments, default=0),
-        max_seqlen_kv=max(padded_segments, default=0),
-    )
 
 
 def _packed_token_fields(
