@@ -183,8 +183,9 @@ def test_validate_prints_every_error_with_its_path(site, runner):
 def test_validate_set_overrides_before_checking(site, runner):
     config = str(site / "examples" / "minimal.yaml")
     assert invoke(runner, "validate", config, "--set", "seq_length=0").exit_code == 1
+    # image_tokens 4 must agree with the 224 px processor: 2x2 patches of 112 px.
     result = invoke(runner, "validate", config, "--set", "task_encoder.options.image_tokens=4",
-                    "--set", "seq_length=64")
+                    "--set", "task_encoder.options.patch_size=112", "--set", "seq_length=64")
     assert result.exit_code == 0 and "seq_length 64" in result.output
 
 
@@ -224,18 +225,71 @@ def test_schema_to_stdout_and_file_validates_the_examples(site, runner, tmp_path
 # -- preview / bench / demo --------------------------------------------------------------------
 
 
-def test_preview_shows_collapsed_images_loss_spans_and_shapes(site, runner, tmp_path):
+def layout_rows(output: str) -> dict[str, str]:
+    """The key table ``preview`` prints before a batch: ``{key: "shape dtype-or-value"}``."""
+    rows = {}
+    for line in output.splitlines():
+        match = re.fullmatch(r"  (\S+)\s{2,}(\(\d[\d, ]*\))?\s*(\S.*?)\s*", line)
+        if match and match.group(1) != "key":
+            rows.setdefault(match.group(1), f"{match.group(2) or ''} {match.group(3)}".strip())
+    return rows
+
+
+def test_preview_shows_the_batch_the_loop_gets_and_each_rows_record(site, runner, tmp_path):
+    """By default the keys, shapes and dtypes are those of the configured batch format
+    (megatron-bridge), equal to what the datamodule's training loader yields, and each row
+    names the record it came from: the loader's ``__keys__``, in the loader's order."""
+    from energon_plugins.config.build import build_datamodule
+
+    config = site / "examples" / "minimal.yaml"
     page = tmp_path / "preview.html"
-    result = invoke(runner, "preview", str(site / "examples" / "minimal.yaml"), "-n", "3",
-                    "--html", str(page))
+    result = invoke(runner, "preview", str(config), "-n", "3", "--html", str(page))
     assert result.exit_code == 0, result.output
-    assert result.output.count("batch ") >= 3
     assert "<image x" in result.output and "⟦" in result.output
-    assert "input_ids (1, " in result.output and "pixel_values" in result.output
+    assert "batch_format 'megatron-bridge'" in result.output
+    shown = layout_rows(result.output)
+    loader = build_datamodule(str(config), num_workers=0).train_dataloader()
+    batches = [next(loader) for _ in range(3)]
+    first = batches[0]
+    assert set(shown) == set(first) - {"visual_inputs"} | {
+        f"visual_inputs.{key}" for key in vars(first["visual_inputs"])}
+    for key in ("tokens", "labels", "loss_mask", "position_ids", "attention_mask"):
+        assert shown[key] == f"{tuple(first[key].shape)} {first[key].dtype}", key
+    pixels = first["visual_inputs"].pixel_values
+    assert shown["visual_inputs.pixel_values"] == f"{tuple(pixels.shape)} {pixels.dtype}"
+    assert "num_images" not in shown and "pixel_values" not in shown  # the encoder's names
+    records = re.findall(r"^record (\S+)$", result.output, re.MULTILINE)
+    assert records == [key for batch in batches for key in batch["__keys__"]]
     html = page.read_text()
     assert html.count("data:image/png;base64,") >= 3
     assert "class='bar'" in html and "class='seg" in html and "loss" in html
+    assert "<td><code>visual_inputs.pixel_values</code></td>" in html
+    assert all(f"record <code>{key}</code>" in html for key in records)
     assert "<script" not in html and "http" not in html.replace("http-equiv", "")
+
+
+def test_preview_raw_shows_the_task_encoders_batch(site, runner):
+    result = invoke(runner, "preview", str(site / "examples" / "minimal.yaml"), "-n", "2",
+                    "--raw")
+    assert result.exit_code == 0, result.output
+    assert "the task encoder's batch (no batch format applied)" in result.output
+    shown = layout_rows(result.output)
+    assert shown["input_ids"].endswith("torch.int64") and shown["input_ids"].startswith("(1, ")
+    assert shown["num_images"] == "(1,) torch.int64"
+    assert shown["pixel_values"].startswith("(1, 3, ")
+    assert "tokens" not in shown and "visual_inputs.pixel_values" not in shown
+    assert len(re.findall(r"^record ((?:vqa|captioning)-\d+)$", result.output, re.MULTILINE)) == 2
+    assert "<image x" in result.output and "⟦" in result.output
+
+
+def test_preview_follows_the_configured_batch_format(site, runner):
+    result = invoke(runner, "preview", str(site / "examples" / "minimal.yaml"), "-n", "1",
+                    "--set", "batch_format.name=hf")
+    assert result.exit_code == 0, result.output
+    shown = layout_rows(result.output)
+    assert set(shown) == {"input_ids", "attention_mask", "labels", "pixel_values"}
+    assert re.search(r"^record (vqa|captioning)-\d+$", result.output, re.MULTILINE)  # no __keys__ in
+    # the hf format: the record key comes from the task encoder's batch
 
 
 def _packing_wired() -> bool:
@@ -264,6 +318,7 @@ def test_bench_json_reports_throughput_and_padding(site, runner):
     assert result.exit_code == 0, result.output
     data = json.loads(result.output[result.output.index("{"):])
     assert data["batches"] == 3 and data["rows"] == 6 and data["samples"] == 6
+    assert data["num_workers"] == 0 and data["hints"] and "num_workers: 2" in data["hints"][0]
     assert data["samples_per_second"] > 0 and data["tokens_per_second"] > 0
     assert 0.0 < data["padding_fraction"] < 1.0
     assert data["packing"] is False and data["fill_ratio"] is None
@@ -274,6 +329,19 @@ def test_bench_table_with_progress(site, runner):
     assert result.exit_code == 0, result.output
     for text in ("samples/s", "tokens/s", "padding fraction", "2/2"):
         assert text in result.output
+    # 0 workers (minimal.yaml): one hint line under the table; stderr is not a terminal
+    # here, so no start-up status was written
+    hints = [line for line in result.output.splitlines() if line.startswith("hint:")]
+    assert hints == [("hint: num_workers: 0 loads in the training process; try num_workers: 2 "
+                      "or more (--set num_workers=2)")]
+    assert "importing torch" not in result.output and "checking " not in result.output
+
+
+def test_bench_hints_only_at_zero_workers():
+    from energon_plugins.cli.bench_cmd import ZERO_WORKERS_HINT, hints
+
+    assert hints({"num_workers": 0}) == [ZERO_WORKERS_HINT]
+    assert hints({"num_workers": 2}) == [] and hints({"num_workers": 1}) == []
 
 
 def test_bench_with_packing_reports_fill_ratio(site, runner):

@@ -8,7 +8,7 @@ import types
 import torch
 
 from energon_plugins.cli.batch_view import Segment, batch_stats, render_spans, row_segments
-from energon_plugins.encoding.task_encoders.base import build_packed_seq_params
+from energon_plugins.encoding.packed_seq import packed_seq_params
 
 PAD, IGNORE = 0, -100
 
@@ -38,7 +38,7 @@ def test_unpacked_rows_split_into_tokens_and_padding():
 
 def test_packed_rows_follow_cu_seqlens_and_mark_the_tail():
     # Row 0: sub-sequences of 3 and 5 tokens + 2 padding; row 1: 6 tokens + 4 padding.
-    params = build_packed_seq_params([3, 5, 2, 6, 4])
+    params = packed_seq_params([3, 5, 2, 6, 4])
     batch = _batch([[1, 2, 3, 4, 5, 6, 7, 8], [9, 9, 9, 9, 9, 9]], width=10, params=params)
     assert [(s.start, s.end, s.padding) for s in row_segments(batch, 0, PAD, IGNORE)] == [
         (0, 3, False), (3, 8, False), (8, 10, True)]
@@ -50,7 +50,6 @@ def test_packed_rows_follow_cu_seqlens_and_mark_the_tail():
 
 
 def test_padded_sub_sequences_use_the_padded_layout():
-    from energon_plugins.encoding.task_encoders.packing import packed_seq_params
 
     # One row of width 8: sub-sequences of 3 and 2 real tokens, each padded to 4.
     params = packed_seq_params([3, 2], [4, 4])
@@ -84,3 +83,44 @@ def test_collapsed_image_text():
 
     assert collapsed_image_text("<image>", 576) == "<image x576>"
     assert collapsed_image_text("<|image_pad|>", 64) == "[<|image_pad|> x64]"
+
+
+def test_batch_layout_opens_nested_inputs_and_describes_every_value():
+    from energon_plugins.cli.batch_view import FieldLayout, batch_layout, layout_text
+    from energon_plugins.encoding.batch_formats.bridge import BridgeBatch
+    from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
+
+    batch = BridgeBatch(
+        tokens=torch.zeros((2, 8), dtype=torch.long), attention_mask=None,
+        visual_inputs=VisualInputs(pixel_values=torch.zeros((3, 3, 4, 4)), image_grid_thw=None),
+        total_tokens=16, __keys__=["a", "b,c"],
+    )
+    layout = batch_layout(batch)
+    assert layout == [
+        FieldLayout("tokens", (2, 8), "torch.int64"),
+        FieldLayout("attention_mask", None, None, "None"),
+        FieldLayout("visual_inputs.pixel_values", (3, 3, 4, 4), "torch.float32"),
+        FieldLayout("visual_inputs.image_grid_thw", None, None, "None"),
+        FieldLayout("total_tokens", None, None, "int 16"),
+        FieldLayout("__keys__", None, None, "list[str] of 2"),
+    ]
+    assert layout_text(layout[:1]) == "tokens (2, 8) torch.int64"
+
+
+def test_batch_layout_of_a_dataclass_leaves_out_energons_bookkeeping():
+    import dataclasses
+
+    from energon_plugins.cli.batch_view import batch_layout, record_keys
+
+    @dataclasses.dataclass
+    class Batch:
+        __key__: list
+        input_ids: torch.Tensor
+        visual: dict
+
+    batch = Batch(["k0", "k1"], torch.zeros((2, 4), dtype=torch.int32), {})
+    assert [(f.name, f.describe()) for f in batch_layout(batch)] == [
+        ("input_ids", "(2, 4) torch.int32"), ("visual", "dict (empty)")]
+    # a loop batch without __keys__ (the hf format) names rows by the encoder's __key__
+    assert record_keys({"input_ids": batch.input_ids}, batch) == ["k0", "k1"]
+    assert record_keys({"__keys__": ["x", "y,z"]}, batch) == ["x", "y,z"]

@@ -14,10 +14,15 @@ def test_run_demo_prints_and_returns_its_figures(tmp_path, capsys):
     assert result["samples_per_s"] > 0
     assert result["batch_shapes"]["input_ids"] == [4, 320]
     assert result["batch_shapes"]["pixel_values"] == [4, 3, 224, 224]
+    # what the training loop reads: the default megatron-bridge batch, not the encoder's fields
+    assert "'megatron-bridge'" in result["batch_format"]
+    assert result["loop_batch"]["tokens"] == "(4, 320) torch.int64"
+    assert result["loop_batch"]["visual_inputs.pixel_values"] == "(4, 3, 224, 224) torch.float32"
+    assert "num_images" not in result["loop_batch"]
     assert result["image_tokens"] == 256 and "<image x256>" in result["decoded_sample"]
     assert 0 < result["label_tokens"] < result["sequence_tokens"]
     text = out.getvalue()
-    for words in ("samples/s", "<image x256>", "input_ids", "masked with"):
+    for words in ("samples/s", "<image x256>", "visual_inputs.pixel_values", "masked with"):
         assert words in text
     # a second run reuses the data on disk
     again = run_demo(tmp_path / "cache", samples=4, micro_batch_size=4)  # no console: silent

@@ -1,6 +1,9 @@
-"""Shared output helpers for the verbs: a rich console (stdout) and JSON printing."""
+"""Shared output helpers for the verbs: a rich console (stdout), JSON printing, and the
+start-up status (a spinner on stderr while a verb imports torch and builds its loader)."""
 
+import contextlib
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 
@@ -58,3 +61,67 @@ def quiet_known_warnings() -> None:
 
     for pattern in KNOWN_NOISE:
         warnings.filterwarnings("ignore", message=pattern)
+
+
+SPINNER = "dots"
+"""The rich spinner of :func:`startup_status`."""
+
+
+class _NoStatus:
+    """The stand-in for a status where stderr is not a terminal: every call does nothing."""
+
+    def update(self, message: str) -> None:
+        """Do nothing (nobody watches a pipe)."""
+
+    def stop(self) -> None:
+        """Do nothing."""
+
+
+def stream_is_terminal(stream: Any) -> bool:
+    """Whether ``stream`` is an interactive terminal (``isatty()``)."""
+    try:
+        return bool(stream.isatty())
+    except (AttributeError, ValueError):  # no isatty, or a closed stream
+        return False
+
+
+@contextlib.contextmanager
+def startup_status(message: str, stream: Any = None) -> Iterator[Any]:
+    """A rich spinner showing ``message`` on stderr for the duration of the block.
+
+    Yields the status: ``status.update("building the loader...")`` says what the verb does
+    now, ``status.stop()`` removes it early (before the verb prints its own output). The line
+    is transient: it is gone once the block ends. Only when ``stream`` (default: stderr) is a
+    terminal; on a pipe or a file nothing is written (a normal run prints only what the user
+    asked for) and the yielded object ignores every call. Start it before the heavy imports:
+    rich costs a few tens of milliseconds, torch and Energon seconds.
+    """
+    stream = sys.stderr if stream is None else stream
+    if not stream_is_terminal(stream):
+        yield _NoStatus()
+        return
+    from rich.console import Console
+    from rich.text import Text
+
+    with Console(file=stream, highlight=False).status(Text(message), spinner=SPINNER) as status:
+        plain = _PlainStatus(status)
+        plain.update(message)  # drawn now: rich's own first frame waits for its refresh thread
+        yield plain
+
+
+class _PlainStatus:
+    """A rich ``Status`` whose messages are plain text (a path with ``[...]`` is no markup)."""
+
+    def __init__(self, status: Any) -> None:
+        self._status = status
+
+    def update(self, message: str) -> None:
+        """Show ``message`` beside the spinner (drawn at once)."""
+        from rich.text import Text
+
+        # naming the spinner makes rich redraw now, not at its refresh thread's next tick
+        self._status.update(Text(message), spinner=SPINNER)
+
+    def stop(self) -> None:
+        """Remove the spinner now (leaving the block later is then a no-op)."""
+        self._status.stop()

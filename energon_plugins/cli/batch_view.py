@@ -1,11 +1,13 @@
-"""Reading a collated ``MultiModalBatch`` back: segments, decoded text, statistics.
+"""Reading a collated ``MultiModalBatch`` back: segments, decoded text, statistics, and the
+layout of the batch a training loop reads (its batch format's keys, shapes and dtypes).
 
-Shared by ``preview`` (what the model sees) and ``bench`` (padding and fill ratios). Works on
-any batch with the core's fields; imports torch lazily through the tensors themselves.
+Shared by ``preview`` (what the model sees), ``bench`` (padding and fill ratios) and ``demo``.
+Works on any batch with the core's fields; imports torch lazily through the tensors themselves.
 """
 
 import dataclasses
 import re
+from collections.abc import Callable, Mapping
 from typing import Any
 
 
@@ -37,6 +39,132 @@ def batch_fields(batch: Any) -> dict[str, Any]:
     else:
         names = list(vars(batch))
     return {n: getattr(batch, n) for n in names if not n.startswith("_")}
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldLayout:
+    """One entry of a batch as the loop reads it: ``name`` (dotted inside a nested object,
+    ``visual_inputs.pixel_values``), its ``shape`` and ``dtype`` (tensors and arrays), else a
+    short description of the value (``list[str] of 2``, ``int 640``, ``None``)."""
+
+    name: str
+    shape: tuple[int, ...] | None
+    dtype: str | None
+    value: str = ""
+
+    def describe(self) -> str:
+        """``(2, 320) torch.int64`` for a tensor, else :attr:`value`."""
+        if self.shape is None:
+            return self.value
+        return f"{self.shape} {self.dtype}"
+
+
+def _nested_items(value: Any) -> list[tuple[str, Any]] | None:
+    """The entries of a mapping, a dataclass or a plain object (``VisualInputs``), or None for
+    a leaf (a tensor, an array, a list, a scalar, None)."""
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return None
+    if isinstance(value, Mapping):
+        return [(str(key), item) for key, item in value.items()]
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return [(f.name, getattr(value, f.name)) for f in dataclasses.fields(value)]
+    if hasattr(value, "__dict__") and not isinstance(value, type) and not callable(value):
+        return [(key, item) for key, item in vars(value).items() if not key.startswith("_")]
+    return None
+
+
+def _leaf(name: str, value: Any) -> FieldLayout:
+    if hasattr(value, "shape") and hasattr(value, "dtype"):
+        return FieldLayout(name, tuple(int(x) for x in value.shape), str(value.dtype))
+    if value is None:
+        return FieldLayout(name, None, None, "None")
+    if isinstance(value, (list, tuple)):
+        kinds = sorted({type(item).__name__ for item in value})
+        inner = f"[{'|'.join(kinds)}]" if kinds else ""
+        return FieldLayout(name, None, None, f"{type(value).__name__}{inner} of {len(value)}")
+    if isinstance(value, (bool, int, float, str)):
+        return FieldLayout(name, None, None, f"{type(value).__name__} {value!r}")
+    return FieldLayout(name, None, None, type(value).__name__)
+
+
+def batch_layout(batch: Any, *, depth: int = 2) -> list[FieldLayout]:
+    """Every entry of ``batch`` (a mapping, a dataclass or an object) with its shape and dtype,
+    nested objects (``visual_inputs``, ``packed_seq_params``, ``visual``) opened ``depth`` deep.
+
+    For a core ``MultiModalBatch`` (a dataclass) Energon's bookkeeping fields (``__key__``,
+    ``__restore_key__``, ...) are left out, as in :func:`batch_fields`; a mapping is shown whole,
+    ``__keys__`` included, since that is what the loop receives.
+    """
+    items = _nested_items(batch)
+    if items is None:
+        return [_leaf("batch", batch)]
+    if dataclasses.is_dataclass(batch):
+        items = [(name, value) for name, value in items if not name.startswith("_")]
+    return _layout(items, "", depth)
+
+
+def _layout(items: list[tuple[str, Any]], prefix: str, depth: int) -> list[FieldLayout]:
+    out: list[FieldLayout] = []
+    for name, value in items:
+        nested = _nested_items(value) if depth > 1 else None
+        if nested:
+            out.extend(_layout(nested, f"{prefix}{name}.", depth - 1))
+        elif nested is not None:  # an empty mapping or object
+            out.append(FieldLayout(prefix + name, None, None, f"{type(value).__name__} (empty)"))
+        else:
+            out.append(_leaf(prefix + name, value))
+    return out
+
+
+def layout_text(fields: list[FieldLayout]) -> str:
+    """The layout in one line: ``tokens (2, 320) torch.int64, ...``."""
+    return ", ".join(f"{field.name} {field.describe()}" for field in fields)
+
+
+def loop_batch_format(datamodule: Any, selection: Any) -> tuple[Callable[[Any], Any] | None, str]:
+    """``(fmt, label)``: the batch format ``selection`` (a name, ``{name, options}``, a callable
+    or None) built as the datamodule's loader builds it, for its training split; ``fmt(batch)``
+    turns the task encoder's batch into what the loop reads, and a failure raises the
+    loader's ``BatchFormatError`` naming the format and the task encoder. ``(None, "")`` for
+    None."""
+    from energon_plugins.loading.formatting import build_batch_format
+
+    fmt, label = build_batch_format(selection, datamodule.build_context("train"))
+    if fmt is None:
+        return None, ""
+    from energon_plugins.errors import BatchFormatError
+
+    encoder = type(datamodule.task_encoder).__name__
+
+    def apply(batch: Any) -> Any:
+        # as the loader's BatchFormatDataset.apply reports a failing format
+        try:
+            return fmt(batch)
+        except BatchFormatError as exc:
+            raise BatchFormatError(f"{exc} (from task encoder {encoder})") from exc
+        except Exception as exc:
+            raise BatchFormatError(
+                f"{label} failed on a batch of task encoder {encoder} "
+                f"({type(batch).__name__}): {type(exc).__name__}: {exc}"
+            ) from exc
+
+    return apply, label
+
+
+def record_keys(loop_batch: Any, encoder_batch: Any) -> list[str]:
+    """The record key of every row: the loop batch's ``__keys__`` when it carries them (the
+    Megatron formats; a packed row's keys joined by commas), else the encoder batch's
+    ``__key__``."""
+    keys = loop_batch.get("__keys__") if isinstance(loop_batch, Mapping) else None
+    if keys is None:
+        keys = getattr(loop_batch, "__keys__", None)
+    if keys is None:
+        keys = getattr(encoder_batch, "__key__", None)
+    if keys is None:
+        return []
+    if isinstance(keys, str):
+        return [keys]
+    return [str(key) for key in keys]
 
 
 def row_segments(batch: Any, row: int, pad_id: int | None, ignore_index: int) -> list[Segment]:

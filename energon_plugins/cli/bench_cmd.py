@@ -6,7 +6,10 @@ behind a rich progress bar and prints samples/s, tokens/s, the padding fraction,
 skipped by reason (corrupt image or JSON, missing field, truncated shard, encoder skips) and,
 with packing, the fill ratio (real tokens / (rows x seq_length)). The statistics are read from
 the task encoder's batches, so the config's ``batch_format`` is left out (it costs under 2% of
-the loader's time: ``benchmarks/batch_formats.py``).
+the loader's time: ``benchmarks/batch_formats.py``). After a run with ``num_workers: 0`` a
+one-line hint says so (the pipeline then runs in the training process, between its steps
+rather than beside them); ``--json`` lists it under ``hints``. While the datamodule is built and
+the loader warms up, a status on stderr names the step (only where stderr is a terminal).
 """
 
 import time
@@ -14,18 +17,37 @@ from typing import Any
 
 import click
 
+ZERO_WORKERS_HINT = ("num_workers: 0 loads in the training process; try num_workers: 2 or more "
+                     "(--set num_workers=2)")
+"""The line ``bench`` prints under its figures after a run with 0 workers."""
 
-def run_bench(datamodule: Any, batches: int, progress: Any = None) -> dict[str, Any]:
-    """Time ``batches`` training batches after one warm-up batch; return the figures."""
-    from energon_plugins.cli.batch_view import BatchStats, batch_stats, encoder_token_ids
 
-    _, ignore, pad_id = encoder_token_ids(datamodule)
-    seq_length = datamodule.seq_length
+def hints(result: dict[str, Any]) -> list[str]:
+    """Advice on the settings that gave ``result`` (one line each; none for a good setup)."""
+    return [ZERO_WORKERS_HINT] if result.get("num_workers") == 0 else []
+
+
+def warm_up(datamodule: Any) -> tuple[Any, Any, float]:
+    """Build the training loader and take one batch (worker start-up, first shard open);
+    return ``(loader, iterator, seconds)``."""
     loader = datamodule.train_dataloader()
     iterator = iter(loader)
     started = time.perf_counter()
     next(iterator)
-    warmup = time.perf_counter() - started
+    return loader, iterator, time.perf_counter() - started
+
+
+def run_bench(datamodule: Any, batches: int, progress: Any = None,
+              warm: tuple[Any, Any, float] | None = None) -> dict[str, Any]:
+    """Time ``batches`` training batches after one warm-up batch; return the figures.
+
+    ``warm``: what :func:`warm_up` returned, when the caller took the warm-up batch itself.
+    """
+    from energon_plugins.cli.batch_view import BatchStats, batch_stats, encoder_token_ids
+
+    _, ignore, pad_id = encoder_token_ids(datamodule)
+    seq_length = datamodule.seq_length
+    loader, iterator, warmup = warm if warm is not None else warm_up(datamodule)
     totals = BatchStats()
     started = time.perf_counter()
     for _ in range(batches):
@@ -52,6 +74,7 @@ def run_bench(datamodule: Any, batches: int, progress: Any = None) -> dict[str, 
         "seq_length": seq_length,
         "skipped": loader.skip_counts() if hasattr(loader, "skip_counts") else {},
     }
+    result["hints"] = hints(result)
     return result
 
 
@@ -64,20 +87,27 @@ def run_bench(datamodule: Any, batches: int, progress: Any = None) -> dict[str, 
               help="Override a config key (dotted keys, YAML values); repeatable.")
 def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...]) -> None:
     """Measure the training loader of CONFIG: samples/s, tokens/s, padding, fill ratio."""
-    from energon_plugins.cli._output import print_json
-    from energon_plugins.config.build import build_datamodule
-    from energon_plugins.config.overrides import parse_set_option
+    from energon_plugins.cli._output import print_json, startup_status
 
-    if not (click.get_current_context().find_root().obj or {}).get("debug"):
-        from energon_plugins.cli._output import quiet_known_warnings
+    with startup_status(f"checking {config}...") as status:
+        from energon_plugins.cli._startup import build_datamodule_step_by_step
+        from energon_plugins.config.overrides import parse_set_option
 
-        quiet_known_warnings()
-    overrides = {**dict(parse_set_option(item) for item in sets), "batch_format": None}
-    datamodule = build_datamodule(config, **overrides)
+        if not (click.get_current_context().find_root().obj or {}).get("debug"):
+            from energon_plugins.cli._output import quiet_known_warnings
+
+            quiet_known_warnings()
+        overrides = dict(parse_set_option(item) for item in sets)
+        datamodule, _ = build_datamodule_step_by_step(config, overrides, status)
+        workers = datamodule.num_workers
+        status.update(f"starting the loader ({workers} worker{'s' * (workers != 1)}) and "
+                      "reading a warm-up batch...")
+        warm = warm_up(datamodule)
     if as_json:
-        print_json(run_bench(datamodule, batches))
+        print_json(run_bench(datamodule, batches, warm=warm))
         return
 
+    from rich.markup import escape
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeElapsedColumn
     from rich.table import Table
 
@@ -87,7 +117,7 @@ def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...
     with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
                   TimeElapsedColumn(), console=out, transient=False) as bar:
         task = bar.add_task("batches", total=batches)
-        result = run_bench(datamodule, batches, progress=lambda: bar.advance(task))
+        result = run_bench(datamodule, batches, progress=lambda: bar.advance(task), warm=warm)
     table = Table(title=f"bench {config}", title_justify="left")
     table.add_column("measure")
     table.add_column("value", justify="right")
@@ -108,3 +138,5 @@ def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...
     for name, value in rows:
         table.add_row(name, value)
     out.print(table)
+    for hint in result["hints"]:
+        out.print(f"[yellow]hint:[/yellow] {escape(hint)}", soft_wrap=True)  # one line

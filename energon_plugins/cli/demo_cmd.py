@@ -2,7 +2,9 @@
 
 Generates the demo dataset and tokenizer offline (cached), builds a datamodule and runs it;
 see :func:`energon_plugins.demo.run.run_demo`. ``--prepare-only`` writes just the data and
-tokenizer (``DIR/demo.yaml`` and ``DIR/tokenizer``) that ``examples/*.yaml`` point at.
+tokenizer (``DIR/demo.yaml`` and ``DIR/tokenizer``) that ``examples/*.yaml`` point at. From
+the first second a status on stderr names the step under way (importing torch, writing the
+dataset, building the loader, ...), only where stderr is a terminal.
 """
 
 import click
@@ -38,22 +40,26 @@ def demo_command(
     cache_dir: str | None, prepare_only: bool, config: str | None, as_json: bool
 ) -> None:
     """Run the embedded demo: a generated dataset, an offline tokenizer, real Energon loaders."""
-    from energon_plugins.cli._output import console, print_json
+    from energon_plugins.cli._output import console, print_json, startup_status
 
     if prepare_only:
-        if cache_dir is None:
-            from energon_plugins.demo.data import default_cache_dir
+        with startup_status("writing the demo dataset and tokenizer...") as status:
+            if cache_dir is None:
+                from energon_plugins.demo.data import default_cache_dir
 
-            cache_dir = str(default_cache_dir() / "demo")
-        paths = prepare_demo_data(cache_dir)
+                cache_dir = str(default_cache_dir() / "demo")
+            status.update(f"writing the demo dataset and tokenizer into {cache_dir}...")
+            paths = prepare_demo_data(cache_dir)
         if as_json:
             print_json(paths)
         else:
             click.echo(f"dataset:   {paths['path']}\ntokenizer: {paths['tokenizer']}")
         return
 
-    from energon_plugins.demo.run import run_demo
+    with startup_status("importing torch, transformers and Energon...") as status:
+        from energon_plugins.demo.run import run_demo
 
-    result = run_demo(cache_dir, config=config, console=None if as_json else console())
+        result = run_demo(cache_dir, config=config, console=None if as_json else console(),
+                          status=status)
     if as_json:
         print_json(result)

@@ -27,6 +27,8 @@ body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
 .padtok{color:#aaa}
 img{image-rendering:pixelated;height:128px;margin:2px;border:1px solid #aaa}
 .meta{color:#666;font-size:12px}
+.layout{border-collapse:collapse;font-size:13px}
+.layout td,.layout th{padding:1px 12px 1px 0;text-align:left}
 """
 _COLORS = ["#4a7fd4", "#d4774a", "#4ab07a", "#a04ad4", "#d4b84a", "#4ac0d4", "#d44a86"]
 
@@ -63,9 +65,23 @@ def describe_video(index: int, video: dict[str, Any]) -> str:
     return text
 
 
+def render_layout(row: dict[str, Any]) -> str:
+    """The table of the batch ``row`` belongs to, as the loop reads it: key, shape, dtype."""
+    cells = []
+    for field in row.get("fields", ()):
+        shape = str(field.shape) if field.shape is not None else ""
+        cells.append(f"<tr><td><code>{html.escape(field.name)}</code></td><td>{shape}</td>"
+                     f"<td>{html.escape(field.dtype or field.value)}</td></tr>")
+    return (f"<h2>batch {row.get('batch', 0)}: {html.escape(row.get('format', ''))}</h2>"
+            "<table class='layout'><tr><th>key</th><th>shape</th><th>dtype / value</th></tr>"
+            + "".join(cells) + "</table>")
+
+
 def render_page(title: str, rows: list[dict[str, Any]]) -> str:
     """The HTML page for ``rows``; each row has ``label``, ``segments``, ``width``,
-    ``seq_length``, ``spans`` (per segment), ``images`` (base64 PNGs) and ``shapes``."""
+    ``seq_length``, ``spans`` (per segment), ``images`` (base64 PNGs) and ``shapes``, and
+    from ``collect_rows`` also ``key`` (its record), ``batch``, ``format`` and ``fields`` (the
+    layout of its batch as the loop reads it, shown once per batch)."""
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
@@ -74,9 +90,15 @@ def render_page(title: str, rows: list[dict[str, Any]]) -> str:
         "collapsed video tokens (each video's sampled frames in a strip). "
         "The bar shows each row's segments (packed sub-sequences) and its padding in grey.</p>",
     ]
+    shown_batch = None
     for row in rows:
+        if row.get("fields") is not None and row.get("batch") != shown_batch:
+            shown_batch = row.get("batch")
+            parts.append(render_layout(row))
         parts.append("<div class='row'>")
         parts.append(f"<h3>{html.escape(row['label'])}</h3>")
+        if row.get("key"):
+            parts.append(f"<div class='meta'>record <code>{html.escape(row['key'])}</code></div>")
         parts.append(f"<div class='meta'>{html.escape(row['shapes'])}</div>")
         parts.append("<div class='bar'>")
         width = max(row["width"], 1)

@@ -4,8 +4,10 @@
 later runs), builds :class:`~energon_plugins.EnergonMultiModalDataModule` with the demo
 tokenizer and a default CLIP image processor (through the ``hf`` plugin), iterates a few
 hundred samples of the task encoder's batches (no batch format: labels aligned with the
-tokens) and prints samples/s, the batch shapes and one decoded sample with its image
-span collapsed and its labelled tokens marked.
+tokens) and prints samples/s, the keys, shapes and dtypes of the batch the training loop reads
+(the first batch in the default ``megatron-bridge`` format, or the config's) and one decoded
+sample with its image span collapsed and its labelled tokens marked. A ``status`` (the CLI's
+start-up spinner) is told each step as it starts.
 """
 
 import time
@@ -74,6 +76,7 @@ def run_demo(
     num_workers: int = 0,
     torch_threads: int | None = 1,
     console: Any = None,
+    status: Any = None,
 ) -> dict[str, Any]:
     """Run the demo and return its figures (JSON-serialisable).
 
@@ -89,28 +92,47 @@ def run_demo(
             ``None`` leaves torch's setting alone.
         console: a ``rich`` console to print the summary to; ``None`` prints nothing (the CLI's
             ``demo --json`` prints the returned figures instead).
+        status: an object with ``update(message)`` and ``stop()`` (the CLI's
+            :func:`~energon_plugins.cli._output.startup_status`), told each step; stopped
+            before the summary is printed. ``None``: nothing is reported.
 
     Returns:
         ``samples``, ``batches``, ``seconds``, ``samples_per_s``, ``first_batch_s``,
-        ``batch_shapes``, ``decoded_sample``, ``label_tokens``, ``image_tokens``,
-        ``error_counts``, ``dataset``.
+        ``batch_shapes`` (the task encoder's batch), ``batch_format`` and ``loop_batch``
+        (``{key: "shape dtype"}`` of the first batch as the training loop reads it),
+        ``decoded_sample``, ``label_tokens``, ``image_tokens``, ``error_counts``, ``dataset``.
     """
-    import energon_plugins
-    from energon_plugins.demo.data import default_cache_dir, write_demo_datasets
-    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+    from energon_plugins.demo.data import default_cache_dir
 
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
+    step = status.update if status is not None else (lambda message: None)
     root = Path(cache_dir).expanduser() if cache_dir is not None else default_cache_dir() / "demo"
 
+    step("importing torch, transformers and Energon...")
+    import energon_plugins
+    from energon_plugins.cli._startup import import_heavy_modules
+    from energon_plugins.demo.data import write_demo_datasets
+    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+    from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
+
+    import_heavy_modules()
     t0 = time.perf_counter()
     if config is not None:
+        from energon_plugins.cli._startup import configured_batch_format
         from energon_plugins.config.build import build_datamodule
+        from energon_plugins.config.load import load_config
 
-        dm = build_datamodule(config, batch_format=None)  # the encoder's batch, decoded below
+        step(f"checking {config} and building its datamodule...")
+        checked = load_config(config)
+        batch_format = configured_batch_format(checked)
+        dm = build_datamodule(checked, batch_format=None)  # the encoder's batch, decoded below
         tokenizer, micro_batch_size, num_workers = dm.tokenizer, dm.micro_batch_size, dm.num_workers
     else:
+        batch_format = DEFAULT_BATCH_FORMAT
+        step(f"writing the demo dataset (once) into {root}...")
         info = write_demo_datasets(root)
+        step("loading the demo tokenizer and the CLIP image processor...")
         tokenizer = build_demo_tokenizer()
         processor = energon_plugins.create("image_processor", "hf", _default_clip_options())
         dm = energon_plugins.EnergonMultiModalDataModule(
@@ -123,7 +145,9 @@ def run_demo(
             batch_format=None,  # the task encoder's batch, decoded below
         )
     t_data = time.perf_counter() - t0
+    step(f"building the loader ({num_workers} worker{'s' * (num_workers != 1)})...")
     loader = dm.train_dataloader()
+    step(f"loading {samples} samples...")
 
     import torch
 
@@ -146,6 +170,10 @@ def run_demo(
         value = getattr(first, name, None)
         if value is not None:
             shapes[name] = list(value.shape)
+    from energon_plugins.cli.batch_view import batch_layout, loop_batch_format
+
+    fmt, format_label = loop_batch_format(dm, batch_format)
+    loop_batch = batch_layout(fmt(first) if fmt is not None else first)
     encoder = dm.task_encoder
     ignore = encoder.ignore_index
     image_id = encoder.image_token_id
@@ -167,6 +195,8 @@ def run_demo(
         "num_workers": num_workers,
         "torch_threads": torch_threads if torch_threads is not None else previous_threads,
         "batch_shapes": shapes,
+        "batch_format": format_label or None,
+        "loop_batch": {field.name: field.describe() for field in loop_batch},
         "decoded_sample": "".join(text for text, _ in pieces),
         "sample_key": first.__key__[0],
         "sequence_tokens": len(ids),
@@ -175,12 +205,15 @@ def run_demo(
         "image_tokens": image_tokens,
         "error_counts": encoder.error_counts(),
     }
+    if status is not None:
+        status.stop()
     if console is not None:
         _print(console, result, pieces, ignore)
     return result
 
 
 def _print(console: Any, result: dict[str, Any], pieces: list[tuple[str, bool]], ignore: int) -> None:
+    from rich.markup import escape
     from rich.panel import Panel
     from rich.table import Table
     from rich.text import Text
@@ -198,11 +231,12 @@ def _print(console: Any, result: dict[str, Any], pieces: list[tuple[str, bool]],
     figures.add_row("skipped", ", ".join(f"{k}: {v}" for k, v in skipped.items()) or "none")
     console.print(figures)
 
-    shapes = Table(title="Batch shapes")
-    shapes.add_column("field")
-    shapes.add_column("shape")
-    for name, shape in result["batch_shapes"].items():
-        shapes.add_row(name, " x ".join(str(s) for s in shape))
+    label = result["batch_format"] or "the task encoder's batch (no batch format)"
+    shapes = Table(title="What the training loop reads", caption=escape(label))
+    shapes.add_column("key")
+    shapes.add_column("shape and dtype / value")
+    for name, described in result["loop_batch"].items():
+        shapes.add_row(escape(name), escape(described))
     console.print(shapes)
 
     text = Text()

@@ -12,7 +12,8 @@ def register_task_encoders(register):
         "energon_plugin_llava.encoder:build_llava_task_encoder",
         options="energon_plugin_llava.options:LlavaOptions",
         description="LLaVA-1.5: VQA, captioning and multi-turn conversations (crude 'llava' "
-        "format) in the Vicuna v1 format, image tag expanded to (crop/patch)^2 tokens",
+        "format, and the 'chatml' data that energon-plugins convert writes) in the Vicuna v1 "
+        "format, image tag expanded to (crop/patch)^2 tokens",
         aliases=("llava-1.5",),
     )
 
