@@ -131,9 +131,12 @@ CONFIG_CASES = [
     ("crude-format-without-cooker", {"path": "crude-other"}, (),
      ["path", "sharegpt-v9", "cookers"]),
     ("metadataset-naming-a-missing-folder", {"path": "missing.yaml"}, (), ["path", "nowhere"]),
-    # The shortest one-image sample fits (269 tokens), the dataset's questions do not.
+    # The shortest one-image sample fits (269 tokens), the dataset's questions do not: the
+    # default sample read names seq_length (--deep used to file it under path).
+    ("sample-too-long", {"seq_length": 272, "task_encoder.options": {"truncation": "drop"}},
+     (), ["seq_length", "are skipped", "too_long"]),
     ("deep-sample-too-long", {"seq_length": 272, "task_encoder.options": {"truncation": "drop"}},
-     ("--deep",), ["path", "skipped", "too_long"]),
+     ("--deep",), ["seq_length", "skipped", "too_long"]),
 ]
 
 

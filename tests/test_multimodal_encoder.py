@@ -296,14 +296,15 @@ def test_prefix_property_fallback_and_plain_rendering(tokenizer):
         def __call__(self, *a, **k):
             return self._inner(*a, **k)
 
-    plain = MultiModalSampleConfig(conversation_template=ConversationTemplate(stop_string="<|im_end|>"))
+    plain = MultiModalSampleConfig(conversation_template=ConversationTemplate(
+        chat_template="plain", stop_string="<|im_end|>"))
     messages = build_messages(plain.conversation_template, [("user", "Q?"), ("assistant", "blue")])
     ids, labels = tokenize_conversation(NoTemplate(tokenizer), messages, plain)
     assert tokenizer.decode(ids) == "user: Q?\nassistant: blue<|im_end|>\n"
     assert tokenizer.decode([t for t in labels if t != IGNORE]) == "blue<|im_end|>"
 
     # Without a stop string the answer ends with the tokenizer's eos token, labelled.
-    bare = MultiModalSampleConfig()
+    bare = MultiModalSampleConfig(conversation_template=ConversationTemplate(chat_template="plain"))
     no_template = NoTemplate(tokenizer)
     no_template.eos_token = tokenizer.eos_token
     messages = build_messages(bare.conversation_template, [("user", "Q?"), ("assistant", "blue")])

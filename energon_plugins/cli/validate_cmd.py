@@ -1,11 +1,17 @@
 """``energon-plugins validate CONFIG``: every problem of a config file, each with its path.
 
 First the config itself (keys, types, plugin names and options, paths, the rules between
-keys: import-light). When that passes, what the run would open: the tokenizer, the image
-processor, the packing strategy, the task encoders (image token, ``seq_length`` against one
-image) and the dataset's metadata (the encoder can read its sample type); with ``--deep`` the
-first samples too. ``--quick`` stops after the config itself.
+keys: import-light). When that passes, what the run would open: the tokenizer (and its chat
+template), the image processor (which one, and from where), the packing strategy, the task
+encoders (image token, ``image_tokens`` against the processor, ``seq_length`` against one
+image) and the dataset's metadata; then the first training samples, read one by one (at most
+64 or 5 s), against ``seq_length``: samples skipped are an error, answers cut a warning. With
+``--deep`` the first batches go through the whole pipeline too; ``--quick`` stops after the
+config itself. A status line on stderr (on a terminal) says what runs meanwhile.
 """
+
+from collections.abc import Callable
+from typing import Any
 
 import click
 
@@ -17,50 +23,78 @@ from energon_plugins.cli._output import print_json
 @click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
               help="Override a key before validating (dotted keys, YAML values); repeatable.")
 @click.option("--deep", is_flag=True,
-              help="Also encode the first training samples through the real pipeline.")
+              help="Also run the first training batches through the whole pipeline "
+              "(batching, batch format).")
 @click.option("--samples", default=4, show_default=True, type=click.IntRange(min=1),
-              help="How many samples --deep reads.")
+              help="How many batches --deep reads.")
 @click.option("--quick", is_flag=True,
-              help="Check the config only: open no tokenizer, component or dataset (no torch).")
+              help="Check the config only: open no tokenizer, component or dataset, read no "
+              "sample (no torch).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def validate_command(config: str, sets: tuple[str, ...], deep: bool, samples: int, quick: bool,
                      as_json: bool) -> None:
     """Check CONFIG (YAML or JSON) and what it names; exit 1 listing every error."""
-    from pathlib import Path
-
-    from energon_plugins.config.load import read_config_file
-    from energon_plugins.config.overrides import apply_overrides, parse_set_option
-    from energon_plugins.config.validate import check_config
+    from energon_plugins.cli._output import startup_status
 
     if quick and deep:
         raise click.UsageError("--quick and --deep exclude each other")
-    data = read_config_file(config)
-    data = apply_overrides(data, dict(parse_set_option(item) for item in sets))
-    result, issues = check_config(data, base_dir=Path(config).expanduser().resolve().parent)
-    if result is not None and not issues and not quick:
-        from energon_plugins._quiet import quietly
-        from energon_plugins.config.preflight import preflight_issues
-
-        with quietly():
-            issues = preflight_issues(result, deep=deep, samples=samples)
+    with startup_status(f"checking {config}...") as status:
+        result, report = _check(config, sets, deep=deep, samples=samples, quick=quick,
+                                progress=status.update)
+        status.stop()
+    issues, warnings, notes = report.issues, report.warnings, report.notes
     if as_json:
         print_json({
             "config": config,
             "valid": not issues,
             "errors": [{"path": i.path, "message": i.message} for i in issues],
+            "warnings": [{"path": w.path, "message": w.message} for w in warnings],
+            "notes": notes,
         })
     elif issues:
+        _print_findings(notes, warnings)
         click.echo(f"{config}: {len(issues)} error{'s' * (len(issues) != 1)}", err=True)
         for issue in issues:
             click.echo(f"  {issue.path}: {issue.message}", err=True)
     else:
         assert result is not None
         packing = result.packing.name if result.packing else "no packing"
-        checked = "config only" if quick else "samples read" if deep else "components opened"
+        checked = "config only" if quick else "batches read" if deep else "samples read"
         click.echo(
             f"{config}: valid (task_encoder {result.task_encoder.name!r}, image_processor "
             f"{result.image_processor.name!r}, {packing}, seq_length {result.seq_length}; "
             f"{checked})"
         )
+        _print_findings(notes, warnings)
     if issues:
         raise SystemExit(1)
+
+
+def _print_findings(notes: list[str], warnings: list[Any]) -> None:
+    """The notes (indented, stdout), then the warnings (``warning: KEY: ...``, stderr)."""
+    for note in notes:
+        click.echo(f"  {note}")
+    for warning in warnings:
+        click.echo(f"warning: {warning.path}: {warning.message}", err=True)
+
+
+def _check(config: str, sets: tuple[str, ...], *, deep: bool, samples: int, quick: bool,
+           progress: Callable[[str], None]) -> tuple[Any, Any]:
+    """``(validated config or None, PreflightReport)`` of CONFIG with the ``--set`` overrides."""
+    from pathlib import Path
+
+    from energon_plugins.config.load import read_config_file
+    from energon_plugins.config.overrides import apply_overrides, parse_set_option
+    from energon_plugins.config.preflight import PreflightReport, run_preflight
+    from energon_plugins.config.validate import check_config
+
+    data = read_config_file(config)
+    data = apply_overrides(data, dict(parse_set_option(item) for item in sets))
+    result, issues = check_config(data, base_dir=Path(config).expanduser().resolve().parent)
+    if result is None or issues or quick:
+        return result, PreflightReport(issues=list(issues))
+    from energon_plugins._quiet import quietly
+
+    with quietly():
+        return result, run_preflight(result, read=True, deep=deep, samples=samples,
+                                     progress=progress)

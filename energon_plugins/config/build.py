@@ -63,22 +63,46 @@ def base_context(
     return BuildContext(**values)
 
 
+def names_image_processor(config: DataModuleConfig) -> bool:
+    """Whether ``config`` selects its image processor (an ``image_processor`` key, or an
+    override of it) rather than leaving it to the default."""
+    return "image_processor" in config.model_fields_set
+
+
+def build_image_processor(config: DataModuleConfig, context: BuildContext) -> Any:
+    """The image processor to hand the datamodule, or ``None`` when it takes the model's.
+
+    A selected image processor is built. Without one, a tokenizer loaded from a model
+    directory with a ``preprocessor_config.json`` means ``None``: the datamodule builds the
+    ``hf`` processor of that directory itself (one place for the rule:
+    :func:`energon_plugins.loading.model_processor.resolve_image_processor`). Otherwise the
+    default selection (``energon-plugins:hf``, transformers' ``CLIPImageProcessor()``).
+    """
+    from energon_plugins.host.api import create
+    from energon_plugins.loading.model_processor import model_processor_directory
+
+    if not names_image_processor(config) and model_processor_directory(context.tokenizer):
+        return None
+    selection = config.image_processor
+    return create("image_processor", selection.name, selection.options, context)
+
+
 def build_components(
     config: DataModuleConfig, tokenizer: Any = None, pg_collection: Any = None
 ) -> dict[str, Any]:
     """Load the tokenizer and build the image processor and packing strategy of ``config``.
 
-    Returns ``{"tokenizer", "image_processor", "packing"}`` (``packing`` is ``None`` without a
-    ``packing`` selection). Each is built after validation, from the final values.
+    Returns ``{"tokenizer", "image_processor", "packing"}`` (``image_processor`` is ``None``
+    when the datamodule takes the model directory's, see :func:`build_image_processor`;
+    ``packing`` is ``None`` without a ``packing`` selection). Each is built after validation,
+    from the final values.
     """
     from energon_plugins.host.api import create
 
     if tokenizer is None:
         tokenizer = load_tokenizer(config.tokenizer.path)
     context = base_context(config, pg_collection, tokenizer=tokenizer)
-    image_processor = create(
-        "image_processor", config.image_processor.name, config.image_processor.options, context
-    )
+    image_processor = build_image_processor(config, context)
     packing = None
     if config.packing is not None:
         context = context.replace(image_processor=image_processor)

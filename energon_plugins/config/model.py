@@ -144,7 +144,10 @@ class DataModuleConfig(LoaderSettings):
     )
     tokenizer: TokenizerConfig = Field(description="The tokenizer to load.")
     image_processor: ImageProcessorSelection = Field(
-        default_factory=ImageProcessorSelection, description="The image processor to build."
+        default_factory=ImageProcessorSelection,
+        description="The image processor to build. Left out: the model directory's, when "
+        "tokenizer.path holds a preprocessor_config.json (hf with that path), else hf's "
+        "CLIPImageProcessor().",
     )
     task_encoder: TaskEncoderSelection = Field(
         default_factory=TaskEncoderSelection, description="The training task encoder."

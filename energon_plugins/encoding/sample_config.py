@@ -12,8 +12,9 @@ NonEmpty = Annotated[str, StringConstraints(min_length=1)]
 class ConversationTemplate(BaseModel):
     """The chat format: roles, system prompt, stop string, and an optional Jinja chat template.
 
-    With ``chat_template=None`` the tokenizer's own chat template is used, and if it has none,
-    a plain ``"{role}: {content}\\n"`` rendering with these role names.
+    With ``chat_template=None`` the tokenizer's own chat template is used; a tokenizer without
+    one is an error. ``chat_template="plain"`` chooses a plain ``"{role}: {content}\\n"``
+    rendering with these role names on purpose (after the tokenizer's bos token).
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)

@@ -38,6 +38,7 @@ from energon_plugins.loading.energon_arguments import (
     split_energon_arguments,
 )
 from energon_plugins.loading.heap import freezes_heap
+from energon_plugins.loading.model_processor import resolve_image_processor
 from energon_plugins.loading.settings import (
     CHECKPOINT_EVERY_MIN_N_SAMPLES,
     CHECKPOINT_EVERY_SEC,
@@ -80,7 +81,9 @@ class EnergonMultiModalDataModule:
         image_processor: called as ``proc(images=[...], return_tensors="pt")``; a raw
             transformers image processor is wrapped so it gets 8-bit images. Optional: only an
             encoder that processes images itself needs one (the built-in ``multimodal`` does;
-            an encoder object brings its own).
+            an encoder object brings its own). ``None`` with a tokenizer loaded from a model
+            directory that holds ``preprocessor_config.json``: the built-in ``hf`` processor of
+            that directory, as ``AutoProcessor`` would (never with remote code).
         seq_length: maximum tokens per sample (and padded batch width).
         micro_batch_size: samples per batch, for training and validation.
         global_batch_size: kept for the training loop; a multiple of ``micro_batch_size`` x the
@@ -200,7 +203,12 @@ class EnergonMultiModalDataModule:
 
         self.path = str(path)
         self.tokenizer = tokenizer
-        self.image_processor = self._adapt_image_processor(image_processor)
+        #: Where :attr:`image_processor` came from: ``"given"``, ``"hf from DIR"`` (the
+        #: tokenizer's model directory, see :mod:`~energon_plugins.loading.model_processor`),
+        #: or ``None`` (none: an encoder that brings its own builds it).
+        self.image_processor, self.image_processor_source = resolve_image_processor(
+            image_processor, tokenizer
+        )
         self.seq_length = int(seq_length)
         self.micro_batch_size = int(micro_batch_size)
         self.global_batch_size = (
@@ -259,14 +267,6 @@ class EnergonMultiModalDataModule:
         import energon_plugins
 
         return energon_plugins.build_datamodule(config_or_path, **overrides)
-
-    @staticmethod
-    def _adapt_image_processor(image_processor: Any) -> Any:
-        if image_processor is None:
-            return None
-        from energon_plugins.encoding.image_processors.hf import wrap_image_processor
-
-        return wrap_image_processor(image_processor)
 
     @staticmethod
     def _validate_selection(name: str, options: Any) -> None:

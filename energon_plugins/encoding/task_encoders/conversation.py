@@ -1,5 +1,8 @@
 """Chat rendering, tokenization with assistant-only labels, and image-token expansion.
 
+The rendering itself (the chat template, or ``chat_template: plain`` chosen on purpose) lives in
+:mod:`energon_plugins.encoding.task_encoders.chat_rendering`; its names are re-exported here.
+
 These helpers hold no state and are shared by the built-in ``multimodal`` encoder and by
 plugin encoders. Labels are aligned with ``input_ids`` (the model shifts them); every token
 outside an assistant answer carries the ignore index.
@@ -11,8 +14,14 @@ from typing import Any
 
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
-
-Message = dict[str, str]
+from energon_plugins.encoding.task_encoders.chat_rendering import (  # noqa: F401 - re-exported
+    PLAIN_CHAT_TEMPLATE,
+    Message,
+    end_of_turn,
+    missing_chat_template_error,
+    render_chat,
+    uses_plain_rendering,
+)
 
 
 GPT_ROLES: dict[str, str] = {
@@ -182,69 +191,6 @@ def build_messages(
             raise ValueError(f"unknown turn kind {kind!r} (system, user or assistant)")
         messages.append({"role": roles[kind], "content": text})
     return messages
-
-
-def _has_chat_template(tokenizer: Any, override: str | None) -> bool:
-    return bool(override) or bool(getattr(tokenizer, "chat_template", None))
-
-
-def end_of_turn(tokenizer: Any, template: ConversationTemplate) -> str:
-    """What ends an assistant turn when there is no chat template: the template's
-    ``stop_string``, else the tokenizer's ``eos_token``. It is labelled, so the model learns to
-    stop.
-
-    Raises:
-        ConfigError: neither is set (the model would never learn where an answer ends).
-    """
-    if template.stop_string:
-        return template.stop_string
-    eos = getattr(tokenizer, "eos_token", None)
-    if isinstance(eos, str) and eos:
-        return eos
-    raise ConfigError(
-        "sample_config.conversation_template.stop_string: the tokenizer has no chat template "
-        "and no eos_token, so nothing would end an assistant answer in the labels; set "
-        "stop_string (e.g. '</s>'), or a chat_template"
-    )
-
-
-def uses_plain_rendering(tokenizer: Any, template: ConversationTemplate) -> bool:
-    """Whether conversations are rendered without a chat template (``role: content`` lines)."""
-    return not _has_chat_template(tokenizer, template.chat_template)
-
-
-def render_chat(
-    tokenizer: Any,
-    messages: Sequence[Message],
-    template: ConversationTemplate,
-    *,
-    add_generation_prompt: bool = False,
-) -> str:
-    """Render ``messages`` to text with the chat template.
-
-    ``template.chat_template`` overrides the tokenizer's; without either, each message is
-    rendered as ``"{role}: {content}\\n"`` (the assistant content followed by
-    :func:`end_of_turn`) and the generation prompt is ``"{assistant_role}: "``.
-    """
-    override = template.chat_template
-    if _has_chat_template(tokenizer, override):
-        kwargs: dict[str, Any] = {"tokenize": False, "add_generation_prompt": add_generation_prompt}
-        if override:
-            kwargs["chat_template"] = override
-        text = tokenizer.apply_chat_template(list(messages), **kwargs)
-        if not isinstance(text, str):
-            raise TypeError(f"apply_chat_template returned {type(text).__name__}, expected str")
-        return text
-    stop = end_of_turn(tokenizer, template)
-    parts = []
-    for msg in messages:
-        content = msg["content"]
-        if msg["role"] == template.assistant_role:
-            content = content + stop
-        parts.append(f"{msg['role']}: {content}\n")
-    if add_generation_prompt:
-        parts.append(f"{template.assistant_role}: ")
-    return "".join(parts)
 
 
 def _direct_backend(tokenizer: Any) -> Any:

@@ -96,7 +96,8 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
 
     Args:
         context: the build context (tokenizer with the image tag as one token; an image
-            processor, else ``llava-clip`` with default settings is built).
+            processor: the one selected, else the model directory's, which the datamodule
+            resolves; without either, ``llava-clip`` with default settings is built).
         options: :class:`~energon_plugin_llava.options.LlavaOptions`.
     """
 
