@@ -213,8 +213,10 @@ class ValidationLoader:
             return  # the split is empty everywhere: _next_filler says so if a filler is due
         local = self._local_length
         if can_zero_mask(batch):
-            if local is None or local < total:  # this rank may run short
-                self._filler_source = copy.deepcopy(batch)
+            # kept even when the counted length reaches ``total``: skipped samples can still
+            # leave this rank short, and a template read later would encode (and count the
+            # failures of) the first samples a second time
+            self._filler_source = copy.deepcopy(batch)
             return
         if local is None:
             local = self._local_length = self._count_pass(limit=total)
