@@ -69,7 +69,7 @@ def prepare(directory: Any, *, family: str = "qwen2.5-vl", num_samples: int = 20
     if video:
         data = write_video_dataset(root / "data", num_samples=num_samples, seed=seed)
     else:
-        from energon_plugins.demo.data import write_dataset
+        from energon_plugins.synthetic import write_dataset
 
         arguments = dict(kind="chatml", num_samples=num_samples, samples_per_shard=10,
                          image_size=IMAGE_SIZE, seed=seed)

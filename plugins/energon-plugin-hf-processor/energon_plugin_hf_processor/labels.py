@@ -3,7 +3,7 @@
 :func:`render_conversation` renders the messages once with the processor's template and
 finds each assistant answer's character span: from the template's ``{% generation %}``
 markers where it has them, otherwise by the prefix property (the core's
-:func:`~energon_plugins.encoding.task_encoders.conversation.assistant_char_spans`). A span
+:func:`~energon_plugins.encoding.chat.conversation.assistant_char_spans`). A span
 runs through the special token that closes the turn (``<|im_end|>``, ``<end_of_turn>``,
 ``</s>``...) and never over the whitespace the template writes after it.
 
@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from energon_plugins.encoding.task_encoders.conversation import assistant_char_spans
+from energon_plugins.encoding.chat.conversation import assistant_char_spans
 
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 

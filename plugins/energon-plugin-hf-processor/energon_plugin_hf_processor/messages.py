@@ -8,15 +8,27 @@ takes; the images and videos travel beside the messages, in the order of their p
   question holding image tags places the image there instead.
 - ``VidQASample``: ``user: [video, question]``, ``assistant: answer``; likewise with a video tag.
 - ``CaptioningSample``: ``user: [image, caption_prompt]``, ``assistant: caption``.
-- :class:`~energon_plugins.encoding.chatml.ChatMLSample` (crude conversations): its turns,
+- :class:`~energon_plugins.encoding.chat.chatml.ChatMLSample` (crude conversations): its turns,
   image and video tags split into image and video parts.
+
+:func:`sample_messages` dispatches on the sample type; :func:`interleaved_text` writes an
+``InterleavedSample`` as running text with the template's image placeholder.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from energon_plugins.encoding.task_encoders.conversation import content_parts
+from megatron.energon import CaptioningSample, InterleavedSample, VidQASample, VQASample
+
+from energon_plugins.encoding.chat.chatml import (
+    CONVERSATION_FORMATS,
+    ChatMLSample,
+    conversation_turns,
+)
+from energon_plugins.encoding.chat.conversation import content_parts, vqa_answer
+from energon_plugins.encoding.task_encoders.multimodal import UnsupportedSampleError
+from energon_plugins.encoding.video.decode import describe_part, labelled_videos
 
 Message = dict[str, Any]
 
@@ -73,3 +85,49 @@ def qa_messages(question: str, answer: str, image_tag: str, num_images: int,
     if system_prompt:
         messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})
     return messages
+
+
+def sample_messages(
+    sample: Any, image_tag: str, video_tag: str | None, system_prompt: str | None,
+    caption_prompt: str,
+) -> tuple[list[Message], list[Any], list[tuple[Any, str]]]:
+    """The messages (content as typed parts), images and videos of a conversation-like
+    sample; each video as ``(Energon's AVDecoder or bytes, the file it came from)``.
+
+    Raises:
+        UnsupportedSampleError: a sample type the ``hf-processor`` encoder does not handle.
+    """
+    if isinstance(sample, ChatMLSample):
+        turns = conversation_turns(sample)
+        messages = conversation_messages(turns, image_tag, system_prompt, video_tag)
+        return messages, list(sample.images), labelled_videos(sample)
+    if isinstance(sample, VQASample):
+        answer = vqa_answer(sample)
+        return qa_messages(sample.context, answer, image_tag, 1, system_prompt), [sample.image], []
+    if isinstance(sample, VidQASample):
+        answer = vqa_answer(sample)
+        messages = qa_messages(sample.context, answer, image_tag, 0, system_prompt, video_tag, 1)
+        return messages, [], [(sample.video, describe_part(sample, "video"))]
+    if isinstance(sample, CaptioningSample):
+        messages = qa_messages(caption_prompt, sample.caption, image_tag, 1, system_prompt)
+        return messages, [sample.image], []
+    raise UnsupportedSampleError(
+        f"the hf-processor task encoder cannot encode {type(sample).__name__} samples (key "
+        f"{getattr(sample, '__key__', None)!r}); it handles crude conversations (subflavors "
+        f"format {', '.join(CONVERSATION_FORMATS)}), VQASample, VidQASample, CaptioningSample and "
+        "InterleavedSample"
+    )
+
+
+def interleaved_text(sample: InterleavedSample, image_placeholder: str) -> tuple[str, list[Any]]:
+    """The text of an interleaved sample, ``image_placeholder`` at each image, and its images
+    in their order."""
+    texts: list[str] = []
+    images: list[Any] = []
+    for item in sample.sequence:
+        if isinstance(item, str):
+            texts.append(item)
+        else:
+            texts.append(image_placeholder)
+            images.append(item)
+    return "".join(texts), images
