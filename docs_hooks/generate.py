@@ -1,20 +1,23 @@
 """mkdocs hook: replace ``<!-- generated:NAME -->`` placeholders with rendered references.
 
 Configured in ``mkdocs.yml`` under ``hooks:``. Each placeholder names a renderer in
-:data:`docs_hooks.render.GENERATORS` (hooks, config, builtins, cli, and the
-``missing-verbs:a,b`` / ``missing-modules:x.y`` warnings). A placeholder with an unknown name
-fails the build.
+:data:`docs_hooks.references.GENERATORS` (``hooks``, ``config``, ``builtins``); an unknown
+name fails the build. The Python API and the CLI reference are not here: mkdocstrings and
+mkdocs-click render them from ``:::`` directives in ``docs/reference/``.
 """
 
 import re
 import sys
 from pathlib import Path
 
-_PLACEHOLDER = re.compile(r"<!--\s*generated:([\w-]+)(?::([\w.,:-]+))?\s*-->")
+_CLICK_UNSET = "<code>Sentinel.UNSET</code>"
+"""How mkdocs-click 0.9 shows an option without a default under click >= 8.3 (mkdocs-click#95)."""
+
+_PLACEHOLDER = re.compile(r"<!--\s*generated:([\w-]+)\s*-->")
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from docs_hooks.render import GENERATORS  # noqa: E402
+from docs_hooks.references import GENERATORS  # noqa: E402
 
 
 def on_page_markdown(markdown, page, config, files):  # noqa: ANN001, ANN201 - mkdocs API
@@ -27,7 +30,15 @@ def on_page_markdown(markdown, page, config, files):  # noqa: ANN001, ANN201 - m
                 f"{page.file.src_path}: unknown placeholder generated:{name}; "
                 f"known: {', '.join(sorted(GENERATORS))}"
             )
-        arg = match.group(2)
-        return GENERATORS[name](arg) if arg is not None else GENERATORS[name]()
+        return GENERATORS[name]()
 
     return _PLACEHOLDER.sub(expand, markdown)
+
+
+def on_page_content(html, page, config, files):  # noqa: ANN001, ANN201 - mkdocs API
+    """Blank the CLI tables' ``Sentinel.UNSET`` defaults (options that have none).
+
+    mkdocs-click 0.9 prints click >= 8.3's "no default" marker verbatim; the fix upstream
+    (mkdocs/mkdocs-click#95) reads ``to_info_dict()``. Remove this once it is released.
+    """
+    return html.replace(_CLICK_UNSET, "")

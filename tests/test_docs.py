@@ -9,7 +9,9 @@ The rule these tests enforce, so that a missing piece is caught:
    recursively, as dotted keys), every option of every built-in plugin, every command of
    the click group with each of its options, and every class and function in
    ``energon_plugins.__all__``. The lists of names come from the code, not from
-   the renderer's output, so a renderer that drops something fails here.
+   the pages, so a renderer that drops something, or a ``:::`` entry nobody added to
+   ``docs/reference/api.md``, fails here. The API reference is mkdocstrings', the CLI
+   reference mkdocs-click's; ``docs_hooks`` renders the hook, config and built-ins lists.
 3. The HAND-WRITTEN pages (everything under ``docs/`` except ``reference/`` and the example
    sources) mention every hook name, every top-level config key (as `` `key` ``, ``key:`` or
    ``key=``) and every CLI verb (as ``energon-plugins VERB``) at least once. A new hook, key
@@ -32,7 +34,8 @@ from pathlib import Path
 
 import pytest
 
-from docs_hooks import render
+from docs_hooks import references
+from docs_hooks.model_tables import model_keys
 
 REPO = Path(__file__).resolve().parent.parent
 DOCS = REPO / "docs"
@@ -60,8 +63,8 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def page(site: Path, name: str) -> str:
-    """The built HTML of the page ``name`` (``reference/hooks``)."""
-    return (site / name / "index.html").read_text(encoding="utf-8")
+    """The built HTML of the page ``name`` (``reference/hooks``; plain ``.html`` files)."""
+    return (site / f"{name}.html").read_text(encoding="utf-8")
 
 
 def hand_written() -> str:
@@ -84,8 +87,17 @@ def missing_in(names: list[str], text: str, pattern: str = "{name}") -> list[str
 
 
 def config_top_keys() -> list[str]:
-    model, _ = render.config_model()
+    model = references.config_model()
     return [field.alias or name for name, field in model.model_fields.items()]
+
+
+def cli_verbs() -> list[str]:
+    """The verbs of the click group behind ``energon-plugins``."""
+    import click
+
+    from energon_plugins.cli.main import cli
+
+    return cli.list_commands(click.Context(cli, info_name="energon-plugins"))
 
 
 # ----------------------------------------------------------------------------- the build
@@ -97,7 +109,7 @@ def test_mkdocs_build_strict_passes(site: Path) -> None:
                  "loops/hugging-face",
                  "reference/hooks", "reference/config", "reference/builtins", "reference/cli",
                  "reference/api"):
-        assert (site / name / "index.html").is_file(), name
+        assert (site / f"{name}.html").is_file(), name
 
 
 def test_no_placeholder_left_unexpanded(site: Path) -> None:
@@ -123,8 +135,8 @@ def test_every_hook_is_in_the_hook_reference(site: Path) -> None:
 
 
 def test_every_config_key_is_in_the_config_reference(site: Path) -> None:
-    model, _ = render.config_model()
-    keys = render.model_keys(model)
+    model = references.config_model()
+    keys = model_keys(model)
     # independent check of the recursion: every field of every nested model is listed
     assert set(config_top_keys()) <= set(keys)
     assert any("." in key for key in keys), "nested models must be flattened to dotted keys"
@@ -143,7 +155,7 @@ def test_every_builtin_option_is_in_the_builtins_reference(site: Path) -> None:
     core = [s for kind in KINDS for s in registry.specs(kind) if s.distribution == "energon-plugins"]
     assert {"multimodal", "hf", "none", "first-fit-decreasing"} <= {s.name for s in core}
     # the distributions under plugins/ that are installed here are documented too
-    ours = render.repo_distributions()
+    ours = references.repo_distributions()
     bundled = [
         s for kind in KINDS for s in registry.specs(kind)
         if canonical_distribution(s.distribution) in ours
@@ -165,8 +177,8 @@ def test_every_public_class_and_function_is_in_the_api_reference(site: Path) -> 
         or inspect.isfunction(getattr(energon_plugins, name))
     ]
     assert "create" in names and "PluginTaskEncoder" in names
-    html = page(site, "reference/api")
-    assert missing_in(names, html, "<code>energon_plugins.{name}</code>") == []
+    html = page(site, "reference/api")  # mkdocstrings' heading of ::: energon_plugins.NAME
+    assert missing_in(names, html, 'id="energon_plugins.{name}"') == []
 
 
 def test_every_cli_verb_and_option_is_in_the_cli_reference(site: Path) -> None:
@@ -177,7 +189,8 @@ def test_every_cli_verb_and_option_is_in_the_cli_reference(site: Path) -> None:
     root = click.Context(cli, info_name="energon-plugins")
     verbs = cli.list_commands(root)
     html = page(site, "reference/cli")
-    assert missing_in(verbs, html, "<code>energon-plugins {name}</code>") == []
+    assert missing_in(verbs, html, 'id="{name}"') == []  # mkdocs-click's heading per verb
+    assert missing_in(verbs, html, r"energon-plugins {name} \[OPTIONS\]") == []  # its usage
     for verb in verbs:
         command = cli.get_command(root, verb)
         for param in command.params:
@@ -187,7 +200,7 @@ def test_every_cli_verb_and_option_is_in_the_cli_reference(site: Path) -> None:
 
 # ----------------------------------------------------------------------------- rule 3
 def test_hand_written_pages_mention_every_hook() -> None:
-    assert missing_in(render.hook_names(), hand_written()) == []
+    assert missing_in(references.hook_names(), hand_written()) == []
 
 
 def test_hand_written_pages_mention_every_top_level_config_key() -> None:
@@ -196,7 +209,7 @@ def test_hand_written_pages_mention_every_top_level_config_key() -> None:
 
 
 def test_hand_written_pages_mention_every_cli_verb() -> None:
-    verbs = render.cli_verbs()
+    verbs = cli_verbs()
     assert verbs, "the click group has no commands"
     assert missing_in(verbs, hand_written(), r"energon-plugins {name}(?![\w-])") == []
 
@@ -212,6 +225,42 @@ def test_the_rule_catches_a_missing_name(site: Path) -> None:
     assert missing_in(["bogus_key"], hand_written(), r"(`{name}`|(?<![\w.]){name}:)") == [
         "bogus_key"
     ]
+    assert missing_in(["frobnicate"], page(site, "reference/api"), 'id="energon_plugins.{name}"') == [
+        "frobnicate"
+    ]
+    assert missing_in(["frobnicate"], page(site, "reference/cli"), 'id="{name}"') == ["frobnicate"]
+
+
+def test_the_site_opens_from_disk(site: Path) -> None:
+    """``use_directory_urls: false``: every page is a plain ``.html`` file and links name it, so
+    ``site/index.html`` opened as ``file://`` reaches every page (a link to ``quickstart/``
+    would open a folder listing)."""
+    index = page(site, "index")
+    assert 'href="quickstart.html"' in index
+    for html_file in site.rglob("*.html"):
+        text = html_file.read_text(encoding="utf-8")
+        folder_links = [
+            href for href in re.findall(r'href="([^"#:]*)"', text)
+            if href.endswith("/") or href in ("", ".", "..")
+        ]
+        assert folder_links == [], (html_file.relative_to(site), folder_links[:5])
+
+
+def test_cli_reference_shows_no_click_internals(site: Path) -> None:
+    """mkdocs-click 0.9 prints click 8.3's ``Sentinel.UNSET`` for an option without a default."""
+    html = page(site, "reference/cli")
+    assert "<code>--json</code>" in html
+    assert "Sentinel" not in html
+
+
+def test_pipeline_diagram_fits_the_page() -> None:
+    """The concepts page's text diagrams fit the content column (no horizontal scrolling)."""
+    text = (DOCS / "concepts.md").read_text(encoding="utf-8")
+    blocks = re.findall(r"```text\n(.*?)```", text, re.S)
+    assert any("training step" in block for block in blocks)
+    for block in blocks:
+        widest = max(block.splitlines(), key=len)
+        assert len(widest) <= 80, widest
 
 
 # ----------------------------------------------------------------------------- rule 4
@@ -287,7 +336,7 @@ def test_config_snippets_in_the_guides_are_valid() -> None:
     from energon_plugins.config.model import SELECTIONS
     from energon_plugins.host.manager import load_registry
 
-    model, _ = render.config_model()
+    model = references.config_model()
     registry = load_registry()
     example_names = set()
     for py in EXAMPLES.rglob("plugin.py"):
@@ -343,7 +392,7 @@ def test_there_is_one_example_per_kind() -> None:
     for example in EXAMPLE_DIRS:
         for py in example.rglob("plugin.py"):
             hooks |= set(re.findall(r"def (register_\w+)\(register\)", py.read_text()))
-    assert hooks == set(render.hook_names())
+    assert hooks == set(references.hook_names())
 
 
 def test_example_distributions_pass_their_tests(tmp_path: Path) -> None:
@@ -449,4 +498,4 @@ def test_the_site_renders_offline(site: Path) -> None:
         assert not re.search(r"<script[^>]+src=\"(https?:)?//", text), name
         assert 'class="mermaid"' not in text, name
         assert "\\|" not in re.sub(r"<pre.*?</pre>", "", text, flags=re.S), name
-    assert "<code>int &#124; None</code>" in pages[Path("reference/config/index.html")]
+    assert "<code>int &#124; None</code>" in pages[Path("reference/config.html")]
