@@ -26,8 +26,7 @@ def clip_options() -> dict[str, Any]:
 def prepare(cache_dir: str | Path | None = None, *, num_workers: int = 0,
             num_samples: int = 200) -> dict[str, Any]:
     """Write the demo data and tokenizer once; return the datamodule config mapping."""
-    from energon_plugins.demo.data import write_demo_datasets
-    from energon_plugins.demo.tokenizer import save_demo_tokenizer
+    from energon_plugins.synthetic import save_demo_tokenizer, write_demo_datasets
 
     root = Path(cache_dir) if cache_dir is not None else DEFAULT_CACHE
     info = write_demo_datasets(root / "demo", num_samples=num_samples)

@@ -128,7 +128,7 @@ def realistic_dataset(num_samples: int = 240, *, seed: int = 0, samples_per_shar
 
 def saved_tokenizers(cache: Path | None = None) -> dict[str, str]:
     """Save (once) the LLaVA and Qwen2 demo tokenizers trained on the benchmark vocabulary."""
-    from energon_plugins.demo.tokenizer import save_demo_tokenizer
+    from energon_plugins.synthetic import save_demo_tokenizer
 
     out = {}
     corpus = [" ".join(_WORDS), " ".join(w.capitalize() for w in _WORDS) + " . ? , "]

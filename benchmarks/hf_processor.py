@@ -129,7 +129,7 @@ def main() -> None:
 
     import torch
 
-    from energon_plugins.encoding.chatml import ChatMLSample
+    from energon_plugins.encoding.chat.chatml import ChatMLSample
     from energon_plugins.host.context import BuildContext
     from energon_plugin_hf_processor.encoder import HFProcessorTaskEncoder
     from energon_plugin_hf_processor.options import HFProcessorOptions

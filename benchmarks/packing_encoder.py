@@ -2,7 +2,7 @@
 
 Run: ``python benchmarks/packing_encoder.py [--samples 6000] [--seed 0] [--json out.json]``.
 
-Writes a VQA dataset with Energon's prepare API (``energon_plugins.demo.data.write_dataset``)
+Writes a VQA dataset with Energon's prepare API (``energon_plugins.synthetic.write_dataset``)
 and reads it through ``EnergonMultiModalDataModule`` and Energon's savable loader, with a
 :class:`~energon_plugins.PluginTaskEncoder` whose ``encode_sample`` gives each sample the
 length that ``benchmarks/packing.py`` draws for its index (60% text around 250 tokens, 40%
@@ -91,7 +91,7 @@ def main(argv=None) -> int:
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
 
-    from energon_plugins.demo.data import write_dataset
+    from energon_plugins.synthetic import write_dataset
 
     dataset_size = 4000
     lengths = sample_lengths(dataset_size, args.seed)

@@ -49,7 +49,7 @@ STAGES = {
     "encode_sample (ours)": ("task_encoders/multimodal.py", "encode_sample"),
     "  image processor (hf wrapper + transformers)": ("image_processors/hf.py", "__call__"),
     "    Energon tensor -> PIL": ("image_processors/hf.py", "energon_image_to_pil"),
-    "  chat template + tokenizer": ("task_encoders/conversation.py", "tokenize_conversation"),
+    "  chat template + tokenizer": ("chat/conversation.py", "tokenize_conversation"),
     "batch + encode_batch": ("batch_dataset.py", "flush"),
 }
 
@@ -215,7 +215,7 @@ def micro_before_after(tokenizer, sample_config) -> dict:
     import _baseline_conversation as old_conv
     import _baseline_hf as old_hf
     from energon_plugins.encoding.image_processors import hf as new_hf
-    from energon_plugins.encoding.task_encoders import conversation as new_conv
+    from energon_plugins.encoding.chat import conversation as new_conv
 
     messages = new_conv.build_messages(sample_config.conversation_template, [
         ("user", "<image>\nWhat color is the rectangle in the middle?"),

@@ -50,7 +50,7 @@ _LAZY = {
     "EnergonDataloader": "energon_plugins.loading.dataloader",
     "cyclic_iter": "energon_plugins.loading.dataloader",
     "ValidationLoader": "energon_plugins.loading.validation",
-    "build_datamodule": "energon_plugins.config",
+    "build_datamodule": "energon_plugins.loading.datamodule",
     "PluginTaskEncoder": "energon_plugins.encoding.task_encoders.base",
     "EncodedSample": "energon_plugins.encoding.samples",
     "MultiModalBatch": "energon_plugins.encoding.samples",
@@ -70,13 +70,18 @@ _LAZY = {
     "decode_frames": "energon_plugins.encoding.video.decode",
     "VideoPlan": "energon_plugins.encoding.video.budget",
     "budget_plans": "energon_plugins.encoding.video.budget",
+    "BatchFormatProtocol": "energon_plugins.host.protocols",
+    "ImageProcessorProtocol": "energon_plugins.host.protocols",
+    "PackingStrategyProtocol": "energon_plugins.host.protocols",
+    "SourceFilesProtocol": "energon_plugins.host.protocols",
+    "SourceFormatProtocol": "energon_plugins.host.protocols",
+    "TaskEncoderProtocol": "energon_plugins.host.protocols",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from energon_plugins.config import build_datamodule
     from energon_plugins.loading.dataloader import EnergonDataloader, cyclic_iter
     from energon_plugins.loading.validation import ValidationLoader
-    from energon_plugins.loading.datamodule import EnergonMultiModalDataModule
+    from energon_plugins.loading.datamodule import EnergonMultiModalDataModule, build_datamodule
     from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
     from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
     from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
@@ -93,6 +98,14 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from energon_plugins.encoding.video.options import VideoOptions
     from energon_plugins.encoding.video.sampling import VideoInfo, frame_count, frame_indices
+    from energon_plugins.host.protocols import (
+        BatchFormatProtocol,
+        ImageProcessorProtocol,
+        PackingStrategyProtocol,
+        SourceFilesProtocol,
+        SourceFormatProtocol,
+        TaskEncoderProtocol,
+    )
 
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)
@@ -157,4 +170,10 @@ __all__ = [
     "resolve",
     "use_registry",
     "VisualInputs",
+    "BatchFormatProtocol",
+    "ImageProcessorProtocol",
+    "PackingStrategyProtocol",
+    "SourceFilesProtocol",
+    "SourceFormatProtocol",
+    "TaskEncoderProtocol",
 ]

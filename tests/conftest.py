@@ -29,7 +29,7 @@ def data_root(tmp_path_factory):
 @pytest.fixture(scope="session")
 def vqa_dataset(data_root):
     """A prepared VQA dataset: 60 samples, 5 per shard, 80/20 train/val (48 / 12)."""
-    from energon_plugins.demo.data import write_dataset
+    from energon_plugins.synthetic import write_dataset
 
     return write_dataset(data_root / "vqa", kind="vqa", num_samples=60, samples_per_shard=5)
 
@@ -37,7 +37,7 @@ def vqa_dataset(data_root):
 @pytest.fixture(scope="session")
 def captioning_dataset(data_root):
     """A prepared captioning dataset: 40 samples, 5 per shard."""
-    from energon_plugins.demo.data import write_dataset
+    from energon_plugins.synthetic import write_dataset
 
     return write_dataset(
         data_root / "captioning", kind="captioning", num_samples=40, samples_per_shard=5
@@ -47,7 +47,7 @@ def captioning_dataset(data_root):
 @pytest.fixture(scope="session")
 def interleaved_dataset(data_root):
     """A prepared interleaved dataset: 20 samples, 5 per shard."""
-    from energon_plugins.demo.data import write_dataset
+    from energon_plugins.synthetic import write_dataset
 
     return write_dataset(
         data_root / "interleaved", kind="interleaved", num_samples=20, samples_per_shard=5
@@ -57,7 +57,7 @@ def interleaved_dataset(data_root):
 @pytest.fixture(scope="session")
 def train_only_dataset(data_root):
     """A VQA dataset that has only a train split."""
-    from energon_plugins.demo.data import write_dataset
+    from energon_plugins.synthetic import write_dataset
 
     return write_dataset(
         data_root / "train-only",
@@ -71,7 +71,7 @@ def train_only_dataset(data_root):
 @pytest.fixture(scope="session")
 def tokenizer():
     """The offline demo tokenizer (byte-level BPE with ``<image>`` and a chat template)."""
-    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+    from energon_plugins.synthetic import build_demo_tokenizer
 
     return build_demo_tokenizer()
 

@@ -79,7 +79,7 @@ def run_rank(rank, world, init_file, dataset, small_dataset, out_dir) -> None:
 
     from energon_plugins import EnergonMultiModalDataModule
     from energon_plugins.loading.checkpoint import load_datamodule_state, save_datamodule_state
-    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+    from energon_plugins.synthetic import build_demo_tokenizer
     from energon_plugins.loading.distributed import build_pg_collection
 
     started = time.perf_counter()

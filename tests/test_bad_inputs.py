@@ -27,7 +27,7 @@ SEQ = 320
 @pytest.fixture(scope="module")
 def site(tmp_path_factory, vqa_dataset, tokenizer, data_root):
     """A folder with a good config (``good.yaml``), its tokenizer, and damaged datasets."""
-    from energon_plugins.demo.data import write_dataset
+    from energon_plugins.synthetic import write_dataset
 
     root = tmp_path_factory.mktemp("bad-inputs")
     tokenizer.save_pretrained(root / "tokenizer")

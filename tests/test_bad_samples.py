@@ -12,7 +12,7 @@ import pytest
 import torch
 
 import energon_plugins
-from energon_plugins.demo.data import write_dataset
+from energon_plugins.synthetic import write_dataset
 from energon_plugins.loading.errors_policy import BadSampleError, TruncatedShardError, classify_error
 
 SEQ = 128

@@ -285,7 +285,7 @@ def test_bad_batch_format_arguments_are_named(vqa_dataset, tokenizer, clip_proce
 def test_config_key_selects_validates_and_is_in_the_schema(vqa_dataset, tmp_path):
     from energon_plugins.config import check_config
     from energon_plugins.config.schema import config_json_schema
-    from energon_plugins.demo.tokenizer import save_demo_tokenizer
+    from energon_plugins.synthetic import save_demo_tokenizer
 
     save_demo_tokenizer(tmp_path / "tok")
     base = {"path": str(vqa_dataset.path), "tokenizer": {"path": str(tmp_path / "tok")},

@@ -239,7 +239,7 @@ def test_preview_shows_the_batch_the_loop_gets_and_each_rows_record(site, runner
     """By default the keys, shapes and dtypes are those of the configured batch format
     (megatron-bridge), equal to what the datamodule's training loader yields, and each row
     names the record it came from: the loader's ``__keys__``, in the loader's order."""
-    from energon_plugins.config.build import build_datamodule
+    from energon_plugins import build_datamodule
 
     config = site / "examples" / "minimal.yaml"
     page = tmp_path / "preview.html"

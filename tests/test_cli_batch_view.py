@@ -7,7 +7,7 @@ import types
 
 import torch
 
-from energon_plugins.cli.batch_view import Segment, batch_stats, render_spans, row_segments
+from energon_plugins.preview.batch_view import Segment, batch_stats, render_spans, row_segments
 from energon_plugins.encoding.packed_seq import packed_seq_params
 
 PAD, IGNORE = 0, -100
@@ -79,14 +79,14 @@ def test_spans_collapse_image_runs_and_mark_loss():
 
 
 def test_collapsed_image_text():
-    from energon_plugins.cli.batch_view import collapsed_image_text
+    from energon_plugins.preview.batch_view import collapsed_image_text
 
     assert collapsed_image_text("<image>", 576) == "<image x576>"
     assert collapsed_image_text("<|image_pad|>", 64) == "[<|image_pad|> x64]"
 
 
 def test_batch_layout_opens_nested_inputs_and_describes_every_value():
-    from energon_plugins.cli.batch_view import FieldLayout, batch_layout, layout_text
+    from energon_plugins.preview.batch_view import FieldLayout, batch_layout, layout_text
     from energon_plugins.encoding.batch_formats.bridge import BridgeBatch
     from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
 
@@ -110,7 +110,7 @@ def test_batch_layout_opens_nested_inputs_and_describes_every_value():
 def test_batch_layout_of_a_dataclass_leaves_out_energons_bookkeeping():
     import dataclasses
 
-    from energon_plugins.cli.batch_view import batch_layout, record_keys
+    from energon_plugins.preview.batch_view import batch_layout, record_keys
 
     @dataclasses.dataclass
     class Batch:

@@ -27,7 +27,7 @@ from energon_plugins.errors import ConfigError
 @pytest.fixture(scope="module")
 def workspace(tmp_path_factory) -> pathlib.Path:
     """A directory with a prepared dataset ``ds/``, the demo metadataset and a tokenizer dir."""
-    from energon_plugins.demo.data import write_dataset, write_demo_datasets
+    from energon_plugins.synthetic import write_dataset, write_demo_datasets
 
     root = tmp_path_factory.mktemp("config")
     write_dataset(root / "ds", kind="vqa", num_samples=20, samples_per_shard=10,
@@ -161,7 +161,7 @@ BROKEN = [
     ("path: ds\ntokenizer: {path: tok\n", "invalid-yaml", ["not valid YAML", "line"]),
     ("", "empty-file", ["empty"]),
     ("# only a comment\n", "comment-only", ["empty"]),
-    # the rules the constructor shares (energon_plugins.loading.settings / energon_arguments)
+    # the rules the constructor shares (energon_plugins.config.settings / energon_arguments)
     ("path: ds\ntokenizer: {path: tok}\nenergon: {checkpoint_every_sec: 5}\n",
      "energon-loader-option", ["energon.checkpoint_every_sec", "top-level key 'checkpoint_every_sec'"]),
     ("path: ds\ntokenizer: {path: tok}\nenergon: {my_dataset_flag: 1}\n", "energon-unknown",

@@ -8,7 +8,8 @@ import pathlib
 import pytest
 
 from energon_plugins import EnergonMultiModalDataModule, MultiModalSampleConfig
-from energon_plugins.config import ConfigValidationError, build_datamodule
+from energon_plugins import build_datamodule
+from energon_plugins.config import ConfigValidationError
 
 
 @pytest.fixture(scope="module")
@@ -67,7 +68,7 @@ def test_validation_encoder_selection_gets_its_own_options(config_file):
 
 
 def test_bad_overrides_fail_before_anything_is_built(config_file, monkeypatch):
-    import energon_plugins.config.build as build
+    import energon_plugins.loading.build as build
 
     calls = []
     monkeypatch.setattr(build, "build_components", lambda *a, **k: calls.append(a))

@@ -39,8 +39,8 @@ from energon_plugins.encoding.packing.options import FirstFitDecreasingOptions
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 from energon_plugins.errors import ConfigError, DatasetError
-from energon_plugins.loading.energon_arguments import ENERGON_DATASET_ARGUMENTS
-from energon_plugins.loading.settings import Boolean, Integer, LoaderSettings, Number
+from energon_plugins.config.energon_arguments import ENERGON_DATASET_ARGUMENTS
+from energon_plugins.config.settings import Boolean, Integer, LoaderSettings, Number
 
 
 def prop(max_examples: int) -> settings:

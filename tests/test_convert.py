@@ -169,7 +169,7 @@ def test_train_batches_through_the_datamodule(converted, fmt, encoder, tiny_llav
     from PIL import Image
     from transformers import AutoProcessor, CLIPImageProcessor
 
-    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+    from energon_plugins.synthetic import build_demo_tokenizer
 
     source, result = converted[fmt]
     samples = shard_samples(result.output)
@@ -347,7 +347,7 @@ def test_a_json_array_is_streamed(tmp_path):
 
 # ----------------------------------------------------------------------------- the CLI on the result
 def test_cli_convert_then_preview_and_validate(converted, tmp_path):
-    from energon_plugins.demo.tokenizer import save_demo_tokenizer
+    from energon_plugins.synthetic import save_demo_tokenizer
 
     source, _ = converted["llava-json"]
     runner = CliRunner()
@@ -399,7 +399,7 @@ def test_images_keep_their_bytes_unless_asked():
 
     from energon_plugins.convert.checks import EXTENSION_OF_FORMAT, check_image
     from energon_plugins.convert.records import RecordError
-    from energon_plugins.encoding.chatml import IMAGE_EXTENSIONS
+    from energon_plugins.encoding.chat.chatml import IMAGE_EXTENSIONS
 
     assert set(EXTENSION_OF_FORMAT.values()) <= set(IMAGE_EXTENSIONS)  # the cooker finds them all
 

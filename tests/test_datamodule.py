@@ -104,7 +104,7 @@ def test_infinite_validation_mode_cycles(vqa_dataset, tokenizer, clip_processor)
 
 
 def test_metadataset_blend(data_root, tokenizer, clip_processor):
-    from energon_plugins.demo.data import write_demo_datasets
+    from energon_plugins.synthetic import write_demo_datasets
 
     info = write_demo_datasets(data_root / "demo", num_samples=40)
     dm = make_dm(info, tokenizer, clip_processor, micro_batch_size=4)

@@ -211,7 +211,7 @@ def test_the_argument_table_covers_energons_signatures():
     from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
     from megatron.energon.metadataset.loader_interface import DatasetLoaderInterface
 
-    from energon_plugins.loading.energon_arguments import (
+    from energon_plugins.config.energon_arguments import (
         ENERGON_DATASET_ARGUMENTS,
         ENERGON_REFUSED,
         ENERGON_RESERVED,
@@ -236,7 +236,7 @@ def test_every_accepted_argument_reaches_energons_factories(vqa_dataset, tokeniz
               "dataset_config": "dataset.yaml", "split_config": "split.yaml",
               "subflavors": {"source": "test"}, "subset": None, "parallel_shard_iters": 1,
               "part_filter": None}
-    from energon_plugins.loading.energon_arguments import ENERGON_DATASET_ARGUMENTS
+    from energon_plugins.config.energon_arguments import ENERGON_DATASET_ARGUMENTS
 
     assert set(values) == set(ENERGON_DATASET_ARGUMENTS)
     dm = make(vqa_dataset, tokenizer, clip_processor, **values)
@@ -246,7 +246,7 @@ def test_every_accepted_argument_reaches_energons_factories(vqa_dataset, tokeniz
 
 def test_the_shared_settings_are_constructor_keywords():
     from energon_plugins.loading.datamodule import _KEYWORDS
-    from energon_plugins.loading.settings import SETTING_NAMES
+    from energon_plugins.config.settings import SETTING_NAMES
 
     assert set(SETTING_NAMES) <= set(_KEYWORDS)
 

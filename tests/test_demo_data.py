@@ -23,7 +23,7 @@ from megatron.energon import (
     stateless,
 )
 
-from energon_plugins.demo.data import (
+from energon_plugins.synthetic import (
     KINDS,
     DatasetInfo,
     default_cache_dir,

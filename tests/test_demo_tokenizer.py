@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from energon_plugins.demo.tokenizer import (
+from energon_plugins.synthetic import (
     FAMILIES,
     LLAVA_SYSTEM_PROMPT,
     QWEN2_SPECIAL_TOKENS,

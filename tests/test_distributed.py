@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from energon_plugins.demo.data import write_dataset
+from energon_plugins.synthetic import write_dataset
 
 WORLD = 4
 WORKER = Path(__file__).with_name("distributed_worker.py")

@@ -180,7 +180,7 @@ def test_a_wrong_plan_stops_the_loader_naming_the_sample(mixed_dataset, tokenize
 FROZEN_HEAP_SCRIPT = """
 import gc, json, sys
 import energon_plugins
-from energon_plugins.demo.tokenizer import build_demo_tokenizer
+from energon_plugins.synthetic import build_demo_tokenizer
 
 processor = energon_plugins.create("image_processor", "fast-clip",
                                    {"size": {"shortest_edge": 28}, "crop_size": 28})

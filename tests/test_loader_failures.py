@@ -110,7 +110,7 @@ class FailingCooker(DefaultTaskEncoder):
 
 
 def test_a_failing_cooker_names_stage_cook(tmp_path):
-    from energon_plugins.demo.data import write_dataset
+    from energon_plugins.synthetic import write_dataset
 
     crude = write_dataset(tmp_path / "llava", kind="llava", num_samples=10, samples_per_shard=5)
     dm = datamodule(crude, FailingCooker())

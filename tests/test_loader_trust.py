@@ -15,7 +15,7 @@ import torch
 
 import energon_plugins
 from energon_plugins.loading.checkpoint import StateMismatchError
-from energon_plugins.demo.data import write_dataset
+from energon_plugins.synthetic import write_dataset
 from energon_plugins.testing import batch_differences
 
 SEQ = 128
@@ -142,7 +142,7 @@ _FRESH_PROCESS = textwrap.dedent(
     data_utils.MP_STATUS_CHECK_INTERVAL = 0.1
     import transformers
     import energon_plugins
-    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+    from energon_plugins.synthetic import build_demo_tokenizer
 
     path, folder = sys.argv[1], sys.argv[2]
     workers, packing, n = int(sys.argv[3]), sys.argv[4] == "1", int(sys.argv[5])

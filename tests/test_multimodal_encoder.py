@@ -15,7 +15,7 @@ from energon_plugins.errors import PluginOptionsError
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.sample_config import ConversationTemplate
 from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
-from energon_plugins.encoding.task_encoders.conversation import build_messages, tokenize_conversation
+from energon_plugins.encoding.chat.conversation import build_messages, tokenize_conversation
 
 IGNORE = -100
 
@@ -396,7 +396,7 @@ def test_grid_processor_sets_tokens_from_image_grid_thw(tokenizer, image_id, vqa
 
 @pytest.mark.parametrize("family", ["generic", "llava", "qwen2"])
 def test_prompt_tokens_are_what_the_model_sees_at_inference(family, hf_proc, vqa_dataset):
-    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+    from energon_plugins.synthetic import build_demo_tokenizer
 
     tok = build_demo_tokenizer(family)
     img = read_png(vqa_dataset, vqa_dataset.split_keys["train"][0])
@@ -434,7 +434,7 @@ def test_a_subclass_calling_super_counts_each_skip_once(tokenizer, hf_proc, vqa_
 
 
 def test_gpt_turns_maps_roles_and_names_bad_turns():
-    from energon_plugins.encoding.task_encoders.conversation import gpt_turns
+    from energon_plugins.encoding.chat.conversation import gpt_turns
 
     turns = [{"from": "human", "value": "Q?"}, {"from": "gpt", "value": "A."}]
     assert gpt_turns(turns, "k") == [("user", "Q?"), ("assistant", "A.")]

@@ -349,7 +349,7 @@ def test_packing_options_from_a_config(vqa_dataset):
 def test_packing_selected_in_a_config_file_packs_the_builtin_encoder(
     vqa_dataset, tmp_path, unpacked
 ):
-    from energon_plugins.demo.tokenizer import save_demo_tokenizer
+    from energon_plugins.synthetic import save_demo_tokenizer
 
     save_demo_tokenizer(tmp_path / "tok")
     config = tmp_path / "config.yaml"

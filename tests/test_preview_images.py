@@ -3,7 +3,7 @@
 import numpy as np
 import torch
 
-from energon_plugins.cli.batch_images import row_images
+from energon_plugins.preview.images import row_images
 
 
 class _Batch:

@@ -23,7 +23,7 @@ SCRIPT = textwrap.dedent(
     import sys
     import transformers
     import energon_plugins
-    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+    from energon_plugins.synthetic import build_demo_tokenizer
 
     dm = energon_plugins.EnergonMultiModalDataModule(
         sys.argv[1], build_demo_tokenizer(), transformers.CLIPImageProcessor(),

@@ -4,8 +4,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from energon_plugins.demo.tokenizer import FAMILIES, build_demo_tokenizer
-from energon_plugins.encoding.task_encoders.conversation import (
+from energon_plugins.synthetic import FAMILIES, build_demo_tokenizer
+from energon_plugins.encoding.chat.conversation import (
     _direct_backend,
     tokenize_text,
     tokenize_texts,
@@ -90,7 +90,7 @@ def _expand_reference(ids, labels, text_id, model_id, counts, ignore):
     data=st.data(),
 )
 def test_expand_image_tokens_equals_token_by_token(ids, data):
-    from energon_plugins.encoding.task_encoders.conversation import expand_image_tokens
+    from energon_plugins.encoding.chat.conversation import expand_image_tokens
 
     labels = [t if t % 2 else -100 for t in ids]
     counts = data.draw(st.lists(st.integers(0, 5), min_size=ids.count(3), max_size=ids.count(3)))

@@ -24,7 +24,7 @@ from megatron.energon import VQASample
 
 import energon_plugins
 from energon_plugins.cli import cli
-from energon_plugins.config import build_datamodule
+from energon_plugins import build_datamodule
 from energon_plugins.errors import ConfigError
 
 SCRIPT = pathlib.Path(sys.executable).with_name("energon-plugins")
@@ -206,7 +206,7 @@ def test_quick_reads_nothing(site):
 
 
 def test_the_read_is_bounded_by_its_sample_limit(site):
-    from energon_plugins.config.sample_read import read_samples, sample_findings
+    from energon_plugins.checks.sample_read import read_samples, sample_findings
 
     dm = build_datamodule(write_config(site, "bounded", tokenizer={"path": "tokenizer"}))
     read = read_samples(dm, limit=5, seconds=60)

@@ -111,7 +111,7 @@ def test_megatron_bridges_builder_call_with_energons_default_encoder(vqa_dataset
 def test_two_real_ranks_with_equal_splits_pass_own_batches_and_unequal_ones_all_refuse(
     tmp_path,
 ):
-    from energon_plugins.demo.data import write_dataset
+    from energon_plugins.synthetic import write_dataset
 
     dataset = write_dataset(tmp_path / "vqa", kind="vqa", num_samples=60, samples_per_shard=5)
     out = tmp_path / "out"

@@ -53,7 +53,7 @@ def pg_collection(tmp_path_factory):
 @pytest.fixture(scope="session")
 def vqa_dataset(tmp_path_factory):
     """A prepared VQA dataset: 60 samples, 5 per shard, 45 train / 15 val (splits by shard)."""
-    from energon_plugins.demo.data import write_dataset
+    from energon_plugins.synthetic import write_dataset
 
     return write_dataset(tmp_path_factory.mktemp("data") / "vqa", kind="vqa", num_samples=60,
                          samples_per_shard=5)
@@ -62,7 +62,7 @@ def vqa_dataset(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tokenizer_dir(tmp_path_factory):
     """The offline demo tokenizer, saved as a Hugging Face tokenizer folder."""
-    from energon_plugins.demo.tokenizer import save_demo_tokenizer
+    from energon_plugins.synthetic import save_demo_tokenizer
 
     return save_demo_tokenizer(tmp_path_factory.mktemp("tokenizer"))
 

@@ -43,7 +43,7 @@ def run_bench(datamodule: Any, batches: int, progress: Any = None,
 
     ``warm``: what :func:`warm_up` returned, when the caller took the warm-up batch itself.
     """
-    from energon_plugins.cli.batch_view import BatchStats, batch_stats, encoder_token_ids
+    from energon_plugins.preview.batch_view import BatchStats, batch_stats, encoder_token_ids
 
     _, ignore, pad_id = encoder_token_ids(datamodule)
     seq_length = datamodule.seq_length
@@ -90,7 +90,7 @@ def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...
     from energon_plugins.cli._output import print_json, startup_status
 
     with startup_status(f"checking {config}...") as status:
-        from energon_plugins.cli._startup import build_datamodule_step_by_step
+        from energon_plugins.loading.startup import build_datamodule_step_by_step
         from energon_plugins.config.overrides import parse_set_option
 
         if not (click.get_current_context().find_root().obj or {}).get("debug"):

@@ -14,8 +14,7 @@ def prepare_demo_data(directory: str) -> dict[str, str]:
     """Write the demo metadataset and the demo tokenizer into ``directory``; return their paths."""
     from pathlib import Path
 
-    from energon_plugins.demo.data import write_demo_datasets
-    from energon_plugins.demo.tokenizer import save_demo_tokenizer
+    from energon_plugins.synthetic import save_demo_tokenizer, write_demo_datasets
 
     root = Path(directory).expanduser()
     info = write_demo_datasets(root)
@@ -45,7 +44,7 @@ def demo_command(
     if prepare_only:
         with startup_status("writing the demo dataset and tokenizer...") as status:
             if cache_dir is None:
-                from energon_plugins.demo.data import default_cache_dir
+                from energon_plugins.synthetic import default_cache_dir
 
                 cache_dir = str(default_cache_dir() / "demo")
             status.update(f"writing the demo dataset and tokenizer into {cache_dir}...")

@@ -85,7 +85,7 @@ def _check(config: str, sets: tuple[str, ...], *, deep: bool, samples: int, quic
 
     from energon_plugins.config.load import read_config_file
     from energon_plugins.config.overrides import apply_overrides, parse_set_option
-    from energon_plugins.config.preflight import PreflightReport, run_preflight
+    from energon_plugins.checks.preflight import PreflightReport, run_preflight
     from energon_plugins.config.validate import check_config
 
     data = read_config_file(config)

@@ -1,7 +1,11 @@
-"""The datamodule configuration: model, loading, validation, JSON Schema and building.
+"""The datamodule configuration: the layer below loading.
 
-Import-light: loading, validating and the schema import no torch, transformers or Energon;
-:func:`build_datamodule` imports them when it builds.
+The config model and its settings (:mod:`~energon_plugins.config.settings`), reading and
+overriding config files, validation (every issue with its dotted path), the JSON Schema, the
+checks of Energon arguments and of a dataset folder. Import-light: nothing here imports torch,
+transformers or Energon, and nothing imports :mod:`energon_plugins.loading`; building a
+datamodule from a config is :func:`energon_plugins.build_datamodule` (in
+:mod:`energon_plugins.loading.build`).
 """
 
 from energon_plugins.config.load import load_config, parse_config_text, read_config_file
@@ -15,19 +19,11 @@ from energon_plugins.config.validate import (
 )
 
 
-def build_datamodule(config_or_path, **overrides):  # noqa: ANN001, ANN201 - documented below
-    """Build an ``EnergonMultiModalDataModule``; see :func:`energon_plugins.config.build.build_datamodule`."""
-    from energon_plugins.config.build import build_datamodule as _build
-
-    return _build(config_or_path, **overrides)
-
-
 __all__ = [
     "ConfigIssue",
     "ConfigValidationError",
     "DataModuleConfig",
     "apply_overrides",
-    "build_datamodule",
     "check_config",
     "load_config",
     "parse_config_text",

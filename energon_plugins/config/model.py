@@ -1,7 +1,7 @@
 """The datamodule configuration as pydantic models (structure, types and ranges only).
 
 The keys mirror :class:`energon_plugins.EnergonMultiModalDataModule`'s constructor: the scalar
-settings are the constructor's own model (:class:`energon_plugins.loading.settings.LoaderSettings`,
+settings are the constructor's own model (:class:`energon_plugins.config.settings.LoaderSettings`,
 inherited, so a key and a keyword validate alike); every model forbids unknown keys. Checks that
 need the file system or the plugin registry (the dataset path, each selected plugin's own
 options) and the rules between keys live in :mod:`energon_plugins.config.validate`, which runs
@@ -20,11 +20,11 @@ from energon_plugins.host.defaults import (
     DEFAULT_IMAGE_PROCESSOR,
     DEFAULT_TASK_ENCODER,
 )
-from energon_plugins.loading.energon_arguments import (
+from energon_plugins.config.energon_arguments import (
     ENERGON_DATASET_ARGUMENTS,
     ENERGON_RESERVED,
 )
-from energon_plugins.loading.settings import LoaderSettings
+from energon_plugins.config.settings import LoaderSettings
 
 PluginName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
@@ -196,7 +196,7 @@ SELECTIONS: dict[str, str] = {
 
 ENERGON_KNOWN: tuple[str, ...] = tuple(ENERGON_DATASET_ARGUMENTS)
 """The extra dataset arguments the ``energon:`` section accepts (see
-:data:`energon_plugins.loading.energon_arguments.ENERGON_DATASET_ARGUMENTS`)."""
+:data:`energon_plugins.config.energon_arguments.ENERGON_DATASET_ARGUMENTS`)."""
 
 __all__ = [
     "DEFAULT_IMAGE_PROCESSOR",

@@ -10,8 +10,8 @@
 - the dataset path (exists, and is an Energon dataset or metadataset) and the tokenizer path,
   relative paths resolved against the config file's directory;
 - the rules between keys and the ``energon:`` arguments, shared with the datamodule's
-  constructor (:func:`energon_plugins.loading.settings.cross_field_issues`,
-  :func:`energon_plugins.loading.energon_arguments.energon_argument_issues`): packing and
+  constructor (:func:`energon_plugins.config.settings.cross_field_issues`,
+  :func:`energon_plugins.config.energon_arguments.energon_argument_issues`): packing and
   ``packing_buffer_size`` go together, ``global_batch_size`` is a multiple of
   ``micro_batch_size``, ``energon:`` holds only what Energon's dataset factories accept.
 
@@ -41,9 +41,9 @@ from energon_plugins.host.registry import (
     option_names,
     unknown_key_problems,
 )
-from energon_plugins.loading.energon_arguments import energon_argument_issues
+from energon_plugins.config.energon_arguments import energon_argument_issues
 from energon_plugins.strict_types import integer_problems
-from energon_plugins.loading.settings import (
+from energon_plugins.config.settings import (
     ConfigIssue,
     cross_field_issues,
     issue_from_pydantic,
@@ -245,7 +245,7 @@ def dataset_path_problem(path: Path) -> str | None:
     Uses the core's import-light check (a prepared folder, a metadataset YAML or a ``.jsonl``
     file), the same one the datamodule runs before building a loader.
     """
-    from energon_plugins.loading.dataset_check import check_dataset
+    from energon_plugins.config.dataset_check import check_dataset
     from energon_plugins.errors import DatasetError
 
     if not path.exists():

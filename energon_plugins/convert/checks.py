@@ -25,7 +25,7 @@ EXTENSION_OF_FORMAT = {
     "TIFF": "tiff",
 }
 """PIL formats stored as they are, with the extension Energon's decoder reads them by (all in
-:data:`energon_plugins.encoding.chatml.IMAGE_EXTENSIONS`, the parts the cooker takes); any
+:data:`energon_plugins.encoding.chat.chatml.IMAGE_EXTENSIONS`, the parts the cooker takes); any
 other format is re-encoded as PNG."""
 
 Reencode = Literal["png", "jpeg"] | None

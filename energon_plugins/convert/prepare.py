@@ -2,7 +2,7 @@
 
 ``.nv-meta/dataset.yaml`` marks the dataset as crude ``chatml`` data (``CrudeWebdataset`` with
 ``subflavors: {format: chatml}``), which the ``multimodal``, ``llava`` and ``qwen2-vl`` task
-encoders cook with :data:`energon_plugins.encoding.chatml.CHATML_COOKER`. Each split is the set
+encoders cook with :data:`energon_plugins.encoding.chat.chatml.CHATML_COOKER`. Each split is the set
 of its own shards (``train-*.tar``, ``val-*.tar``, ...), given to Energon as name patterns.
 """
 
@@ -13,7 +13,7 @@ import re
 
 DATASET_YAML = """\
 # Written by energon-plugins convert: crude conversation data that the task encoders cook
-# (energon_plugins.encoding.chatml). Parts per sample: json = {"conversations": [{"from",
+# (energon_plugins.encoding.chat.chatml). Parts per sample: json = {"conversations": [{"from",
 # "value"}, ...], "id", "source"}; images 0.<ext>, 1.<ext>, ... in placeholder order.
 __module__: megatron.energon
 __class__: CrudeWebdataset

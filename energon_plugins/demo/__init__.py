@@ -1,1 +1,4 @@
-"""The embedded demo: a generated dataset, an offline tokenizer, and the demo run."""
+"""The embedded demo: the demo run and the data for example configs.
+
+The datasets and offline tokenizers it uses come from :mod:`energon_plugins.synthetic`.
+"""

@@ -15,12 +15,11 @@ def prepare_example_data(
 ) -> dict[str, str]:
     """Write (or reuse) ``DIR/data`` and ``DIR/tokenizer``; return their paths.
 
-    ``kind`` is a :func:`energon_plugins.demo.data.write_dataset` kind, ``tokenizer_family`` a
-    :func:`energon_plugins.demo.tokenizer.build_demo_tokenizer` family. A dataset that this
+    ``kind`` is a :func:`energon_plugins.synthetic.write_dataset` kind, ``tokenizer_family`` a
+    :func:`energon_plugins.synthetic.build_demo_tokenizer` family. A dataset that this
     module wrote with other arguments is replaced; a second run with the same ones reuses it.
     """
-    from energon_plugins.demo.data import write_dataset
-    from energon_plugins.demo.tokenizer import save_demo_tokenizer
+    from energon_plugins.synthetic import save_demo_tokenizer, write_dataset
 
     root = pathlib.Path(directory).expanduser().resolve()
     arguments = dict(kind=kind, num_samples=num_samples, samples_per_shard=10,

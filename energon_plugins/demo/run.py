@@ -102,7 +102,7 @@ def run_demo(
         (``{key: "shape dtype"}`` of the first batch as the training loop reads it),
         ``decoded_sample``, ``label_tokens``, ``image_tokens``, ``error_counts``, ``dataset``.
     """
-    from energon_plugins.demo.data import default_cache_dir
+    from energon_plugins.synthetic import default_cache_dir
 
     if samples < 1:
         raise ValueError(f"samples must be >= 1, got {samples}")
@@ -111,16 +111,15 @@ def run_demo(
 
     step("importing torch, transformers and Energon...")
     import energon_plugins
-    from energon_plugins.cli._startup import import_heavy_modules
-    from energon_plugins.demo.data import write_demo_datasets
-    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+    from energon_plugins.loading.startup import import_heavy_modules
+    from energon_plugins.synthetic import build_demo_tokenizer, write_demo_datasets
     from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
 
     import_heavy_modules()
     t0 = time.perf_counter()
     if config is not None:
-        from energon_plugins.cli._startup import configured_batch_format
-        from energon_plugins.config.build import build_datamodule
+        from energon_plugins.loading.startup import configured_batch_format
+        from energon_plugins import build_datamodule
         from energon_plugins.config.load import load_config
 
         step(f"checking {config} and building its datamodule...")
@@ -170,7 +169,7 @@ def run_demo(
         value = getattr(first, name, None)
         if value is not None:
             shapes[name] = list(value.shape)
-    from energon_plugins.cli.batch_view import batch_layout, loop_batch_format
+    from energon_plugins.preview.batch_view import batch_layout, loop_batch_format
 
     fmt, format_label = loop_batch_format(dm, batch_format)
     loop_batch = batch_layout(fmt(first) if fmt is not None else first)

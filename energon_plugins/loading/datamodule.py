@@ -1,7 +1,7 @@
 """``EnergonMultiModalDataModule``: the seed datamodule, on Megatron-Energon's real loaders.
 
 The constructor is light: it validates every argument with the same rules as the config file
-(:mod:`energon_plugins.loading.settings`, :mod:`energon_plugins.loading.energon_arguments`;
+(:mod:`energon_plugins.config.settings`, :mod:`energon_plugins.config.energon_arguments`;
 one :class:`~energon_plugins.ConfigError` naming every bad field), checks a local dataset path
 (a remote ``msc://`` path is left to Energon), resolves named plugins, and stores everything.
 Task encoders are built on first use from the final attribute values; loaders are built once,
@@ -9,8 +9,8 @@ by :meth:`train_dataloader` / :meth:`val_dataloader`.
 
 It accepts the calls both the seed API and Megatron-Bridge's current builder make
 (``image_processor`` and ``global_batch_size`` optional, ``pg_collection`` read through
-``dp.rank()`` / ``dp.size()``). Loading never imports :mod:`energon_plugins.config` (which sits
-on top of it): :meth:`from_config` goes through the package's public ``build_datamodule``.
+``dp.rank()`` / ``dp.size()``). :meth:`from_config` (and :func:`build_datamodule`) read a
+config through :func:`energon_plugins.loading.build.datamodule_keywords`.
 """
 
 import inspect
@@ -26,20 +26,20 @@ from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.errors import ConfigError, DatasetError
 from energon_plugins.host.context import BuildContext
 from energon_plugins.loading.dataloader import EnergonDataloader
-from energon_plugins.loading.dataset_check import (
+from energon_plugins.config.dataset_check import (
     check_dataset,
     energon_dataset_errors,
     is_remote,
 )
-from energon_plugins.loading.dataset_fit import check_fit
+from energon_plugins.config.dataset_fit import check_fit
 from energon_plugins.loading.distributed import ParallelLayout, max_over_group, parallel_layout
-from energon_plugins.loading.energon_arguments import (
+from energon_plugins.config.energon_arguments import (
     energon_argument_issues,
     split_energon_arguments,
 )
 from energon_plugins.loading.heap import freezes_heap
 from energon_plugins.loading.model_processor import resolve_image_processor
-from energon_plugins.loading.settings import (
+from energon_plugins.config.settings import (
     CHECKPOINT_EVERY_MIN_N_SAMPLES,
     CHECKPOINT_EVERY_SEC,
     SETTING_NAMES,
@@ -132,7 +132,7 @@ class EnergonMultiModalDataModule:
             is Energon's own default (2 x ``num_workers``).
         **kwargs: extra arguments of Energon's ``get_train_dataset`` (and, where they describe
             the dataset, ``get_val_dataset``): see
-            :data:`~energon_plugins.loading.energon_arguments.ENERGON_DATASET_ARGUMENTS`.
+            :data:`~energon_plugins.config.energon_arguments.ENERGON_DATASET_ARGUMENTS`.
             Anything else is refused here, by name.
 
     Raises:
@@ -260,13 +260,12 @@ class EnergonMultiModalDataModule:
     def from_config(cls, config_or_path: Any, **overrides: Any) -> "EnergonMultiModalDataModule":
         """Build a datamodule from a config file, mapping or model, with overrides applied.
 
-        Delegates to the package's ``energon_plugins.build_datamodule`` (the config layer,
-        :func:`energon_plugins.config.build.build_datamodule`); loading never imports the
-        config package itself.
+        See :func:`energon_plugins.loading.build.datamodule_keywords` for the overrides and
+        the errors; every value is validated before anything is built.
         """
-        import energon_plugins
+        from energon_plugins.loading.build import datamodule_keywords
 
-        return energon_plugins.build_datamodule(config_or_path, **overrides)
+        return cls(**datamodule_keywords(config_or_path, **overrides))
 
     @staticmethod
     def _validate_selection(name: str, options: Any) -> None:
@@ -405,7 +404,7 @@ class EnergonMultiModalDataModule:
 
         Training (and ``validation_mode="infinite"``) uses ``get_train_dataset`` with every
         extra argument; the finite validation split uses ``get_val_dataset`` with those that
-        describe the dataset (see :func:`~energon_plugins.loading.energon_arguments.split_energon_arguments`).
+        describe the dataset (see :func:`~energon_plugins.config.energon_arguments.split_energon_arguments`).
 
         Raises:
             ValueError: ``split`` is neither ``"train"`` nor ``"val"``.
@@ -769,3 +768,10 @@ def _first_val_batch(
     for batch in loader:
         return batch
     return None
+
+
+def build_datamodule(config_or_path: Any, **overrides: Any) -> EnergonMultiModalDataModule:
+    """Build an :class:`EnergonMultiModalDataModule` from a config file, mapping or
+    :class:`~energon_plugins.config.DataModuleConfig`, with overrides applied (the same as
+    :meth:`EnergonMultiModalDataModule.from_config`)."""
+    return EnergonMultiModalDataModule.from_config(config_or_path, **overrides)

@@ -33,7 +33,7 @@ from megatron.energon.errors import FatalSampleError
 from megatron.energon.flavors.webdataset.sample_loader import WebdatasetSampleLoaderDataset
 from megatron.energon.wrappers.base import BaseWrapperDataset
 
-from energon_plugins.encoding.chatml import VIDEO_EXTENSIONS
+from energon_plugins.encoding.chat.chatml import VIDEO_EXTENSIONS
 from energon_plugins.errors import EnergonPluginsError
 from energon_plugins.loading.sample_failures import sample_failure
 from energon_plugins.loading.stages import TransparentRestore

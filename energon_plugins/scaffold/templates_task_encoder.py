@@ -74,7 +74,7 @@ from megatron.energon import VQASample, stateless
 
 from energon_plugins import BuildContext, EncodedSample, PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.base import CountedSkip
-from energon_plugins.encoding.task_encoders.conversation import vqa_answer
+from energon_plugins.encoding.chat.conversation import vqa_answer
 
 from ${package}.options import ${class_name}Options
 

@@ -31,7 +31,7 @@ def default_context(
             ``micro_batch_size`` to 2).
     """
     if tokenizer is _UNSET:
-        from energon_plugins.demo.tokenizer import build_demo_tokenizer
+        from energon_plugins.synthetic import build_demo_tokenizer
 
         tokenizer = build_demo_tokenizer(tokenizer_family)
     if image_processor is _UNSET:

@@ -2,7 +2,7 @@
 
 :func:`write_crude_dataset` writes webdataset shards of samples you describe (images, video
 files and GPT-style conversations), indexes them with Energon's own prepare API and marks them as a
-``CrudeWebdataset`` with ``subflavors: {format: ...}``, like ``energon_plugins.demo.data``
+``CrudeWebdataset`` with ``subflavors: {format: ...}``, like ``energon_plugins.synthetic``
 does for its crude kinds; use it for samples the demo generator does not write (for example
 image tags that disagree with the images). :func:`read_images` reads a sample's original
 images back from the shards.
@@ -43,7 +43,7 @@ def write_crude_dataset(
         fmt: the ``format`` subflavor (``llava`` or ``chatml``).
         image_names: ``"single"`` names the first image ``png`` (the ``llava`` layout),
             ``"numbered"`` names them ``0.png``, ``1.png``, ... (the ``chatml`` layout).
-        samples_per_shard, split_ratio: as in ``energon_plugins.demo.data.write_dataset``
+        samples_per_shard, split_ratio: as in ``energon_plugins.synthetic.write_dataset``
             (Energon assigns whole shards to splits).
 
     Returns:

@@ -4,7 +4,7 @@ Installing energon-plugins makes these fixtures available in every pytest run:
 
 - ``energon_dataset(kind="vqa", num_samples=40, **kwargs)``: writes a small real Energon
   dataset (webdataset shards + Energon's index) into the test's ``tmp_path`` and returns its
-  :class:`~energon_plugins.demo.data.DatasetInfo`;
+  :class:`~energon_plugins.synthetic.DatasetInfo`;
 - ``isolated_registry``: a freshly loaded registry in use for the test only; call it with
   plugin modules to add them (``isolated_registry(my_hooks)``), it returns the new registry;
 - ``build_context(**fields)``: a :class:`~energon_plugins.BuildContext` with the offline demo
@@ -71,7 +71,7 @@ def isolated_registry() -> Iterator[RegistryFixture]:
 def energon_dataset(tmp_path: Any) -> Any:
     """Factory: ``energon_dataset(kind="vqa", num_samples=40, **kwargs) -> DatasetInfo``.
 
-    Writes a real Energon dataset with :func:`energon_plugins.demo.data.write_dataset`
+    Writes a real Energon dataset with :func:`energon_plugins.synthetic.write_dataset`
     (kinds ``vqa``, ``captioning``, ``interleaved``, ``llava``, ``chatml``; keyword
     arguments ``samples_per_shard`` (default 5), ``split_ratio``, ``image_size``, ``seed``,
     ``corrupt``) into a new folder under the test's ``tmp_path``.
@@ -80,7 +80,7 @@ def energon_dataset(tmp_path: Any) -> Any:
     root = tmp_path / "energon-datasets"
 
     def make(kind: str = "vqa", num_samples: int = 40, **kwargs: Any) -> Any:
-        from energon_plugins.demo.data import write_dataset
+        from energon_plugins.synthetic import write_dataset
 
         kwargs.setdefault("samples_per_shard", 5)
         return write_dataset(root / f"{kind}-{next(counter)}", kind=kind,

@@ -95,7 +95,7 @@ def _read_back(path: pathlib.Path) -> list[Any]:
     ``CHATML_COOKER`` into ``ChatMLSample`` (what the task encoders read), in order."""
     from megatron.energon import DefaultTaskEncoder, WorkerConfig, get_loader, get_val_dataset
 
-    from energon_plugins.encoding.chatml import CHATML_COOKER
+    from energon_plugins.encoding.chat.chatml import CHATML_COOKER
     from energon_plugins.loading.transfer import configure_pinning
 
     class Cooking(DefaultTaskEncoder):

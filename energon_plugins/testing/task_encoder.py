@@ -12,7 +12,7 @@ Rules (each named in the :class:`~energon_plugins.testing.ConformanceError` it r
   cooker carries Energon's ``@stateless`` marker, without which a restored loader cannot
   rebuild the samples in its buffers;
 - ``encodes``: batches come out of Energon's real loader over a dataset written with
-  :func:`energon_plugins.demo.data.write_dataset`, holding keys of that dataset;
+  :func:`energon_plugins.synthetic.write_dataset`, holding keys of that dataset;
 - ``batch-fields``, ``batch-shapes``, ``batch-length``: ``input_ids`` and ``labels`` (and
   ``loss_mask``, ``position_ids``, 2-D ``attention_mask`` when present) are ``(B, L)``
   tensors of one shape, ``B`` the micro batch size, ``L <= seq_length``;
@@ -63,7 +63,7 @@ def check_task_encoder(
         name: the registered name (or ``distribution:name``).
         options: the plugin's options to check with (``None``: defaults).
         dataset_kind: the kind of dataset to write (``vqa``, ``captioning``, ``interleaved``,
-            ``llava``, ``chatml``; see :func:`energon_plugins.demo.data.write_dataset`).
+            ``llava``, ``chatml``; see :func:`energon_plugins.synthetic.write_dataset`).
         context: the :class:`~energon_plugins.BuildContext` to build with; default
             :func:`~energon_plugins.testing.default_context` (generic demo tokenizer, the
             ``hf`` CLIP processor, ``seq_length=512``, ``micro_batch_size=2``). A context
@@ -165,7 +165,7 @@ def _dataset_path(dataset: Any, kind: str) -> Iterator[tuple[Path, set[str] | No
         samples = getattr(dataset, "samples", None)
         yield path, (set(samples) if samples else None)
         return
-    from energon_plugins.demo.data import write_dataset
+    from energon_plugins.synthetic import write_dataset
 
     with tempfile.TemporaryDirectory(prefix="energon-conformance-") as tmp:
         info = write_dataset(

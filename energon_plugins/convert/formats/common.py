@@ -13,7 +13,7 @@ from typing import Any
 
 from energon_plugins.convert.formats.media import check_size, current_media_limits, read_media_file
 from energon_plugins.convert.records import RecordError
-from energon_plugins.encoding.task_encoders.conversation import GPT_ROLES
+from energon_plugins.encoding.chat.conversation import GPT_ROLES
 
 DEFAULT_IMAGE_TOKEN = "<image>"
 

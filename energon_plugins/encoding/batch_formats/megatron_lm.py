@@ -64,7 +64,7 @@ class MegatronLMFormat(BatchFormat):
         """The image token the task encoder repeated (option, else from the context)."""
         if self._source_id is None:
             from energon_plugins.encoding.sample_config import MultiModalSampleConfig
-            from energon_plugins.encoding.task_encoders.conversation import (
+            from energon_plugins.encoding.chat.conversation import (
                 resolve_image_token_ids,
             )
 

@@ -40,27 +40,13 @@ from energon_plugins.encoding.memory.outputs import concatenated
 from energon_plugins.encoding.packed_seq import packed_seq_params
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
+from energon_plugins.encoding.skips import CountedSkip
 from energon_plugins.encoding.task_encoders.packing import PackingMixin
 
 T_sample = TypeVar("T_sample")
 
 #: Consecutive skipped samples after which the encoder gives up (the data is likely broken).
 DEFAULT_MAX_CONSECUTIVE_ERRORS = 100
-
-
-class CountedSkip(SkipSample):
-    """Skip a sample and count it under ``reason`` (e.g. ``too_long``).
-
-    ``deliberate=True``: a policy the user chose asks for the skip (``truncation: drop``), so
-    it skips even under ``on_error="raise"``. Otherwise the skip reports a problem with the
-    data (no label left, ...), which ``on_error="raise"`` turns into an error naming the
-    sample.
-    """
-
-    def __init__(self, reason: str, message: str = "", *, deliberate: bool = False) -> None:
-        super().__init__(message or reason)
-        self.reason = reason
-        self.deliberate = deliberate
 
 
 def _sample_key(sample: Any) -> str:

@@ -96,7 +96,7 @@ def misfit(visual_tokens: int, length: int | None, max_visual_tokens: int | None
 def budget_skip(key: Any, why: str) -> Any:
     """The counted skip of a sample no plan fits: ``video_budget`` (visual tokens) or
     ``too_long`` (``seq_length``), with why (:func:`misfit` of the last plan tried)."""
-    from energon_plugins.encoding.task_encoders.base import CountedSkip
+    from energon_plugins.encoding.skips import CountedSkip
 
     reason = BUDGET_REASON if why.startswith("visual") else "too_long"
     return CountedSkip(reason, f"sample {key!r}: {why}, with the fewest frames and pixels the "

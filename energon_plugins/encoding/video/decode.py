@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from energon_plugins.encoding.task_encoders.base import CountedSkip
+from energon_plugins.encoding.skips import CountedSkip
 from energon_plugins.encoding.video.sampling import VideoInfo
 
 
@@ -29,7 +29,7 @@ REASON = "video"
 class VideoDecodeError(CountedSkip):
     """A video part cannot be decoded (corrupt, truncated, no video stream).
 
-    A :class:`~energon_plugins.encoding.task_encoders.base.CountedSkip` with reason ``video``:
+    A :class:`~energon_plugins.encoding.skips.CountedSkip` with reason ``video``:
     skipped and counted under ``on_error: skip``, an error naming the sample and the part under
     ``on_error: raise``.
     """

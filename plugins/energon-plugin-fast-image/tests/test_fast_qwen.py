@@ -122,8 +122,7 @@ def test_drives_the_qwen2_vl_task_encoder_with_packing(tmp_path):
     """Through the datamodule with packing: tokens equal those of the transformers-backed
     ``qwen2-vl`` processor, grids identical, pixels within 0.02."""
     pytest.importorskip("energon_plugin_qwen_vl")
-    from energon_plugins.demo.data import write_dataset
-    from energon_plugins.demo.tokenizer import build_demo_tokenizer
+    from energon_plugins.synthetic import build_demo_tokenizer, write_dataset
 
     info = write_dataset(tmp_path / "chatml", kind="chatml", num_samples=12, samples_per_shard=4,
                          image_size=((40, 30), (200, 150)), seed=5, split_ratio=(("train", 1.0),))

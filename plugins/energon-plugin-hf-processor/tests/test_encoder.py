@@ -11,14 +11,14 @@ from energon_plugins import BuildContext, ConfigError
 from energon_plugin_hf_processor import families
 from energon_plugin_hf_processor.encoder import HFProcessorTaskEncoder
 from energon_plugin_hf_processor.options import HFProcessorOptions
-from energon_plugins.encoding.chatml import ChatMLSample
+from energon_plugins.encoding.chat.chatml import ChatMLSample
 
 IGNORE = -100
 
 
 @pytest.fixture(scope="module")
 def demo_data(tmp_path_factory):
-    from energon_plugins.demo.data import write_dataset
+    from energon_plugins.synthetic import write_dataset
 
     root = tmp_path_factory.mktemp("hf-demo-data")
     common = dict(num_samples=8, samples_per_shard=4, image_size=((20, 20), (64, 48)),

@@ -2,8 +2,8 @@
 
 import pytest
 
-from energon_plugins.cli.preview_cmd import collect_rows
-from energon_plugins.cli.preview_html import render_page
+from energon_plugins.preview.rows import collect_rows
+from energon_plugins.preview.html import render_page
 
 
 @pytest.mark.parametrize("family", ["qwen2.5-vl", "llava-next", "idefics3", "gemma3", "internvl"])
@@ -60,7 +60,7 @@ def test_preview_draws_the_sampled_frames_and_the_video_token_span(family, proce
         drawn += len(videos)
     assert drawn >= 3
     # The first drawn frame of the first video is that frame of the file, resized.
-    from energon_plugins.cli.preview_html import render_page
+    from energon_plugins.preview.html import render_page
 
     page = render_page("preview", rows)
     assert page.count("class='strip'") == drawn

@@ -126,7 +126,7 @@ def test_second_per_grid_ts_follows_the_sampled_rate(processor_dirs, video_data,
 
     from energon_plugin_hf_processor.encoder import HFProcessorTaskEncoder
     from energon_plugin_hf_processor.options import HFProcessorOptions
-    from energon_plugins.encoding.chatml import ChatMLSample
+    from energon_plugins.encoding.chat.chatml import ChatMLSample
     from energon_plugins import BuildContext
 
     path, originals = video_data
@@ -176,7 +176,7 @@ def big_clip():
 
 
 def clip_sample(data, question="<video>What happens?", image=None):
-    from energon_plugins.encoding.chatml import ChatMLSample
+    from energon_plugins.encoding.chat.chatml import ChatMLSample
 
     return ChatMLSample(__key__="big", __restore_key__=(), conversation=[
         {"role": "user", "content": question}, {"role": "assistant", "content": "A bar moves."}], images=[image] if image else [],

@@ -12,7 +12,7 @@ adds:
   processor's settings (576 for 336 px crops with 14 px patches) and checked against its output;
 - crude conversations (the ``llava`` format: one image and ``conversations`` JSON; ``chatml``:
   numbered images, what ``energon-plugins convert`` writes) are cooked by the core's
-  :func:`~energon_plugins.encoding.chatml.cook_chatml`; cooking errors follow ``on_error`` too;
+  :func:`~energon_plugins.encoding.chat.chatml.cook_chatml`; cooking errors follow ``on_error`` too;
 - a sample whose image tags and images disagree in number fails with
   :class:`ImageTagMismatchError` (counted under that name with ``on_error: skip``).
 """
@@ -23,10 +23,10 @@ import torch
 from megatron.energon import CaptioningSample, VQASample, stateless
 
 from energon_plugins.host.context import BuildContext
-from energon_plugins.encoding.chatml import ChatMLSample, conversation_cookers, text_turns
+from energon_plugins.encoding.chat.chatml import ChatMLSample, conversation_cookers, text_turns
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample
-from energon_plugins.encoding.task_encoders.conversation import (
+from energon_plugins.encoding.chat.conversation import (
     build_messages,
     tokenize_conversation,
     vqa_answer,

@@ -1,6 +1,6 @@
 """The ``llava`` task encoder and ``llava-clip`` processor, on real Energon datasets.
 
-Datasets are written by ``energon_plugins.demo.data.write_dataset`` (kinds ``llava``, ``vqa``,
+Datasets are written by ``energon_plugins.synthetic.write_dataset`` (kinds ``llava``, ``vqa``,
 ``captioning``) or by ``energon_plugins.testing.write_crude_dataset`` (hand-made samples
 whose image tags disagree with their images), prepared with Energon's prepare API and read
 through the real datamodule and Energon loaders. Tokenizers are the offline demo family
@@ -20,8 +20,7 @@ from PIL import Image  # noqa: E402
 
 import energon_plugins  # noqa: E402
 from energon_plugins import BuildContext, PluginOptionsError  # noqa: E402
-from energon_plugins.demo.data import write_dataset  # noqa: E402
-from energon_plugins.demo.tokenizer import build_demo_tokenizer  # noqa: E402
+from energon_plugins.synthetic import build_demo_tokenizer, write_dataset  # noqa: E402
 from energon_plugins.testing import read_images, write_crude_dataset  # noqa: E402
 
 IGNORE = -100

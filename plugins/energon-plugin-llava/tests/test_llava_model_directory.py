@@ -16,9 +16,8 @@ import yaml  # noqa: E402
 from click.testing import CliRunner  # noqa: E402
 
 from energon_plugins.cli import cli  # noqa: E402
-from energon_plugins.config import build_datamodule  # noqa: E402
-from energon_plugins.demo.data import write_dataset  # noqa: E402
-from energon_plugins.demo.tokenizer import save_demo_tokenizer  # noqa: E402
+from energon_plugins import build_datamodule  # noqa: E402
+from energon_plugins.synthetic import save_demo_tokenizer, write_dataset  # noqa: E402
 
 
 @pytest.fixture(scope="module")

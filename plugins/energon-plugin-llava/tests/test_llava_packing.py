@@ -13,8 +13,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import energon_plugins  # noqa: E402
-from energon_plugins.demo.data import write_dataset  # noqa: E402
-from energon_plugins.demo.tokenizer import build_demo_tokenizer  # noqa: E402
+from energon_plugins.synthetic import build_demo_tokenizer, write_dataset  # noqa: E402
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,7 @@ and packing from the base class). What Qwen2-VL adds:
 - ``pixel_values`` are the processor's ``(patches, dim)`` rows and ``image_grid_thw``
   (``(N, 3)``) travels with the sample into the batch (and is stacked when packing);
 - crude ``chatml`` samples (one or more images and videos, GPT-style ``conversations``) are
-  cooked by the core's :func:`~energon_plugins.encoding.chatml.cook_chatml`; cooking errors
+  cooked by the core's :func:`~energon_plugins.encoding.chat.chatml.cook_chatml`; cooking errors
   follow ``on_error`` too;
 - every video tag (``sample_config.video_token``, ``<video>``) becomes
   ``<|vision_start|><|video_pad|><|vision_end|>``, the ``<|video_pad|>`` repeated per merged
@@ -31,9 +31,9 @@ from megatron.energon import CaptioningSample, VidQASample, VQASample, stateless
 from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
-from energon_plugins.encoding.chatml import ChatMLSample, conversation_cookers, text_turns
+from energon_plugins.encoding.chat.chatml import ChatMLSample, conversation_cookers, text_turns
 from energon_plugins.encoding.samples import EncodedSample
-from energon_plugins.encoding.task_encoders.conversation import (
+from energon_plugins.encoding.chat.conversation import (
     build_messages,
     expand_image_tokens,
     tokenize_conversation,

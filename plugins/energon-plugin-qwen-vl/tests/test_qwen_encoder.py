@@ -1,6 +1,6 @@
 """The ``qwen2-vl`` task encoder and image processor, on real Energon datasets.
 
-Datasets are written by ``energon_plugins.demo.data.write_dataset`` (kind ``chatml``: one to
+Datasets are written by ``energon_plugins.synthetic.write_dataset`` (kind ``chatml``: one to
 three images of mixed sizes per sample; ``vqa``) or by
 ``energon_plugins.testing.write_crude_dataset`` (hand-made samples whose image tags
 disagree with their images), prepared with Energon's prepare API and read through the real
@@ -21,8 +21,7 @@ from PIL import Image  # noqa: E402
 
 import energon_plugins  # noqa: E402
 from energon_plugins import BuildContext, ConfigError, PluginOptionsError  # noqa: E402
-from energon_plugins.demo.data import write_dataset  # noqa: E402
-from energon_plugins.demo.tokenizer import build_demo_tokenizer  # noqa: E402
+from energon_plugins.synthetic import build_demo_tokenizer, write_dataset  # noqa: E402
 from energon_plugins.testing import read_images, write_crude_dataset  # noqa: E402
 
 IGNORE = -100
@@ -325,7 +324,7 @@ def test_missing_conversations_fail_in_the_cooker_under_the_policy(data, tok):
 
 
 def test_truncation_keeps_whole_images_and_no_open_vision_start(tok, ids):
-    from energon_plugins.encoding.chatml import ChatMLSample
+    from energon_plugins.encoding.chat.chatml import ChatMLSample
 
     to_tensor = lambda img: torch.from_numpy(__import__("numpy").array(img)).permute(2, 0, 1) / 255.0  # noqa: E731
     images = [to_tensor(Image.new("RGB", (60, 40), (200, 0, 0))),

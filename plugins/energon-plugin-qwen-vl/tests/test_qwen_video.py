@@ -16,7 +16,7 @@ import pytest  # noqa: E402
 import torch  # noqa: E402
 
 import energon_plugins  # noqa: E402
-from energon_plugins.demo.tokenizer import build_demo_tokenizer  # noqa: E402
+from energon_plugins.synthetic import build_demo_tokenizer  # noqa: E402
 from energon_plugins.encoding.video.sampling import frame_indices  # noqa: E402
 from energon_plugins.testing import write_crude_dataset  # noqa: E402
 from energon_plugins.testing.video import (  # noqa: E402
@@ -157,7 +157,7 @@ def test_vidqa_and_the_budget(tmp_path, tok):
 
 
 def test_preview_draws_the_frames(videos, tok):
-    from energon_plugins.cli.preview_cmd import collect_rows
+    from energon_plugins.preview.rows import collect_rows
 
     path, _ = videos
     rows = collect_rows(datamodule(path, tok), 3)

@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from energon_plugins._suggest import did_you_mean
-from energon_plugins.loading.settings import ConfigIssue
+from energon_plugins.config.settings import ConfigIssue
 
 
 @dataclasses.dataclass(frozen=True)

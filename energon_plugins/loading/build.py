@@ -1,6 +1,8 @@
 """Building a datamodule from a config, with late binding.
 
-:func:`build_datamodule` applies the overrides to the config, validates the result (every
+:func:`datamodule_keywords` (what :meth:`EnergonMultiModalDataModule.from_config
+<energon_plugins.EnergonMultiModalDataModule.from_config>` and
+:func:`energon_plugins.build_datamodule` call) applies the overrides to the config, validates the result (every
 error at once), and only then loads the tokenizer and builds the image processor and the
 packing strategy through :func:`energon_plugins.create` with a :class:`BuildContext` of the
 final values. The task encoders are handed to the datamodule as ``{name, options}``
@@ -16,7 +18,7 @@ from typing import Any
 from energon_plugins.config.model import DataModuleConfig
 from energon_plugins.errors import ConfigError
 from energon_plugins.host.context import BuildContext
-from energon_plugins.loading.settings import SETTING_NAMES
+from energon_plugins.config.settings import SETTING_NAMES
 
 RUNTIME_ARGUMENTS = ("pg_collection", "validation_mode", "device")
 """Keyword arguments of :func:`build_datamodule` that are not config keys but runtime objects,
@@ -128,9 +130,10 @@ def datamodule_arguments(config: DataModuleConfig) -> dict[str, Any]:
     return args
 
 
-def build_datamodule(config_or_path: "str | Path | Mapping[str, Any] | DataModuleConfig",
-                     **overrides: Any) -> Any:
-    """Build an :class:`~energon_plugins.EnergonMultiModalDataModule` from a config.
+def datamodule_keywords(config_or_path: "str | Path | Mapping[str, Any] | DataModuleConfig",
+                        **overrides: Any) -> dict[str, Any]:
+    """The constructor keywords of an :class:`~energon_plugins.EnergonMultiModalDataModule`
+    for a config, its components built from the final values.
 
     Args:
         config_or_path: a YAML/JSON file, a mapping, or a :class:`DataModuleConfig`.
@@ -150,12 +153,10 @@ def build_datamodule(config_or_path: "str | Path | Mapping[str, Any] | DataModul
     runtime = {key: overrides.pop(key) for key in RUNTIME_ARGUMENTS if key in overrides}
     config = load_config(config_or_path, overrides)  # validated before anything is built
     components = build_components(config, pg_collection=runtime.get("pg_collection"))
-    from energon_plugins.loading.datamodule import EnergonMultiModalDataModule
-
-    return EnergonMultiModalDataModule(
-        tokenizer=components["tokenizer"],
-        image_processor=components["image_processor"],
-        packing=components["packing"],
+    return {
+        "tokenizer": components["tokenizer"],
+        "image_processor": components["image_processor"],
+        "packing": components["packing"],
         **datamodule_arguments(config),
         **runtime,
-    )
+    }

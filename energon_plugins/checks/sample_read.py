@@ -18,7 +18,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-from energon_plugins.loading.settings import ConfigIssue
+from energon_plugins.config.settings import ConfigIssue
 
 SAMPLE_LIMIT = 64
 """Samples the default ``validate`` reads at most."""
@@ -98,7 +98,7 @@ def read_samples(
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
     from megatron.energon.errors import FatalSampleError
 
-    from energon_plugins.loading.energon_arguments import split_energon_arguments
+    from energon_plugins.config.energon_arguments import split_energon_arguments
     from energon_plugins.loading.errors_policy import SkipTracker
 
     encoder = datamodule.task_encoder

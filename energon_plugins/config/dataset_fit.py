@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from energon_plugins.errors import DatasetError
-from energon_plugins.loading.dataset_check import META_DIR
+from energon_plugins.config.dataset_check import META_DIR
 
 CRUDE = "CrudeWebdataset"
 

@@ -7,7 +7,7 @@ option the image processor disagrees with, a dataset the task encoder cannot rea
 ``seq_length`` shorter than one image's tokens or than most samples. :func:`run_preflight`
 opens what it can cheaply open (the tokenizer, the image processor, the packing strategy, the
 task encoders, the dataset's metadata), says which image processor the encoder got and where
-from, reads the first samples (bounded, :mod:`energon_plugins.config.sample_read`) and reports
+from, reads the first samples (bounded, :mod:`energon_plugins.checks.sample_read`) and reports
 each problem as a :class:`ConfigIssue` naming the key, all at once; with ``deep=True`` it also
 reads the first batches through the whole pipeline. Nothing starts a worker or touches an
 accelerator.
@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_plugins.config.model import DataModuleConfig
-from energon_plugins.config.sample_read import (
+from energon_plugins.checks.sample_read import (
     SAMPLE_LIMIT,
     SEQ_LENGTH_SKIPS,
     TIME_LIMIT_S,
@@ -27,7 +27,7 @@ from energon_plugins.config.sample_read import (
     sample_findings,
 )
 from energon_plugins.errors import EnergonPluginsError
-from energon_plugins.loading.settings import ConfigIssue
+from energon_plugins.config.settings import ConfigIssue
 
 _KEYED = re.compile(r"^([a-z_]+(?:\.[A-Za-z_][\w]*)*):\s+(.*)$", re.S)
 
@@ -81,8 +81,8 @@ def run_preflight(
     Args:
         config: a config that passed :func:`~energon_plugins.config.validate.check_config`.
         read: also encode the first training samples one by one (at most
-            :data:`~energon_plugins.config.sample_read.SAMPLE_LIMIT` or
-            :data:`~energon_plugins.config.sample_read.TIME_LIMIT_S` seconds) and check them
+            :data:`~energon_plugins.checks.sample_read.SAMPLE_LIMIT` or
+            :data:`~energon_plugins.checks.sample_read.TIME_LIMIT_S` seconds) and check them
             against ``seq_length``.
         deep: also read the first ``samples`` training batches through Energon's whole
             pipeline (decoding, cooking, the task encoder, batching, the batch format).
@@ -92,7 +92,7 @@ def run_preflight(
     step = progress or (lambda text: None)
     report = PreflightReport()
     step("importing transformers and loading the tokenizer...")
-    from energon_plugins.config.build import (
+    from energon_plugins.loading.build import (
         base_context,
         build_image_processor,
         datamodule_arguments,
@@ -156,7 +156,7 @@ def run_preflight(
 def processor_note(config: DataModuleConfig, datamodule: Any) -> str:
     """``image processor: ORIGIN (CLASS, SIZE)``: the training encoder's image processor and
     where it came from (the config's selection, the model directory, the encoder's own)."""
-    from energon_plugins.config.build import names_image_processor
+    from energon_plugins.loading.build import names_image_processor
     from energon_plugins.loading.model_processor import (
         describe_image_processor,
         why_no_model_processor,
@@ -181,7 +181,7 @@ def processor_note(config: DataModuleConfig, datamodule: Any) -> str:
 
 
 def _read(datamodule: Any, config: DataModuleConfig, report: PreflightReport) -> None:
-    """:func:`~energon_plugins.config.sample_read.read_samples`, its findings into ``report``."""
+    """:func:`~energon_plugins.checks.sample_read.read_samples`, its findings into ``report``."""
     from energon_plugins._quiet import quietly
 
     try:
@@ -201,8 +201,8 @@ def _read(datamodule: Any, config: DataModuleConfig, report: PreflightReport) ->
 
 def _encoder_issues(datamodule: Any, key: str, split: str, config: DataModuleConfig) -> list[ConfigIssue]:
     """Build the encoder of ``split``; check it against the dataset and ``seq_length``."""
-    from energon_plugins.loading.dataset_check import dataset_splits, is_remote
-    from energon_plugins.loading.dataset_fit import fit_problems
+    from energon_plugins.config.dataset_check import dataset_splits, is_remote
+    from energon_plugins.config.dataset_fit import fit_problems
 
     try:
         encoder = datamodule.task_encoder if split == "train" else datamodule.validation_task_encoder

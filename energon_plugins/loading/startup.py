@@ -1,4 +1,4 @@
-"""The start-up of the verbs that build a datamodule (``preview``, ``bench``), step by step.
+"""Building a datamodule from a config step by step, naming each step (``preview``, ``bench``, ``demo``).
 
 The config is checked first (import-light: a mistake is reported before torch is imported),
 then torch, transformers and Energon are imported, then the tokenizer and the components are
@@ -38,7 +38,7 @@ def build_datamodule_step_by_step(
     Raises:
         ConfigValidationError: the config (with the overrides) is invalid; nothing is imported.
     """
-    from energon_plugins.config.build import build_datamodule
+    from energon_plugins.loading.datamodule import build_datamodule
     from energon_plugins.config.load import load_config
 
     status.update(f"checking {config}...")
@@ -53,6 +53,6 @@ def build_datamodule_step_by_step(
 def configured_batch_format(config: Any) -> dict[str, Any] | None:
     """The ``batch_format`` selection of a validated config, as the datamodule receives it
     (``{name, options}``; ``None`` when the config sets ``batch_format: null``)."""
-    from energon_plugins.config.build import datamodule_arguments
+    from energon_plugins.loading.build import datamodule_arguments
 
     return datamodule_arguments(config)["batch_format"]

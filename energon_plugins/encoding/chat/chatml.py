@@ -27,7 +27,7 @@ from typing import Any
 
 from megatron.energon import Cooker, Sample, basic_sample_keys, edataclass, stateless
 
-from energon_plugins.encoding.task_encoders.conversation import chat_turns
+from energon_plugins.encoding.chat.conversation import chat_turns
 
 CHATML_FORMAT = "chatml"
 """The ``format`` subflavor of crude conversation datasets (what ``convert`` writes)."""

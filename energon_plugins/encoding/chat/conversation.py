@@ -1,7 +1,7 @@
 """Chat rendering, tokenization with assistant-only labels, and image-token expansion.
 
 The rendering itself (the chat template, or ``chat_template: plain`` chosen on purpose) lives in
-:mod:`energon_plugins.encoding.task_encoders.chat_rendering`; its names are re-exported here.
+:mod:`energon_plugins.encoding.chat.rendering`; its names are re-exported here.
 
 These helpers hold no state and are shared by the built-in ``multimodal`` encoder and by
 plugin encoders. Labels are aligned with ``input_ids`` (the model shifts them); every token
@@ -14,7 +14,7 @@ from typing import Any
 
 from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
-from energon_plugins.encoding.task_encoders.chat_rendering import (  # noqa: F401 - re-exported
+from energon_plugins.encoding.chat.rendering import (  # noqa: F401 - re-exported
     PLAIN_CHAT_TEMPLATE,
     Message,
     end_of_turn,
