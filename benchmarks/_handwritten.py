@@ -53,8 +53,9 @@ class HandWrittenEncoder(DefaultTaskEncoder):
 
     decoder = SampleDecoder(image_decode="pil")
 
-    def __init__(self, tokenizer: Any, image_processor: Any, family: str, seq_length: int,
-                 patch_size: int = 14) -> None:
+    def __init__(
+        self, tokenizer: Any, image_processor: Any, family: str, seq_length: int, patch_size: int = 14
+    ) -> None:
         super().__init__()
         self.tokenizer = tokenizer
         self.image_processor = image_processor
@@ -67,11 +68,15 @@ class HandWrittenEncoder(DefaultTaskEncoder):
 
     def _messages(self, question: str, answer: str) -> list[dict[str, str]]:
         if self.family == "llava":
-            return [{"role": "system", "content": LLAVA_SYSTEM},
-                    {"role": "user", "content": f"<image>\n{question}"},
-                    {"role": "assistant", "content": answer}]
-        return [{"role": "user", "content": f"{QWEN_VISION}\n{question}"},
-                {"role": "assistant", "content": answer}]
+            return [
+                {"role": "system", "content": LLAVA_SYSTEM},
+                {"role": "user", "content": f"<image>\n{question}"},
+                {"role": "assistant", "content": answer},
+            ]
+        return [
+            {"role": "user", "content": f"{QWEN_VISION}\n{question}"},
+            {"role": "assistant", "content": answer},
+        ]
 
     def _image_tokens(self, processed: Any) -> int:
         if self.family == "llava":
@@ -87,11 +92,11 @@ class HandWrittenEncoder(DefaultTaskEncoder):
         prompt = tok.apply_chat_template(messages[:-1], tokenize=False, add_generation_prompt=True)
         full = tok.apply_chat_template(messages, tokenize=False)
         prompt_ids = tok(prompt, add_special_tokens=False)["input_ids"]
-        answer_ids = tok(full[len(prompt):], add_special_tokens=False)["input_ids"]
+        answer_ids = tok(full[len(prompt) :], add_special_tokens=False)["input_ids"]
         processed = self.image_processor(images=[sample.image], return_tensors="pt")
         n = self._image_tokens(processed)
         at = prompt_ids.index(self.image_token_id)
-        prompt_ids = prompt_ids[:at] + [self.image_token_id] * n + prompt_ids[at + 1:]
+        prompt_ids = prompt_ids[:at] + [self.image_token_id] * n + prompt_ids[at + 1 :]
         ids = (prompt_ids + answer_ids)[: self.seq_length]
         labels = ([IGNORE] * len(prompt_ids) + answer_ids)[: self.seq_length]
         return HandSample.derive_from(
@@ -125,9 +130,17 @@ class HandWrittenEncoder(DefaultTaskEncoder):
         )
 
 
-def hand_written_loader(path: str, family: str, tokenizer_dir: str, *, workers: int,
-                        micro_batch_size: int, seq_length: int, shuffle_buffer_size: int,
-                        processor_kwargs: dict[str, Any] | None = None) -> Any:
+def hand_written_loader(
+    path: str,
+    family: str,
+    tokenizer_dir: str,
+    *,
+    workers: int,
+    micro_batch_size: int,
+    seq_length: int,
+    shuffle_buffer_size: int,
+    processor_kwargs: dict[str, Any] | None = None,
+) -> Any:
     """The hand-written pipeline's savable loader (transformers' default image backend)."""
     import transformers
     from megatron.energon import WorkerConfig, get_savable_loader, get_train_dataset
@@ -137,8 +150,12 @@ def hand_written_loader(path: str, family: str, tokenizer_dir: str, *, workers: 
     processor = cls(**(processor_kwargs or {}))
     encoder = HandWrittenEncoder(tokenizer, processor, family, seq_length)
     dataset = get_train_dataset(
-        path, split_part="train", batch_size=micro_batch_size, shuffle_buffer_size=shuffle_buffer_size,
-        max_samples_per_sequence=None, task_encoder=encoder,
+        path,
+        split_part="train",
+        batch_size=micro_batch_size,
+        shuffle_buffer_size=shuffle_buffer_size,
+        max_samples_per_sequence=None,
+        task_encoder=encoder,
         worker_config=WorkerConfig.default_worker_config(workers),
     )
     return get_savable_loader(dataset)

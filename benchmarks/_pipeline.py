@@ -23,8 +23,9 @@ def clip_options() -> dict[str, Any]:
     return {"class_name": "CLIPImageProcessor"}
 
 
-def prepare(cache_dir: str | Path | None = None, *, num_workers: int = 0,
-            num_samples: int = 200) -> dict[str, Any]:
+def prepare(
+    cache_dir: str | Path | None = None, *, num_workers: int = 0, num_samples: int = 200
+) -> dict[str, Any]:
     """Write the demo data and tokenizer once; return the datamodule config mapping."""
     from energon_plugins.synthetic import save_demo_tokenizer, write_demo_datasets
 

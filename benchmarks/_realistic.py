@@ -87,14 +87,25 @@ def _jpeg(image: Any) -> bytes:
     return buf.getvalue()
 
 
-def realistic_dataset(num_samples: int = 240, *, seed: int = 0, samples_per_shard: int = 12,
-                      long_side: tuple[int, int] = (400, 1600), cache: Path | None = None) -> Path:
+def realistic_dataset(
+    num_samples: int = 240,
+    *,
+    seed: int = 0,
+    samples_per_shard: int = 12,
+    long_side: tuple[int, int] = (400, 1600),
+    cache: Path | None = None,
+) -> Path:
     """Write (or reuse) the realistic VQA dataset; return its path."""
     import numpy as np
     import webdataset as wds
 
-    args = {"version": VERSION, "num_samples": num_samples, "seed": seed,
-            "samples_per_shard": samples_per_shard, "long_side": list(long_side)}
+    args = {
+        "version": VERSION,
+        "num_samples": num_samples,
+        "seed": seed,
+        "samples_per_shard": samples_per_shard,
+        "long_side": list(long_side),
+    }
     name = f"realistic-{num_samples}-{seed}-{long_side[0]}-{long_side[1]}"
     root = (cache or CACHE) / name
     stamp = root / ".nv-meta" / "benchmark_args.json"
@@ -108,16 +119,24 @@ def realistic_dataset(num_samples: int = 240, *, seed: int = 0, samples_per_shar
         with wds.ShardWriter(str(root / "shard-%06d.tar"), maxcount=samples_per_shard, verbose=0) as sink:
             for i in range(num_samples):
                 width, height = _image_size(rng, long_side)
-                meta = {"question": text(rng, int(rng.integers(5, 31)), question=True),
-                        "answers": [text(rng, int(rng.integers(30, 301)))]}
-                sink.write({"__key__": f"photo-{i:06d}", "jpg": _jpeg(photo(rng, width, height)),
-                            "json": json.dumps(meta).encode()})
+                meta = {
+                    "question": text(rng, int(rng.integers(5, 31)), question=True),
+                    "answers": [text(rng, int(rng.integers(30, 301)))],
+                }
+                sink.write(
+                    {
+                        "__key__": f"photo-{i:06d}",
+                        "jpg": _jpeg(photo(rng, width, height)),
+                        "json": json.dumps(meta).encode(),
+                    }
+                )
     from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
 
     shards = sorted(p.name for p in root.glob("shard-*.tar"))
     with contextlib.redirect_stdout(io.StringIO()):
-        BaseWebdatasetFactory.prepare_dataset(root, shards, split_parts_ratio=[("train", 1.0)],
-                                              shuffle_seed=None, workers=1)
+        BaseWebdatasetFactory.prepare_dataset(
+            root, shards, split_parts_ratio=[("train", 1.0)], shuffle_seed=None, workers=1
+        )
     (root / ".nv-meta" / "dataset.yaml").write_text(
         "sample_type:\n  __module__: megatron.energon\n  __class__: VQASample\n"
         "field_map:\n  image: jpg\n  context: json[question]\n  answers: json[answers]\n"
@@ -159,6 +178,9 @@ def image_stats(path: Path, limit: int = 64) -> dict[str, Any]:
         if len(sizes) >= limit:
             break
     longs = [max(s) for s in sides]
-    return {"images": len(sizes), "long_side_px": [min(longs), max(longs)],
-            "mean_megapixels": round(sum(w * h for w, h in sides) / len(sides) / 1e6, 2),
-            "mean_kb": round(sum(sizes) / len(sizes) / 1024)}
+    return {
+        "images": len(sizes),
+        "long_side_px": [min(longs), max(longs)],
+        "mean_megapixels": round(sum(w * h for w, h in sides) / len(sides) / 1e6, 2),
+        "mean_kb": round(sum(sizes) / len(sizes) / 1024),
+    }

@@ -27,15 +27,19 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import goal_line, print_table, write_json  # noqa: E402
-from _pipeline import load_average, prepare, quiet_loading, timed_batches  # noqa: E402
-from overhead import interleave  # noqa: E402
+from _common import goal_line, print_table, write_json
+from _pipeline import load_average, prepare, quiet_loading, timed_batches
+from overhead import interleave
 
 GOAL_RATIO = 0.98
 FORMATS = ("megatron-bridge", "megatron-lm", "hf")
 #: The packed pipeline: rows of 2,048 tokens (a usual Megatron sequence length), one per batch.
-PACKING = {"packing": {"name": "first-fit-decreasing"}, "packing_buffer_size": 64,
-           "micro_batch_size": 1, "seq_length": 2048}
+PACKING = {
+    "packing": {"name": "first-fit-decreasing"},
+    "packing_buffer_size": 64,
+    "micro_batch_size": 1,
+    "seq_length": 2048,
+}
 
 
 def loader(config: dict, batch_format):
@@ -71,15 +75,20 @@ def in_loop(config: dict, batches: int) -> dict:
             started = clock()
             fmt(batch)
             spent[name] += clock() - started
-    return {name: {"loop_cpu_s": round(loop, 4), "format_cpu_s": round(seconds, 5),
-                   "ratio": round(loop / (loop + seconds), 4),
-                   "format_ms_per_batch": round(1000 * seconds / batches, 4)}
-            for name, seconds in spent.items()}
+    return {
+        name: {
+            "loop_cpu_s": round(loop, 4),
+            "format_cpu_s": round(seconds, 5),
+            "ratio": round(loop / (loop + seconds), 4),
+            "format_ms_per_batch": round(1000 * seconds / batches, 4),
+        }
+        for name, seconds in spent.items()
+    }
 
 
 def compare(config: dict, rounds: int, batches: int) -> dict:
     """Interleaved rounds of the baseline loader and one loader per format over ``config``."""
-    noop = lambda: None  # noqa: E731
+    noop = lambda: None
     contenders = {"none": loader(config, None)}
     contenders.update({name: loader(config, name) for name in FORMATS})
     cpu = interleave({n: (it, noop) for n, it in contenders.items()}, rounds, batches)["cpu"]
@@ -88,8 +97,9 @@ def compare(config: dict, rounds: int, batches: int) -> dict:
     for name in FORMATS:
         out["formats"][name] = {
             "ratio_cpu": round(best[name] / best["none"], 4),
-            "ratio_cpu_paired_median": round(statistics.median(
-                x / y for x, y in zip(cpu[name], cpu["none"], strict=True)), 4),
+            "ratio_cpu_paired_median": round(
+                statistics.median(x / y for x, y in zip(cpu[name], cpu["none"], strict=True)), 4
+            ),
         }
     return out
 
@@ -97,8 +107,13 @@ def compare(config: dict, rounds: int, batches: int) -> dict:
 def measure(rounds: int, batches: int, cache_dir: str | None = None) -> dict:
     """Both pipelines (unpacked, packed), both measurements; a JSON-ready dict."""
     config = prepare(cache_dir)
-    out = {"rounds": rounds, "batches_per_round": batches, "load_average": load_average(),
-           "micro_batch_size": config["micro_batch_size"], "goal_ratio": GOAL_RATIO}
+    out = {
+        "rounds": rounds,
+        "batches_per_round": batches,
+        "load_average": load_average(),
+        "micro_batch_size": config["micro_batch_size"],
+        "goal_ratio": GOAL_RATIO,
+    }
     with quiet_loading(1):
         for pipeline, settings in (("unpacked", config), ("packed", {**config, **PACKING})):
             out[pipeline] = compare(settings, rounds, batches)
@@ -125,22 +140,37 @@ def main(argv=None) -> dict:
         rows.append([f"{pipeline}: no format", "", "", part["cpu_samples_per_s"]["none"], "", ""])
         for name, figures in part["formats"].items():
             loop = part["in_loop"][name]
-            rows.append([f"{pipeline}: {name}", f"{loop['format_ms_per_batch']:.3f}",
-                         f"{loop['ratio']:.4f}", part["cpu_samples_per_s"][name],
-                         f"{figures['ratio_cpu']:.3f}", f"{figures['ratio_cpu_paired_median']:.3f}"])
-            goals.append({
-                "goal": f"{name} ({pipeline}): loader throughput with / without >= {GOAL_RATIO}",
-                "met": loop["ratio"] >= GOAL_RATIO,
-                "detail": f"{loop['ratio']:.4f} in the loop ({loop['format_ms_per_batch']:.3f} ms "
-                          f"per batch); interleaved loaders {figures['ratio_cpu_paired_median']:.3f}"
-                          f" (median of per-round ratios), {figures['ratio_cpu']:.3f} (best rounds)",
-            })
+            rows.append(
+                [
+                    f"{pipeline}: {name}",
+                    f"{loop['format_ms_per_batch']:.3f}",
+                    f"{loop['ratio']:.4f}",
+                    part["cpu_samples_per_s"][name],
+                    f"{figures['ratio_cpu']:.3f}",
+                    f"{figures['ratio_cpu_paired_median']:.3f}",
+                ]
+            )
+            goals.append(
+                {
+                    "goal": f"{name} ({pipeline}): loader throughput with / without >= {GOAL_RATIO}",
+                    "met": loop["ratio"] >= GOAL_RATIO,
+                    "detail": f"{loop['ratio']:.4f} in the loop ({loop['format_ms_per_batch']:.3f} ms "
+                    f"per batch); interleaved loaders {figures['ratio_cpu_paired_median']:.3f}"
+                    f" (median of per-round ratios), {figures['ratio_cpu']:.3f} (best rounds)",
+                }
+            )
     print_table(
         f"Batch formats, 0 workers: {result['rounds'] * result['batches_per_round']} batches in "
         f"the loop; {result['rounds']} interleaved rounds of {result['batches_per_round']} "
         f"batches (load {result['load_average']})",
-        ["loader", "format ms/batch", "ratio in the loop", "rows/s, interleaved (CPU, best)",
-         "ratio (best)", "ratio (median)"],
+        [
+            "loader",
+            "format ms/batch",
+            "ratio in the loop",
+            "rows/s, interleaved (CPU, best)",
+            "ratio (best)",
+            "ratio (median)",
+        ],
         rows,
     )
     result["goals"] = goals

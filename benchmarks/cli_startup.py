@@ -76,8 +76,9 @@ def heavy_modules_after_list(env: dict[str, str]) -> list[str]:
         "    try:\n        main(['list'])\n    except SystemExit:\n        pass\n"
         f"print(','.join(sorted({{m.split('.')[0] for m in sys.modules}} & set({HEAVY!r}))))\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], env=env, check=True,
-                         capture_output=True, text=True).stdout.strip()
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, check=True, capture_output=True, text=True
+    ).stdout.strip()
     return [m for m in out.split(",") if m]
 
 
@@ -123,8 +124,12 @@ def regular_install(folder: Path) -> Path:
             root = str(Path(next(iter(spec.submodule_search_locations))).parent)
             if root not in roots:
                 roots.append(root)
-    purelib = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
-                             check=True, capture_output=True, text=True).stdout.strip()
+    purelib = subprocess.run(
+        [str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.strip()
     Path(purelib, "packages.pth").write_text("\n".join([*roots, sysconfig.get_paths()["purelib"]]) + "\n")
     return python
 
@@ -134,15 +139,24 @@ def _plugin_packages() -> list[str]:
     from energon_plugins.host._markers import ENTRY_POINT_GROUP
     from energon_plugins.host.entry_points import entry_points
 
-    return sorted({ep.value.partition(":")[0].split(".")[0].strip() for ep in entry_points(ENTRY_POINT_GROUP)})
+    return sorted(
+        {ep.value.partition(":")[0].split(".")[0].strip() for ep in entry_points(ENTRY_POINT_GROUP)}
+    )
 
 
-CONSOLE_SCRIPT = "import sys; from energon_plugins.cli import main; sys.argv[0] = 'energon-plugins'; sys.exit(main())"
+CONSOLE_SCRIPT = (
+    "import sys; from energon_plugins.cli import main; sys.argv[0] = 'energon-plugins'; sys.exit(main())"
+)
 """What the ``energon-plugins`` console script runs (an environment without it runs this)."""
 
 
-def _alternate(baseline_cmd: list[str], cli_cmd: list[str], env: dict[str, str], runs: int,
-               probes: dict[str, list[str]] | None = None) -> dict:
+def _alternate(
+    baseline_cmd: list[str],
+    cli_cmd: list[str],
+    env: dict[str, str],
+    runs: int,
+    probes: dict[str, list[str]] | None = None,
+) -> dict:
     """Median wall and CPU times of both commands over ``runs`` alternating runs."""
     _time(baseline_cmd, env)  # warm the file-system cache for both
     _time(cli_cmd, env)
@@ -189,8 +203,13 @@ def measure(runs: int = 7) -> dict:
     with tempfile.TemporaryDirectory() as folder:
         python = str(regular_install(Path(folder)))
         regular_cli = [python, "-c", CONSOLE_SCRIPT, "list"]
-        regular = _alternate([python, "-c", "pass"], regular_cli, env, runs,
-                             {label: [python, "-c", code] for label, code in REGULAR_BREAKDOWN.items()})
+        regular = _alternate(
+            [python, "-c", "pass"],
+            regular_cli,
+            env,
+            runs,
+            {label: [python, "-c", code] for label, code in REGULAR_BREAKDOWN.items()},
+        )
         regular["same_rows_listed"] = listed(regular_cli, env) == listed([*_cli(), "list"], env)
     return {
         **editable,
@@ -214,8 +233,9 @@ def first_output(cmd: list[str], env: dict[str, str], timeout: float = 600) -> d
 
     master, slave = pty.openpty()
     start = time.perf_counter()
-    proc = subprocess.Popen(cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                            stderr=slave, close_fds=True)
+    proc = subprocess.Popen(
+        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, close_fds=True
+    )
     os.close(slave)
     seen: dict[str, float] = {}
     with selectors.DefaultSelector() as selector:
@@ -237,35 +257,51 @@ def first_output(cmd: list[str], env: dict[str, str], timeout: float = 600) -> d
     proc.stdout.close()
     if proc.returncode != 0:
         raise subprocess.CalledProcessError(proc.returncode, cmd)
-    return {"first_terminal_s": round(seen.get("first_terminal_s", total), 3),
-            "first_stdout_s": round(seen.get("first_stdout_s", total), 3),
-            "total_s": round(total, 3)}
+    return {
+        "first_terminal_s": round(seen.get("first_terminal_s", total), 3),
+        "first_stdout_s": round(seen.get("first_stdout_s", total), 3),
+        "total_s": round(total, 3),
+    }
 
 
 def machine() -> dict:
     """What the figures were measured on."""
-    return {"platform": platform.platform(), "python": sys.version.split()[0],
-            "cpus": os.cpu_count(), "load_average_1min": round(os.getloadavg()[0], 2)}
+    return {
+        "platform": platform.platform(),
+        "python": sys.version.split()[0],
+        "cpus": os.cpu_count(),
+        "load_average_1min": round(os.getloadavg()[0], 2),
+    }
 
 
 def measure_verbs(runs: int = 3) -> dict:
     """Median wall seconds of each verb (fresh processes, alternating) on the demo data."""
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "COLUMNS": "120",
-           "TERM": os.environ.get("TERM", "xterm-256color")}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "COLUMNS": "120",
+        "TERM": os.environ.get("TERM", "xterm-256color"),
+    }
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     cli = _cli()
     box = machine()
     with tempfile.TemporaryDirectory() as folder:
         root = Path(folder)
         cache = root / ".cache" / "demo"
-        subprocess.run([*cli, "demo", "--prepare-only", "--cache-dir", str(cache)], env=env,
-                       check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        subprocess.run(
+            [*cli, "demo", "--prepare-only", "--cache-dir", str(cache)],
+            env=env,
+            check=True,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
         (root / "examples").mkdir()
         config = str(shutil.copy(EXAMPLE_CONFIG, root / "examples" / EXAMPLE_CONFIG.name))
-        help_text = subprocess.run([*cli, "validate", "--help"], env=env, check=True,
-                                   capture_output=True, text=True).stdout
-        commands = {"energon-plugins --help": [*cli, "--help"],
-                    "energon-plugins list": [*cli, "list"]}
+        help_text = subprocess.run(
+            [*cli, "validate", "--help"], env=env, check=True, capture_output=True, text=True
+        ).stdout
+        commands = {"energon-plugins --help": [*cli, "--help"], "energon-plugins list": [*cli, "list"]}
         if "--quick" in help_text:
             commands["energon-plugins validate --quick CONFIG"] = [*cli, "validate", "--quick", config]
         commands["energon-plugins validate CONFIG"] = [*cli, "validate", config]
@@ -284,19 +320,24 @@ def measure_verbs(runs: int = 3) -> dict:
         "config": "examples/minimal.yaml on the demo data",
         "machine": box,
         "median_s": {label: round(statistics.median(values), 3) for label, values in times.items()},
-        "cpu_median_s": {label: round(statistics.median(_cpu[" ".join(cmd)][-runs:]), 3)
-                         for label, cmd in commands.items()},
-        "demo_median_s": {key: round(statistics.median(run[key] for run in demo_runs), 3)
-                          for key in ("first_terminal_s", "first_stdout_s", "total_s")},
+        "cpu_median_s": {
+            label: round(statistics.median(_cpu[" ".join(cmd)][-runs:]), 3) for label, cmd in commands.items()
+        },
+        "demo_median_s": {
+            key: round(statistics.median(run[key] for run in demo_runs), 3)
+            for key in ("first_terminal_s", "first_stdout_s", "total_s")
+        },
     }
 
 
 def print_verbs(verbs: dict) -> None:
     """Print :func:`measure_verbs`'s figures."""
     box = verbs["machine"]
-    print(f"CLI verbs, median of {verbs['runs']} runs each ({verbs['config']}; {box['cpus']} CPUs, "
-          f"load average {box['load_average_1min']} at the start, {box['load_average_1min_end']} "
-          f"at the end; {box['platform']}):")
+    print(
+        f"CLI verbs, median of {verbs['runs']} runs each ({verbs['config']}; {box['cpus']} CPUs, "
+        f"load average {box['load_average_1min']} at the start, {box['load_average_1min_end']} "
+        f"at the end; {box['platform']}):"
+    )
     for label, seconds in verbs["median_s"].items():
         print(f"    {label:<46} {seconds:8.2f} s (CPU {verbs['cpu_median_s'][label]:.2f} s)")
     demo = verbs["demo_median_s"]
@@ -310,8 +351,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument("--verbs", action="store_true",
-                        help="also time --help, list, validate and demo on the demo data")
+    parser.add_argument(
+        "--verbs", action="store_true", help="also time --help, list, validate and demo on the demo data"
+    )
     parser.add_argument("--verb-runs", type=int, default=3)
     args = parser.parse_args()
     result = measure(args.runs)
@@ -321,18 +363,24 @@ def main() -> None:
         print(json.dumps(result, indent=2))
         return
     print(f"CLI start-up, median of {result['runs']} runs each:")
-    for title, figures in (("this environment (editable installs)", result),
-                           ("a regular install (no editable finders)", result["regular_install"])):
+    for title, figures in (
+        ("this environment (editable installs)", result),
+        ("a regular install (no editable finders)", result["regular_install"]),
+    ):
         print(f"  {title}:")
         print(f"    python -c pass       {figures['baseline_median_s'] * 1000:8.1f} ms")
         print(f"    energon-plugins list {figures['cli_median_s'] * 1000:8.1f} ms")
-        print(f"    ratio {figures['ratio']:.2f}; CPU time (user+sys) "
-              f"{figures['baseline_cpu_median_s'] * 1000:.1f} vs {figures['cli_cpu_median_s'] * 1000:.1f} ms, "
-              f"ratio {figures['cpu_ratio']:.2f}")
+        print(
+            f"    ratio {figures['ratio']:.2f}; CPU time (user+sys) "
+            f"{figures['baseline_cpu_median_s'] * 1000:.1f} vs {figures['cli_cpu_median_s'] * 1000:.1f} ms, "
+            f"ratio {figures['cpu_ratio']:.2f}"
+        )
         for label, seconds in figures["breakdown_median_s"].items():
             if figures is not result:
-                print(f"    {label:<42} {seconds * 1000:8.1f} ms "
-                      f"({seconds / figures['baseline_median_s']:.2f}x python -c pass)")
+                print(
+                    f"    {label:<42} {seconds * 1000:8.1f} ms "
+                    f"({seconds / figures['baseline_median_s']:.2f}x python -c pass)"
+                )
     if not result["regular_install"]["same_rows_listed"]:
         print("  WARNING: the regular install listed other plugins than this environment")
     verdict = "meets" if result["goal_met"] else "misses"

@@ -36,7 +36,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import print_table, write_json  # noqa: E402
+from _common import print_table, write_json
 
 POOL = 256
 SHARD_BYTES = 64 * 10**6
@@ -59,15 +59,19 @@ def generate(root: Path, records: int, bad_percent: float) -> Path:
     with (root / "data.json").open("w") as fh:
         fh.write("[")
         for i in range(records):
-            image = f"missing-{i}.jpg" if bad_every and i % bad_every == bad_every - 1 else \
-                f"{i % POOL:04d}.jpg"
-            turns = [{"from": "human", "value": f"<image>\nWhat is shown in picture {i}?"},
-                     {"from": "gpt", "value": f"A picture of noise number {i}, in colour."}]
+            image = (
+                f"missing-{i}.jpg" if bad_every and i % bad_every == bad_every - 1 else f"{i % POOL:04d}.jpg"
+            )
+            turns = [
+                {"from": "human", "value": f"<image>\nWhat is shown in picture {i}?"},
+                {"from": "gpt", "value": f"A picture of noise number {i}, in colour."},
+            ]
             if i % 2:
-                turns += [{"from": "human", "value": "Describe it in more detail."},
-                          {"from": "gpt", "value": "Blocks of colour, some bright, some dark."}]
-            fh.write(("," if i else "") + json.dumps({"id": str(i), "image": image,
-                                                      "conversations": turns}))
+                turns += [
+                    {"from": "human", "value": "Describe it in more detail."},
+                    {"from": "gpt", "value": "Blocks of colour, some bright, some dark."},
+                ]
+            fh.write(("," if i else "") + json.dumps({"id": str(i), "image": image, "conversations": turns}))
         fh.write("]")
     return root / "data.json"
 
@@ -77,9 +81,15 @@ def run_convert(source: Path, out: Path, workers: int | None) -> int:
     """The converter; returns the samples written."""
     from energon_plugins import convert_dataset
 
-    result = convert_dataset(source, out, "llava-json", options={"image_folder": str(source.parent / "images")},
-                             split_ratio="train=0.95,val=0.05", shard_size=SHARD_BYTES,
-                             workers=workers)
+    result = convert_dataset(
+        source,
+        out,
+        "llava-json",
+        options={"image_folder": str(source.parent / "images")},
+        split_ratio="train=0.95,val=0.05",
+        shard_size=SHARD_BYTES,
+        workers=workers,
+    )
     return sum(result.written.values())
 
 
@@ -109,14 +119,21 @@ def run_handwritten(source: Path, out: Path) -> int:
                 roles = [t["from"] for t in turns]
                 if roles != ["human", "gpt"] * (len(roles) // 2) or not turns[-1]["value"].strip():
                     continue
-                sink.write({"__key__": f"{i:010d}", "jpg": data,
-                            "json": json.dumps({"conversations": turns}).encode()})
+                sink.write(
+                    {
+                        "__key__": f"{i:010d}",
+                        "jpg": data,
+                        "json": json.dumps({"conversations": turns}).encode(),
+                    }
+                )
                 written += 1
         shards = sorted(p.name for p in out.glob("shard-*.tar"))
-        BaseWebdatasetFactory.prepare_dataset(out, shards, split_parts_ratio=[("train", 0.95), ("val", 0.05)],
-                                              shuffle_seed=None, workers=2)
+        BaseWebdatasetFactory.prepare_dataset(
+            out, shards, split_parts_ratio=[("train", 0.95), ("val", 0.05)], shuffle_seed=None, workers=2
+        )
     (out / ".nv-meta" / "dataset.yaml").write_text(
-        "__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors:\n  format: chatml\n")
+        "__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors:\n  format: chatml\n"
+    )
     return written
 
 
@@ -127,11 +144,19 @@ def child(side: str, source: Path, out: Path, workers: int | None) -> None:
     seconds = time.perf_counter() - start
     own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
-    print(json.dumps({
-        "seconds": round(seconds, 2), "written": written, "cpu_seconds": round(cpu, 2),
-        "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
-        "children_peak_rss_mb": round(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1),
-    }))
+    print(
+        json.dumps(
+            {
+                "seconds": round(seconds, 2),
+                "written": written,
+                "cpu_seconds": round(cpu, 2),
+                "peak_rss_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+                "children_peak_rss_mb": round(
+                    resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1
+                ),
+            }
+        )
+    )
 
 
 def measure(side: str, source: Path, out: Path, workers: int | None) -> dict:
@@ -170,11 +195,32 @@ def main(argv=None) -> int:
                 result = measure(side, source, root / f"out-{side}-{size}", args.workers)
                 result["records_per_s"] = round(size / result["seconds"], 1)
                 runs[f"{side}@{size}"] = result
-                rows.append([side, size, result["written"], result["seconds"], result["records_per_s"],
-                             result["cpu_seconds"], result["peak_rss_mb"], result["children_peak_rss_mb"]])
-    print_table("convert vs a hand-written webdataset script (fresh processes)",
-                ["side", "records", "written", "wall s", "records/s", "CPU s (all processes)",
-                 "peak RSS MiB", "largest child RSS MiB"], rows)
+                rows.append(
+                    [
+                        side,
+                        size,
+                        result["written"],
+                        result["seconds"],
+                        result["records_per_s"],
+                        result["cpu_seconds"],
+                        result["peak_rss_mb"],
+                        result["children_peak_rss_mb"],
+                    ]
+                )
+    print_table(
+        "convert vs a hand-written webdataset script (fresh processes)",
+        [
+            "side",
+            "records",
+            "written",
+            "wall s",
+            "records/s",
+            "CPU s (all processes)",
+            "peak RSS MiB",
+            "largest child RSS MiB",
+        ],
+        rows,
+    )
     top = sizes[-1]
     ours, theirs = runs[f"convert@{top}"], runs[f"hand-written@{top}"]
     if ours["written"] != theirs["written"]:
@@ -187,12 +233,15 @@ def main(argv=None) -> int:
         return round((high["peak_rss_mb"] - low["peak_rss_mb"]) / (top - sizes[0]) * 10000, 1)
 
     summary = {
-        "records": top, "workers": args.workers, "cpus": os.cpu_count(),
+        "records": top,
+        "workers": args.workers,
+        "cpus": os.cpu_count(),
         "load_average": [round(v, 2) for v in os.getloadavg()],
         "convert_records_per_s": ours["records_per_s"],
         "handwritten_records_per_s": theirs["records_per_s"],
         "ratio_records_per_s": round(ours["records_per_s"] / theirs["records_per_s"], 2),
-        "convert_cpu_seconds": ours["cpu_seconds"], "handwritten_cpu_seconds": theirs["cpu_seconds"],
+        "convert_cpu_seconds": ours["cpu_seconds"],
+        "handwritten_cpu_seconds": theirs["cpu_seconds"],
         "convert_peak_rss_mb": ours["peak_rss_mb"],
         "convert_worker_peak_rss_mb": ours["children_peak_rss_mb"],
         "handwritten_peak_rss_mb": theirs["peak_rss_mb"],
@@ -200,11 +249,13 @@ def main(argv=None) -> int:
         "handwritten_rss_growth_mb_per_10k_records": growth("hand-written"),
         "runs": runs,
     }
-    print(f"convert / hand-written records/s at {top} records: {summary['ratio_records_per_s']}x "
-          f"(CPU s {ours['cpu_seconds']} / {theirs['cpu_seconds']}); "
-          f"peak RSS {ours['peak_rss_mb']} / {theirs['peak_rss_mb']} MiB; growth per 10k records "
-          f"{summary['convert_rss_growth_mb_per_10k_records']} / "
-          f"{summary['handwritten_rss_growth_mb_per_10k_records']} MiB")
+    print(
+        f"convert / hand-written records/s at {top} records: {summary['ratio_records_per_s']}x "
+        f"(CPU s {ours['cpu_seconds']} / {theirs['cpu_seconds']}); "
+        f"peak RSS {ours['peak_rss_mb']} / {theirs['peak_rss_mb']} MiB; growth per 10k records "
+        f"{summary['convert_rss_growth_mb_per_10k_records']} / "
+        f"{summary['handwritten_rss_growth_mb_per_10k_records']} MiB"
+    )
     if args.json:
         write_json(args.json, "convert", summary)
     return 0

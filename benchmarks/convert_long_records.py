@@ -26,7 +26,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import print_table, write_json  # noqa: E402
+from _common import print_table, write_json
 
 
 def read_all(path: Path, **caps) -> int:
@@ -75,30 +75,50 @@ def main() -> None:
     rows, figures = [], []
     with tempfile.TemporaryDirectory() as tmp:
         for size in sizes:
-            record = json.dumps({"id": "long", "conversations": [
-                {"from": "human", "value": "<image>\nTell me everything."},
-                {"from": "gpt", "value": "a" * (size * 2**20)}]})
+            record = json.dumps(
+                {
+                    "id": "long",
+                    "conversations": [
+                        {"from": "human", "value": "<image>\nTell me everything."},
+                        {"from": "gpt", "value": "a" * (size * 2**20)},
+                    ],
+                }
+            )
             array, lines = Path(tmp) / f"long{size}.json", Path(tmp) / f"long{size}.jsonl"
             array.write_text(f"[{record}]")
             lines.write_text(record + "\n")
             caps = {"max_record_bytes": 2 * len(record)}
-            figure = {"mib": size,
-                      "array_s": round(best_of(args.repeats, read_all, array, **caps), 3),
-                      "jsonl_s": round(best_of(args.repeats, read_all, lines, **caps), 3)}
+            figure = {
+                "mib": size,
+                "array_s": round(best_of(args.repeats, read_all, array, **caps), 3),
+                "jsonl_s": round(best_of(args.repeats, read_all, lines, **caps), 3),
+            }
             if args.old:
                 figure["ijson_array_s"] = round(best_of(1, read_with_ijson, array), 3)
             figures.append(figure)
             array.unlink()
             lines.unlink()
         for previous, figure in zip([None, *figures[:-1]], figures, strict=True):
-            growth = ("" if previous is None else
-                      f"{figure['array_s'] / max(previous['array_s'], 1e-9):.2f} / "
-                      f"{figure['jsonl_s'] / max(previous['jsonl_s'], 1e-9):.2f}")
-            rows.append([figure["mib"], figure["array_s"], figure["jsonl_s"], growth,
-                         figure.get("ijson_array_s", "-")])
-        print_table("one record with a long string (CPU seconds, best of "
-                    f"{args.repeats})", ["MiB", "array", "JSON Lines", "growth (array / lines)",
-                                         "ijson array (old)"], rows)
+            growth = (
+                ""
+                if previous is None
+                else f"{figure['array_s'] / max(previous['array_s'], 1e-9):.2f} / "
+                f"{figure['jsonl_s'] / max(previous['jsonl_s'], 1e-9):.2f}"
+            )
+            rows.append(
+                [
+                    figure["mib"],
+                    figure["array_s"],
+                    figure["jsonl_s"],
+                    growth,
+                    figure.get("ijson_array_s", "-"),
+                ]
+            )
+        print_table(
+            f"one record with a long string (CPU seconds, best of {args.repeats})",
+            ["MiB", "array", "JSON Lines", "growth (array / lines)", "ijson array (old)"],
+            rows,
+        )
         deep = Path(tmp) / "deep.json"
         deep.write_text('[{"n": 1}, {"deep": ' + "[" * 10**6 + "]" * 10**6 + '}, {"n": 2}]')
         tracemalloc.start()
@@ -108,9 +128,11 @@ def main() -> None:
         peak = tracemalloc.get_traced_memory()[1]
         tracemalloc.stop()
     deep_figure = {"records": count, "seconds": round(deep_s, 3), "peak_mb": round(peak / 1e6, 1)}
-    print_table("a record nested 10^6 deep (rejected as too_deep)",
-                ["records", "seconds", "peak MB"],
-                [[count, deep_figure["seconds"], deep_figure["peak_mb"]]])
+    print_table(
+        "a record nested 10^6 deep (rejected as too_deep)",
+        ["records", "seconds", "peak MB"],
+        [[count, deep_figure["seconds"], deep_figure["peak_mb"]]],
+    )
     if args.json:
         write_json(args.json, "convert_long_records", {"long_string": figures, "deep": deep_figure})
 

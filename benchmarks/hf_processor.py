@@ -25,8 +25,8 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import print_table, write_json  # noqa: E402
-from _realistic import photo, text  # noqa: E402
+from _common import print_table, write_json
+from _realistic import photo, text
 
 
 def conversations(count: int, seed: int):
@@ -46,8 +46,10 @@ def conversations(count: int, seed: int):
         turns = []
         for turn in range(1 + int(rng.integers(0, 2))):
             question = text(rng, int(rng.integers(8, 31)), question=True)
-            turns += [("user", f"{tags if turn == 0 else ''}{question}"),
-                      ("assistant", text(rng, int(rng.integers(20, 151))))]
+            turns += [
+                ("user", f"{tags if turn == 0 else ''}{question}"),
+                ("assistant", text(rng, int(rng.integers(20, 151)))),
+            ]
         out.append((turns, images))
     return out
 
@@ -63,7 +65,7 @@ def baseline_batches(processor, data, batch_size, start_marker, end_marker, sett
     start_ids = tok(start_marker, add_special_tokens=False)["input_ids"]
     end_id = tok.convert_tokens_to_ids(end_marker)
     for b in range(0, len(data), batch_size):
-        chunk = data[b:b + batch_size]
+        chunk = data[b : b + batch_size]
         texts, images = [], []
         for turns, imgs in chunk:
             messages = []
@@ -75,8 +77,9 @@ def baseline_batches(processor, data, batch_size, start_marker, end_marker, sett
             texts.append(processor.apply_chat_template(messages, tokenize=False))
             images.append(list(imgs))
         with_images = any(images)
-        out = processor(text=texts, images=images if with_images else None, padding=True,
-                        return_tensors="pt", **settings)
+        out = processor(
+            text=texts, images=images if with_images else None, padding=True, return_tensors="pt", **settings
+        )
         ids = out["input_ids"]
         labels = torch.full_like(ids, -100)
         n = len(start_ids)
@@ -84,11 +87,11 @@ def baseline_batches(processor, data, batch_size, start_marker, end_marker, sett
             seq = ids[row].tolist()
             i = 0
             while i < len(seq):
-                if seq[i:i + n] == start_ids:
+                if seq[i : i + n] == start_ids:
                     j = i + n
                     while j < len(seq) and seq[j] != end_id:
                         j += 1
-                    labels[row, i + n:j + 1] = ids[row, i + n:j + 1]
+                    labels[row, i + n : j + 1] = ids[row, i + n : j + 1]
                     i = j
                 i += 1
         yield out, labels
@@ -103,14 +106,16 @@ def same_pixels(batch, baseline_out) -> None:
     if ours is None and theirs is None:
         return
     if ours is None or theirs is None or ours.shape != theirs.shape or not torch.allclose(ours, theirs):
-        raise SystemExit(f"the encoder and the baseline made different pixel values: "
-                         f"{None if ours is None else tuple(ours.shape)} vs "
-                         f"{None if theirs is None else tuple(theirs.shape)}")
+        raise SystemExit(
+            f"the encoder and the baseline made different pixel values: "
+            f"{None if ours is None else tuple(ours.shape)} vs "
+            f"{None if theirs is None else tuple(theirs.shape)}"
+        )
 
 
 def encoder_batches(encoder, samples, batch_size):
     for b in range(0, len(samples), batch_size):
-        yield encoder.batch([encoder.encode_sample(s) for s in samples[b:b + batch_size]])
+        yield encoder.batch([encoder.encode_sample(s) for s in samples[b : b + batch_size]])
 
 
 def main() -> None:
@@ -128,12 +133,12 @@ def main() -> None:
     import tempfile
 
     import torch
-
-    from energon_plugins.encoding.chat.chatml import ChatMLSample
-    from energon_plugins.host.context import BuildContext
     from energon_plugin_hf_processor.encoder import HFProcessorTaskEncoder
     from energon_plugin_hf_processor.options import HFProcessorOptions
     from energon_plugin_hf_processor.tiny import save_tiny_processor
+
+    from energon_plugins.encoding.chat.chatml import ChatMLSample
+    from energon_plugins.host.context import BuildContext
 
     torch.set_num_threads(1)
     with tempfile.TemporaryDirectory() as tmp:
@@ -142,18 +147,33 @@ def main() -> None:
         # tiny processor: the image work is the real one, the tokenizer is small.
         encoder = HFProcessorTaskEncoder(
             BuildContext(seq_length=8192),
-            HFProcessorOptions(processor=str(directory), min_pixels=56 * 56, max_pixels=448 * 448,
-                               padding="longest"))
+            HFProcessorOptions(
+                processor=str(directory), min_pixels=56 * 56, max_pixels=448 * 448, padding="longest"
+            ),
+        )
         processor = encoder.processor
         data = conversations(args.samples, seed=0)
-        samples = [ChatMLSample(__key__=str(i), __restore_key__=(),
-                                conversation=[{"role": r, "content": c} for r, c in turns],
-                                images=imgs) for i, (turns, imgs) in enumerate(data)]
-        settings = {**encoder.call_kwargs,
-                    **({"images_kwargs": encoder.image_kwargs} if encoder.image_kwargs else {})}
-        same_pixels(next(encoder_batches(encoder, samples, args.batch)),
-                    next(baseline_batches(processor, data, args.batch, "<|im_start|>assistant\n",
-                                          "<|im_end|>", settings))[0])
+        samples = [
+            ChatMLSample(
+                __key__=str(i),
+                __restore_key__=(),
+                conversation=[{"role": r, "content": c} for r, c in turns],
+                images=imgs,
+            )
+            for i, (turns, imgs) in enumerate(data)
+        ]
+        settings = {
+            **encoder.call_kwargs,
+            **({"images_kwargs": encoder.image_kwargs} if encoder.image_kwargs else {}),
+        }
+        same_pixels(
+            next(encoder_batches(encoder, samples, args.batch)),
+            next(
+                baseline_batches(
+                    processor, data, args.batch, "<|im_start|>assistant\n", "<|im_end|>", settings
+                )
+            )[0],
+        )
         timings = {"encoder": [], "baseline": []}
         for _ in range(args.repeats):
             start = time.perf_counter()
@@ -161,24 +181,44 @@ def main() -> None:
                 pass
             timings["encoder"].append(time.perf_counter() - start)
             start = time.perf_counter()
-            for _ in baseline_batches(processor, data, args.batch, "<|im_start|>assistant\n",
-                                      "<|im_end|>", settings):
+            for _ in baseline_batches(
+                processor, data, args.batch, "<|im_start|>assistant\n", "<|im_end|>", settings
+            ):
                 pass
             timings["baseline"].append(time.perf_counter() - start)
     rates = {k: args.samples / statistics.median(v) for k, v in timings.items()}
     ratio = rates["encoder"] / rates["baseline"]
-    rows = [[name, f"{rates[name]:.1f}", f"{1000 / rates[name]:.2f}",
-             f"{min(timings[name]):.2f}-{max(timings[name]):.2f}"] for name in ("baseline", "encoder")]
-    print_table(f"hf-processor vs per-batch processor loop ({args.family}, {args.samples} samples, "
-                f"batch {args.batch}, 1 thread)", ["path", "samples/s", "ms/sample", "round s (range)"], rows)
-    print(f"ratio encoder / baseline: {ratio:.2f}x (per-sample processor calls with exact "
-          "lengths and labels vs one call per batch)")
+    rows = [
+        [
+            name,
+            f"{rates[name]:.1f}",
+            f"{1000 / rates[name]:.2f}",
+            f"{min(timings[name]):.2f}-{max(timings[name]):.2f}",
+        ]
+        for name in ("baseline", "encoder")
+    ]
+    print_table(
+        f"hf-processor vs per-batch processor loop ({args.family}, {args.samples} samples, "
+        f"batch {args.batch}, 1 thread)",
+        ["path", "samples/s", "ms/sample", "round s (range)"],
+        rows,
+    )
+    print(
+        f"ratio encoder / baseline: {ratio:.2f}x (per-sample processor calls with exact "
+        "lengths and labels vs one call per batch)"
+    )
     if args.json:
-        write_json(args.json, "hf_processor", {
-            "family": args.family, "samples": args.samples, "batch": args.batch,
-            "samples_per_second": {k: round(v, 2) for k, v in rates.items()},
-            "ratio_encoder_over_baseline": round(ratio, 3),
-        })
+        write_json(
+            args.json,
+            "hf_processor",
+            {
+                "family": args.family,
+                "samples": args.samples,
+                "batch": args.batch,
+                "samples_per_second": {k: round(v, 2) for k, v in rates.items()},
+                "ratio_encoder_over_baseline": round(ratio, 3),
+            },
+        )
 
 
 if __name__ == "__main__":

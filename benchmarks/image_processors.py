@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import goal_line, print_table, write_json  # noqa: E402
-from _realistic import photo  # noqa: E402
+from _common import goal_line, print_table, write_json
+from _realistic import photo
 
 SIDES = (224, 448, 800, 1200, 1600)
 QWEN_GOAL = 3.0
@@ -63,7 +63,7 @@ def per_image_ms(contenders: dict, inputs: dict, rounds: int) -> dict[str, float
     names = list(contenders)
     times: dict[str, list[float]] = {n: [] for n in names}
     for r in range(rounds + 1):  # the first round warms up
-        for name in names[r % len(names):] + names[: r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             fn, items = contenders[name], inputs[name]
             start = time.perf_counter()
             for item in items:
@@ -86,7 +86,7 @@ def _qwen_output_fill(processor, chw):
     from energon_plugins.encoding.memory.outputs import new_output
 
     _, rows, cols = processor.grid_for(*chw.shape[-2:])
-    width = 3 * processor.temporal_patch_size * processor.patch_size ** 2
+    width = 3 * processor.temporal_patch_size * processor.patch_size**2
     return new_output((rows * cols, width)).fill_(0.0)
 
 
@@ -113,20 +113,38 @@ def main(argv=None) -> dict:
     by_side = images(args.per_size)
     clip_kw = {"size": {"shortest_edge": 336}, "crop_size": {"height": 336, "width": 336}}
     families = {
-        "clip": (transformers.CLIPImageProcessor(**clip_kw), transformers.CLIPImageProcessorPil(**clip_kw),
-                 energon_plugins.create("image_processor", "fast-clip",
-                                        {"size": {"shortest_edge": 336}, "crop_size": 336}),
-                 energon_plugins.create("image_processor", "fast-clip",
-                                        {"size": {"shortest_edge": 336}, "crop_size": 336,
-                                         "resize_kernel": "pillow"})),
-        "siglip": (transformers.SiglipImageProcessor(), transformers.SiglipImageProcessorPil(),
-                   energon_plugins.create("image_processor", "fast-siglip"),
-                   energon_plugins.create("image_processor", "fast-siglip", {"resize_kernel": "pillow"})),
-        "qwen2-vl": (transformers.Qwen2VLImageProcessor(), None,
-                     energon_plugins.create("image_processor", "fast-qwen2-vl"), None),
+        "clip": (
+            transformers.CLIPImageProcessor(**clip_kw),
+            transformers.CLIPImageProcessorPil(**clip_kw),
+            energon_plugins.create(
+                "image_processor", "fast-clip", {"size": {"shortest_edge": 336}, "crop_size": 336}
+            ),
+            energon_plugins.create(
+                "image_processor",
+                "fast-clip",
+                {"size": {"shortest_edge": 336}, "crop_size": 336, "resize_kernel": "pillow"},
+            ),
+        ),
+        "siglip": (
+            transformers.SiglipImageProcessor(),
+            transformers.SiglipImageProcessorPil(),
+            energon_plugins.create("image_processor", "fast-siglip"),
+            energon_plugins.create("image_processor", "fast-siglip", {"resize_kernel": "pillow"}),
+        ),
+        "qwen2-vl": (
+            transformers.Qwen2VLImageProcessor(),
+            None,
+            energon_plugins.create("image_processor", "fast-qwen2-vl"),
+            None,
+        ),
     }
-    result = {"sides": list(SIDES), "per_size": args.per_size, "rounds": args.rounds,
-              "load_average_before": [round(v, 2) for v in os.getloadavg()], "rows": []}
+    result = {
+        "sides": list(SIDES),
+        "per_size": args.per_size,
+        "rounds": args.rounds,
+        "load_average_before": [round(v, 2) for v in os.getloadavg()],
+        "rows": [],
+    }
     rows = []
     for family, (hf, hf_pil, fast, fast_pil) in families.items():
         for side, jpegs in by_side.items():
@@ -135,72 +153,110 @@ def main(argv=None) -> dict:
             contenders = {
                 "hf": lambda x, p=hf: p(images=[x], return_tensors="pt"),
                 "fast": lambda x, p=fast: p(images=[x]),
-                "hf_from_jpeg": lambda j, p=hf: p(images=[PIL.Image.open(io.BytesIO(j)).convert("RGB")],
-                                                  return_tensors="pt"),
+                "hf_from_jpeg": lambda j, p=hf: p(
+                    images=[PIL.Image.open(io.BytesIO(j)).convert("RGB")], return_tensors="pt"
+                ),
                 "fast_from_jpeg": lambda j, p=fast: p(images=[j]),
             }
             inputs = {"hf": u8, "fast": u8, "hf_from_jpeg": jpegs, "fast_from_jpeg": jpegs}
             if family == "qwen2-vl":
-                contenders.update({"resize_only": lambda x, p=fast: _qwen_resize(p, x),
-                                   "output_write": lambda x, p=fast: _qwen_output_fill(p, x)})
+                contenders.update(
+                    {
+                        "resize_only": lambda x, p=fast: _qwen_resize(p, x),
+                        "output_write": lambda x, p=fast: _qwen_output_fill(p, x),
+                    }
+                )
                 inputs.update({"resize_only": u8, "output_write": u8})
             if hf_pil is not None:
-                contenders.update({"hf_pil": lambda x, p=hf_pil: p(images=[x], return_tensors="pt"),
-                                   "fast_pillow": lambda x, p=fast_pil: p(images=[x])})
+                contenders.update(
+                    {
+                        "hf_pil": lambda x, p=hf_pil: p(images=[x], return_tensors="pt"),
+                        "fast_pillow": lambda x, p=fast_pil: p(images=[x]),
+                    }
+                )
                 inputs.update({"hf_pil": pils, "fast_pillow": u8})
             ms = per_image_ms(contenders, inputs, args.rounds)
             ref = hf(images=u8, return_tensors="pt")
             out = fast(images=u8)
             diff = (out["pixel_values"] - ref["pixel_values"]).abs()
             row = {
-                "family": family, "long_side": side,
-                "hf_ms": round(ms["hf"], 2), "fast_ms": round(ms["fast"], 2),
+                "family": family,
+                "long_side": side,
+                "hf_ms": round(ms["hf"], 2),
+                "fast_ms": round(ms["fast"], 2),
                 "ratio": round(ms["hf"] / ms["fast"], 2),
                 "from_jpeg_hf_ms": round(ms["hf_from_jpeg"], 2),
                 "from_jpeg_fast_ms": round(ms["fast_from_jpeg"], 2),
                 "from_jpeg_ratio": round(ms["hf_from_jpeg"] / ms["fast_from_jpeg"], 2),
-                "max_abs_diff": round(float(diff.max()), 6), "mean_abs_diff": float(f"{float(diff.mean()):.2e}"),
+                "max_abs_diff": round(float(diff.max()), 6),
+                "mean_abs_diff": float(f"{float(diff.mean()):.2e}"),
             }
             if "image_grid_thw" in ref:
                 row["grids_identical"] = bool(torch.equal(ref["image_grid_thw"], out["image_grid_thw"]))
             if "resize_only" in ms:
                 floor = ms["resize_only"] + ms["output_write"]
-                row.update(resize_ms=round(ms["resize_only"], 2), output_write_ms=round(ms["output_write"], 2),
-                           ceiling_ratio=round(ms["hf"] / floor, 2))
+                row.update(
+                    resize_ms=round(ms["resize_only"], 2),
+                    output_write_ms=round(ms["output_write"], 2),
+                    ceiling_ratio=round(ms["hf"] / floor, 2),
+                )
             if hf_pil is not None:
                 pil_ref = hf_pil(images=pils, return_tensors="pt")["pixel_values"]
                 pil_diff = (fast_pil(images=u8)["pixel_values"] - pil_ref).abs()
                 default_vs_pil = (out["pixel_values"] - pil_ref).abs()
-                row.update(pil_hf_ms=round(ms["hf_pil"], 2), pillow_kernel_ms=round(ms["fast_pillow"], 2),
-                           pillow_kernel_ratio=round(ms["hf_pil"] / ms["fast_pillow"], 2),
-                           pillow_kernel_max_abs_diff_vs_pil=round(float(pil_diff.max()), 6),
-                           default_max_abs_diff_vs_pil=round(float(default_vs_pil.max()), 6),
-                           default_mean_abs_diff_vs_pil=float(f"{float(default_vs_pil.mean()):.2e}"))
+                row.update(
+                    pil_hf_ms=round(ms["hf_pil"], 2),
+                    pillow_kernel_ms=round(ms["fast_pillow"], 2),
+                    pillow_kernel_ratio=round(ms["hf_pil"] / ms["fast_pillow"], 2),
+                    pillow_kernel_max_abs_diff_vs_pil=round(float(pil_diff.max()), 6),
+                    default_max_abs_diff_vs_pil=round(float(default_vs_pil.max()), 6),
+                    default_mean_abs_diff_vs_pil=float(f"{float(default_vs_pil.mean()):.2e}"),
+                )
             result["rows"].append(row)
-            rows.append([family, side, row["hf_ms"], row["fast_ms"], f"{row['ratio']}x",
-                         f"{row['max_abs_diff']} / {row['mean_abs_diff']}",
-                         f"{row['from_jpeg_hf_ms']} / {row['from_jpeg_fast_ms']} ({row['from_jpeg_ratio']}x)",
-                         f"{row.get('pil_hf_ms', '-')} / {row.get('pillow_kernel_ms', '-')} "
-                         f"({row.get('pillow_kernel_ratio', '-')}x)"])
+            rows.append(
+                [
+                    family,
+                    side,
+                    row["hf_ms"],
+                    row["fast_ms"],
+                    f"{row['ratio']}x",
+                    f"{row['max_abs_diff']} / {row['mean_abs_diff']}",
+                    f"{row['from_jpeg_hf_ms']} / {row['from_jpeg_fast_ms']} ({row['from_jpeg_ratio']}x)",
+                    f"{row.get('pil_hf_ms', '-')} / {row.get('pillow_kernel_ms', '-')} "
+                    f"({row.get('pillow_kernel_ratio', '-')}x)",
+                ]
+            )
     print_table(
         f"Image processors, ms per image (median of {args.rounds} interleaved rounds, "
         f"{args.per_size} photos per size, 1 torch thread)",
-        ["family", "long side px", "transformers (torchvision) ms", "fast ms", "ratio",
-         "max / mean |diff|", "from JPEG: PIL+hf / fast ms", "PIL backend / pillow kernel ms"],
+        [
+            "family",
+            "long side px",
+            "transformers (torchvision) ms",
+            "fast ms",
+            "ratio",
+            "max / mean |diff|",
+            "from JPEG: PIL+hf / fast ms",
+            "PIL backend / pillow kernel ms",
+        ],
         rows,
     )
     qwen = [r for r in result["rows"] if r["family"] == "qwen2-vl"]
     for r in qwen:
-        print(f"  qwen2-vl {r['long_side']} px: floor {r['resize_ms']} ms resize + {r['output_write_ms']} ms "
-              f"output write -> at most {r['ceiling_ratio']}x transformers ({r['ratio']}x reached)")
-    result["goals"] = [{
-        "goal": f"fast-qwen2-vl >= {QWEN_GOAL}x transformers' default backend per image, 224-1600 px",
-        "met": all(r["ratio"] >= QWEN_GOAL for r in qwen),
-        "detail": ", ".join(f"{r['long_side']} px {r['ratio']}x" for r in qwen)
-        + f"; grids identical: {all(r.get('grids_identical') for r in qwen)}; "
-          f"max diff {max(r['max_abs_diff'] for r in qwen)}; ceiling with torch's resize kernel: "
-        + ", ".join(f"{r['ceiling_ratio']}x" for r in qwen),
-    }]
+        print(
+            f"  qwen2-vl {r['long_side']} px: floor {r['resize_ms']} ms resize + {r['output_write_ms']} ms "
+            f"output write -> at most {r['ceiling_ratio']}x transformers ({r['ratio']}x reached)"
+        )
+    result["goals"] = [
+        {
+            "goal": f"fast-qwen2-vl >= {QWEN_GOAL}x transformers' default backend per image, 224-1600 px",
+            "met": all(r["ratio"] >= QWEN_GOAL for r in qwen),
+            "detail": ", ".join(f"{r['long_side']} px {r['ratio']}x" for r in qwen)
+            + f"; grids identical: {all(r.get('grids_identical') for r in qwen)}; "
+            f"max diff {max(r['max_abs_diff'] for r in qwen)}; ceiling with torch's resize kernel: "
+            + ", ".join(f"{r['ceiling_ratio']}x" for r in qwen),
+        }
+    ]
     for g in result["goals"]:
         print(goal_line(g["goal"], g["met"], g["detail"]))
     result["load_average_after"] = [round(v, 2) for v in os.getloadavg()]

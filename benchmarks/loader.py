@@ -36,13 +36,15 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import goal_line, print_table, write_json  # noqa: E402
-from _realistic import realistic_dataset, saved_tokenizers  # noqa: E402
-from memory import config  # noqa: E402
+from _common import goal_line, print_table, write_json
+from _realistic import realistic_dataset, saved_tokenizers
+from memory import config
 
 GOAL = 1.5
-SETTINGS = {"datamodule": None,
-            "Energon's defaults": {"checkpoint_every_sec": 60, "checkpoint_every_min_n_samples": None}}
+SETTINGS = {
+    "datamodule": None,
+    "Energon's defaults": {"checkpoint_every_sec": 60, "checkpoint_every_min_n_samples": None},
+}
 
 
 class _Loader:
@@ -54,13 +56,15 @@ class _Loader:
         from energon_plugins import EnergonMultiModalDataModule
 
         self.dm = EnergonMultiModalDataModule.from_config(
-            config(path, tokenizer, workers=workers, packing=packing))
+            config(path, tokenizer, workers=workers, packing=packing)
+        )
         if checkpoints is None:
             self.loader = self.dm.train_dataloader()
             self.save, self.restore = self.loader.save_state, self.loader.restore_state
         else:
-            dataset = self.dm.datasets_provider(self.dm._build_worker_config(workers, split="train"),
-                                                split="train")
+            dataset = self.dm.datasets_provider(
+                self.dm._build_worker_config(workers, split="train"), split="train"
+            )
             self.loader = get_savable_loader(dataset, **checkpoints)
             self.save, self.restore = self.loader.save_state_rank, self.loader.restore_state_rank
         self.iterator = None
@@ -103,24 +107,33 @@ def one(path, tokenizer, workers, packing, setting, after, rounds: int = 3) -> d
     # depends on what the previous loader left to collect.
     fresh_times, restore_times, batch = [], [], None
     for r in range(rounds):
-        for kind in (("fresh", "restore") if r % 2 == 0 else ("restore", "fresh")):
+        for kind in ("fresh", "restore") if r % 2 == 0 else ("restore", "fresh"):
             if kind == "fresh":
                 fresh_times.append(_first_batch(path, tokenizer, workers, packing, checkpoints)[0])
             else:
                 seconds, batch = _first_batch(path, tokenizer, workers, packing, checkpoints, state)
                 restore_times.append(seconds)
     fresh_s, restore_s = statistics.median(fresh_times), statistics.median(restore_times)
-    exact = list(batch.__key__) == list(expected.__key__) and bool((batch.input_ids == expected.input_ids).all())
-    return {"workers": workers, "packing": packing, "setting": setting, "after_batches": after,
-            "fresh_first_batch_s": round(fresh_s, 2), "restore_to_first_batch_s": round(restore_s, 2),
-            "ratio": round(restore_s / fresh_s, 2), "restored_batch_is_the_next_one": exact}
+    exact = list(batch.__key__) == list(expected.__key__) and bool(
+        (batch.input_ids == expected.input_ids).all()
+    )
+    return {
+        "workers": workers,
+        "packing": packing,
+        "setting": setting,
+        "after_batches": after,
+        "fresh_first_batch_s": round(fresh_s, 2),
+        "restore_to_first_batch_s": round(restore_s, 2),
+        "ratio": round(restore_s / fresh_s, 2),
+        "restored_batch_is_the_next_one": exact,
+    }
 
 
 def checkpoint_cost(path, tokenizer, rounds: int, seconds: float = 3.0) -> dict:
     """Samples/s at 2 workers: the datamodule (a checkpoint per batch) and Energon's defaults."""
     rates: dict[str, list[float]] = {setting: [] for setting in SETTINGS}
     for r in range(rounds):
-        for setting in list(SETTINGS)[r % 2:] + list(SETTINGS)[: r % 2]:
+        for setting in list(SETTINGS)[r % 2 :] + list(SETTINGS)[: r % 2]:
             run = _Loader(path, tokenizer, 2, False, SETTINGS[setting])
             for _ in range(5):  # workers started, prefetch queue drained
                 run.next()
@@ -130,8 +143,10 @@ def checkpoint_cost(path, tokenizer, rounds: int, seconds: float = 3.0) -> dict:
             rates[setting].append(samples / (time.perf_counter() - start))
             run.close()
     medians = {k: round(statistics.median(v), 2) for k, v in rates.items()}
-    return {"samples_per_s": medians,
-            "ratio": round(medians["datamodule"] / medians["Energon's defaults"], 3)}
+    return {
+        "samples_per_s": medians,
+        "ratio": round(medians["datamodule"] / medians["Energon's defaults"], 3),
+    }
 
 
 def main(argv=None) -> dict:
@@ -162,24 +177,42 @@ def main(argv=None) -> dict:
                 if workers == 0 and setting != "datamodule":
                     continue  # checkpoints apply to workers only
                 rows.append(one(path, tokenizer, workers, packing, setting, args.after, args.rounds))
-    print_table(f"Restore after {args.after} batches: s to the first batch (qwen2-vl + fast-qwen2-vl)",
-                ["workers", "packing", "loader", "fresh start", "restore", "ratio", "exact"],
-                [[r["workers"], "FFD 100" if r["packing"] else "none", r["setting"],
-                  r["fresh_first_batch_s"], r["restore_to_first_batch_s"], r["ratio"],
-                  r["restored_batch_is_the_next_one"]] for r in rows])
-    goals = [{"goal": f"restore to first batch <= {GOAL}x a fresh start ({r['workers']} workers, "
-                      f"{'packing' if r['packing'] else 'no packing'}, {r['setting']})",
-              "met": r["ratio"] <= GOAL and r["restored_batch_is_the_next_one"],
-              "detail": f"{r['restore_to_first_batch_s']} s vs {r['fresh_first_batch_s']} s "
-                        f"({r['ratio']}x), exact: {r['restored_batch_is_the_next_one']}"}
-             for r in rows if r["setting"] == "datamodule"]  # the other rows: for reference
+    print_table(
+        f"Restore after {args.after} batches: s to the first batch (qwen2-vl + fast-qwen2-vl)",
+        ["workers", "packing", "loader", "fresh start", "restore", "ratio", "exact"],
+        [
+            [
+                r["workers"],
+                "FFD 100" if r["packing"] else "none",
+                r["setting"],
+                r["fresh_first_batch_s"],
+                r["restore_to_first_batch_s"],
+                r["ratio"],
+                r["restored_batch_is_the_next_one"],
+            ]
+            for r in rows
+        ],
+    )
+    goals = [
+        {
+            "goal": f"restore to first batch <= {GOAL}x a fresh start ({r['workers']} workers, "
+            f"{'packing' if r['packing'] else 'no packing'}, {r['setting']})",
+            "met": r["ratio"] <= GOAL and r["restored_batch_is_the_next_one"],
+            "detail": f"{r['restore_to_first_batch_s']} s vs {r['fresh_first_batch_s']} s "
+            f"({r['ratio']}x), exact: {r['restored_batch_is_the_next_one']}",
+        }
+        for r in rows
+        if r["setting"] == "datamodule"
+    ]  # the other rows: for reference
     for g in goals:
         print(goal_line(g["goal"], g["met"], g["detail"]))
     result = {"restore": rows, "goals": goals, "load_average": [round(v, 2) for v in os.getloadavg()]}
     if "2" in args.workers.split(","):
         cost = result["checkpoint_cost"] = checkpoint_cost(path, tokenizer, rounds=4)
-        print(f"throughput at 2 workers, samples/s: {cost['samples_per_s']} "
-              f"(datamodule, a checkpoint per batch / Energon's defaults: {cost['ratio']}x)")
+        print(
+            f"throughput at 2 workers, samples/s: {cost['samples_per_s']} "
+            f"(datamodule, a checkpoint per batch / Energon's defaults: {cost['ratio']}x)"
+        )
     if args.json:
         print(f"wrote {write_json(args.json, 'loader', result)}")
     return result

@@ -29,8 +29,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import goal_line, print_table, write_json  # noqa: E402
-from _realistic import realistic_dataset, saved_tokenizers  # noqa: E402
+from _common import goal_line, print_table, write_json
+from _realistic import realistic_dataset, saved_tokenizers
 
 MB = 1024 * 1024
 RSS_GOAL_MB = 2048
@@ -62,13 +62,26 @@ def children() -> list[int]:
 
 def config(path: str, tokenizer: str, *, workers: int, packing: bool) -> dict:
     """The Qwen2-VL datamodule config of the measurements."""
-    cfg = {"path": path, "seq_length": 2048, "micro_batch_size": 4, "global_batch_size": 4,
-           "num_workers": workers, "shuffle_buffer_size": 100, "tokenizer": {"path": tokenizer},
-           "image_processor": {"name": "fast-qwen2-vl"}, "task_encoder": {"name": "qwen2-vl"},
-           "batch_format": None}  # batches read as the encoder's (benchmarks/batch_formats.py)
+    cfg = {
+        "path": path,
+        "seq_length": 2048,
+        "micro_batch_size": 4,
+        "global_batch_size": 4,
+        "num_workers": workers,
+        "shuffle_buffer_size": 100,
+        "tokenizer": {"path": tokenizer},
+        "image_processor": {"name": "fast-qwen2-vl"},
+        "task_encoder": {"name": "qwen2-vl"},
+        "batch_format": None,
+    }  # batches read as the encoder's (benchmarks/batch_formats.py)
     if packing:
-        cfg.update(seq_length=4096, micro_batch_size=1, global_batch_size=1,
-                   packing_buffer_size=100, packing={"name": "first-fit-decreasing"})
+        cfg.update(
+            seq_length=4096,
+            micro_batch_size=1,
+            global_batch_size=1,
+            packing_buffer_size=100,
+            packing={"name": "first-fit-decreasing"},
+        )
     return cfg
 
 
@@ -84,8 +97,13 @@ def worker_rss(path: str, tokenizer: str, batches: int, packing: bool) -> dict:
     seconds = time.perf_counter() - start
     workers = [rss_mb(pid, "VmHWM") for pid in children()]
     workers = [w for w in workers if w is not None]
-    result = {"packing": packing, "batches": batches, "seconds": round(seconds, 1),
-              "worker_peak_rss_mb": workers, "main_rss_mb": rss_mb()}
+    result = {
+        "packing": packing,
+        "batches": batches,
+        "seconds": round(seconds, 1),
+        "worker_peak_rss_mb": workers,
+        "main_rss_mb": rss_mb(),
+    }
     del iterator
     dm.train_dataloader_object = None
     del dm
@@ -114,9 +132,12 @@ def rebuilt(path: str, tokenizer: str, rebuilds: int, kind: str) -> dict:
         del iterator, loader, dm
         gc.collect()
         series.append(rss_mb())
-    return {"kind": kind, "rss_mb": series,
-            "growth_mb": round(series[-1] - series[0], 1),
-            "growth_per_loader_mb": round((series[-1] - series[0]) / max(1, len(series) - 1), 1)}
+    return {
+        "kind": kind,
+        "rss_mb": series,
+        "growth_mb": round(series[-1] - series[0], 1),
+        "growth_per_loader_mb": round((series[-1] - series[0]) / max(1, len(series) - 1), 1),
+    }
 
 
 def main(argv=None) -> dict:
@@ -148,27 +169,40 @@ def main(argv=None) -> dict:
     kinds = ("datamodule", "hand-wired", "hand-wired, watchdog_timeout_seconds=None")
     for kind in kinds[:1] if args.quick else kinds:
         result["rebuilt"].append(rebuilt(path, tokenizer, args.rebuilds, kind))
-    print_table("Worker RSS, qwen2-vl + fast-qwen2-vl, 2 workers, shuffle buffer 100 (MiB)",
-                ["packing", "batches", "worker peak RSS", "main RSS"],
-                [["FFD, buffer 100" if r["packing"] else "none (micro batch 4)", r["batches"],
-                  ", ".join(str(w) for w in r["worker_peak_rss_mb"]), r["main_rss_mb"]]
-                 for r in result["workers"]])
-    print_table(f"RSS of this process over {args.rebuilds} rebuilt loaders, 0 workers (MiB)",
-                ["loader", "first", "last", "growth per loader"],
-                [[r["kind"], r["rss_mb"][0], r["rss_mb"][-1], r["growth_per_loader_mb"]]
-                 for r in result["rebuilt"]])
+    print_table(
+        "Worker RSS, qwen2-vl + fast-qwen2-vl, 2 workers, shuffle buffer 100 (MiB)",
+        ["packing", "batches", "worker peak RSS", "main RSS"],
+        [
+            [
+                "FFD, buffer 100" if r["packing"] else "none (micro batch 4)",
+                r["batches"],
+                ", ".join(str(w) for w in r["worker_peak_rss_mb"]),
+                r["main_rss_mb"],
+            ]
+            for r in result["workers"]
+        ],
+    )
+    print_table(
+        f"RSS of this process over {args.rebuilds} rebuilt loaders, 0 workers (MiB)",
+        ["loader", "first", "last", "growth per loader"],
+        [[r["kind"], r["rss_mb"][0], r["rss_mb"][-1], r["growth_per_loader_mb"]] for r in result["rebuilt"]],
+    )
     packed = next(r for r in result["workers"] if r["packing"])
     peak = max(packed["worker_peak_rss_mb"] or [0])
     dm = result["rebuilt"][0]
     result["goals"] = [
-        {"goal": f"worker RSS with Qwen packing (buffer 100) <= {RSS_GOAL_MB} MiB",
-         "met": bool(packed["worker_peak_rss_mb"]) and peak <= RSS_GOAL_MB,
-         "detail": f"peak {peak} MiB per worker"},
-        {"goal": f"RSS flat over {args.rebuilds} rebuilt datamodule loaders (growth <= 10 MiB per loader)",
-         "met": dm["growth_per_loader_mb"] <= 10,
-         "detail": f"{dm['rss_mb'][0]} -> {dm['rss_mb'][-1]} MiB ({dm['growth_per_loader_mb']} MiB per "
-                   f"loader; {result['rebuilt'][-1]['kind']}: "
-                   f"{result['rebuilt'][-1]['growth_per_loader_mb']} MiB per loader)"},
+        {
+            "goal": f"worker RSS with Qwen packing (buffer 100) <= {RSS_GOAL_MB} MiB",
+            "met": bool(packed["worker_peak_rss_mb"]) and peak <= RSS_GOAL_MB,
+            "detail": f"peak {peak} MiB per worker",
+        },
+        {
+            "goal": f"RSS flat over {args.rebuilds} rebuilt datamodule loaders (growth <= 10 MiB per loader)",
+            "met": dm["growth_per_loader_mb"] <= 10,
+            "detail": f"{dm['rss_mb'][0]} -> {dm['rss_mb'][-1]} MiB ({dm['growth_per_loader_mb']} MiB per "
+            f"loader; {result['rebuilt'][-1]['kind']}: "
+            f"{result['rebuilt'][-1]['growth_per_loader_mb']} MiB per loader)",
+        },
     ]
     for g in result["goals"]:
         print(goal_line(g["goal"], g["met"], g["detail"]))

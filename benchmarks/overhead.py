@@ -32,8 +32,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import goal_line, print_table, write_json  # noqa: E402
-from _pipeline import load_average, prepare, quiet_loading, timed_batches  # noqa: E402
+from _common import goal_line, print_table, write_json
+from _pipeline import load_average, prepare, quiet_loading, timed_batches
 
 GOAL_RATIO = 0.98
 
@@ -61,12 +61,17 @@ def build_loaders(config: dict):
 
 
 #: Files whose code runs only in the framework's loader (the task encoder is shared by both).
-FRAMEWORK_ONLY = ("energon_plugins/loading/dataloader.py", "energon_plugins/loading/errors_policy.py",
-                  "energon_plugins/loading/transfer.py", "energon_plugins/loading/datamodule.py",
-                  "energon_plugins/loading/formatting.py", "energon_plugins/encoding/batch_formats/base.py",
-                  "energon_plugins/encoding/batch_formats/bridge.py",
-                  "energon_plugins/encoding/batch_formats/labels.py",
-                  "energon_plugins/encoding/batch_formats/visual_inputs.py")
+FRAMEWORK_ONLY = (
+    "energon_plugins/loading/dataloader.py",
+    "energon_plugins/loading/errors_policy.py",
+    "energon_plugins/loading/transfer.py",
+    "energon_plugins/loading/datamodule.py",
+    "energon_plugins/loading/formatting.py",
+    "energon_plugins/encoding/batch_formats/base.py",
+    "energon_plugins/encoding/batch_formats/bridge.py",
+    "energon_plugins/encoding/batch_formats/labels.py",
+    "energon_plugins/encoding/batch_formats/visual_inputs.py",
+)
 
 
 def framework_own_share(iterator, batches: int) -> dict:
@@ -83,10 +88,17 @@ def framework_own_share(iterator, batches: int) -> dict:
     timed_batches(iterator, batches)
     profiler.disable()
     stats = pstats.Stats(profiler)
-    own = sum(tt for (file, _, _), (_, _, tt, _, _) in stats.stats.items()
-              if file.replace("\\", "/").endswith(FRAMEWORK_ONLY))
-    return {"framework_own_s": round(own, 5), "profiled_s": round(stats.total_tt, 4),
-            "share": round(own / stats.total_tt, 5), "batches": batches}
+    own = sum(
+        tt
+        for (file, _, _), (_, _, tt, _, _) in stats.stats.items()
+        if file.replace("\\", "/").endswith(FRAMEWORK_ONLY)
+    )
+    return {
+        "framework_own_s": round(own, 5),
+        "profiled_s": round(stats.total_tt, 4),
+        "share": round(own / stats.total_tt, 5),
+        "batches": batches,
+    }
 
 
 def raw_reader(path: str, batch_size: int):
@@ -97,10 +109,15 @@ def raw_reader(path: str, batch_size: int):
         def batch(self, samples):
             return samples
 
-    dataset = get_train_dataset(path, split_part="train", batch_size=batch_size,
-                                shuffle_buffer_size=100, max_samples_per_sequence=None,
-                                task_encoder=Raw(),
-                                worker_config=WorkerConfig.default_worker_config(0))
+    dataset = get_train_dataset(
+        path,
+        split_part="train",
+        batch_size=batch_size,
+        shuffle_buffer_size=100,
+        max_samples_per_sequence=None,
+        task_encoder=Raw(),
+        worker_config=WorkerConfig.default_worker_config(0),
+    )
     return iter(get_savable_loader(dataset))
 
 
@@ -131,12 +148,11 @@ def measure(rounds: int, batches: int, cache_dir: str | None = None) -> dict:
     from energon_plugins.loading import storage
 
     config = prepare(cache_dir)
-    noop = lambda: None  # noqa: E731
+    noop = lambda: None
     was_skipped = storage.local_metrics_skipped()
     with quiet_loading(1):
         dm, framework, hand = build_loaders(config)
-        overhead = interleave({"framework": (framework, noop), "hand-wired": (hand, noop)},
-                              rounds, batches)
+        overhead = interleave({"framework": (framework, noop), "hand-wired": (hand, noop)}, rounds, batches)
         own = framework_own_share(framework, batches)
         msc = interleave(
             {
@@ -163,8 +179,7 @@ def measure(rounds: int, batches: int, cache_dir: str | None = None) -> dict:
         return {
             "cpu_samples_per_s": {k: round(v, 1) for k, v in best_cpu.items()},
             "wall_samples_per_s": {k: round(v, 1) for k, v in best_wall.items()},
-            "cpu_samples_per_s_median": {
-                k: round(statistics.median(v), 1) for k, v in series["cpu"].items()},
+            "cpu_samples_per_s_median": {k: round(statistics.median(v), 1) for k, v in series["cpu"].items()},
             "ratio_cpu": round(best_cpu[a] / best_cpu[b], 4),
             "ratio_wall": round(best_wall[a] / best_wall[b], 4),
             "ratio_cpu_paired_median": round(_paired_ratio(series["cpu"], a, b), 4),
@@ -180,8 +195,9 @@ def measure(rounds: int, batches: int, cache_dir: str | None = None) -> dict:
         "overhead": summary(overhead, "framework", "hand-wired"),
         "framework_own_time": own,
         "msc_metrics": summary(msc, "msc metrics skipped", "msc metrics (default)"),
-        "msc_metrics_raw_reads": summary(msc_raw, "raw reads, msc metrics skipped",
-                                         "raw reads, msc metrics (default)"),
+        "msc_metrics_raw_reads": summary(
+            msc_raw, "raw reads, msc metrics skipped", "raw reads, msc metrics (default)"
+        ),
         "goal_ratio": GOAL_RATIO,
     }
 
@@ -200,15 +216,17 @@ def main(argv=None) -> dict:
     result = measure(args.rounds, args.batches, args.cache_dir)
 
     rows = []
-    for section, a, b in (("overhead", "framework", "hand-wired"),
-                          ("msc_metrics", "msc metrics skipped", "msc metrics (default)"),
-                          ("msc_metrics_raw_reads", "raw reads, msc metrics skipped",
-                           "raw reads, msc metrics (default)")):
+    for section, a, b in (
+        ("overhead", "framework", "hand-wired"),
+        ("msc_metrics", "msc metrics skipped", "msc metrics (default)"),
+        ("msc_metrics_raw_reads", "raw reads, msc metrics skipped", "raw reads, msc metrics (default)"),
+    ):
         s = result[section]
         for name in (a, b):
             rows.append([name, s["cpu_samples_per_s"][name], s["wall_samples_per_s"][name], "", ""])
-        rows.append([f"  ratio {a} / {b} (best rounds)", "", "", f"{s['ratio_cpu']:.3f}",
-                     f"{s['ratio_wall']:.3f}"])
+        rows.append(
+            [f"  ratio {a} / {b} (best rounds)", "", "", f"{s['ratio_cpu']:.3f}", f"{s['ratio_wall']:.3f}"]
+        )
         rows.append(["  median of per-round ratios", "", "", f"{s['ratio_cpu_paired_median']:.3f}", ""])
     print_table(
         f"Loader overhead, 0 workers, batch {result['micro_batch_size']}, {result['rounds']} "
@@ -217,23 +235,29 @@ def main(argv=None) -> dict:
         rows,
     )
     ratio = result["overhead"]["ratio_cpu"]
-    result["goals"] = [{
-        "goal": f"framework / hand-wired throughput >= {GOAL_RATIO}",
-        "met": ratio >= GOAL_RATIO,
-        "detail": f"ratio {ratio:.3f} (CPU time, best rounds), "
-                  f"{result['overhead']['ratio_cpu_paired_median']:.3f} (median of per-round ratios), "
-                  f"{result['overhead']['ratio_wall']:.3f} (wall)",
-    }]
+    result["goals"] = [
+        {
+            "goal": f"framework / hand-wired throughput >= {GOAL_RATIO}",
+            "met": ratio >= GOAL_RATIO,
+            "detail": f"ratio {ratio:.3f} (CPU time, best rounds), "
+            f"{result['overhead']['ratio_cpu_paired_median']:.3f} (median of per-round ratios), "
+            f"{result['overhead']['ratio_wall']:.3f} (wall)",
+        }
+    ]
     print("Goals:")
     for goal in result["goals"]:
         print("  " + goal_line(goal["goal"], goal["met"], goal["detail"]))
     own = result["framework_own_time"]
-    print(f"Framework-only layers (EnergonDataloader, skip counting, pinning): {own['share']:.3%} "
-          f"of the loop's time under cProfile ({own['framework_own_s']} of {own['profiled_s']} s)")
+    print(
+        f"Framework-only layers (EnergonDataloader, skip counting, pinning): {own['share']:.3%} "
+        f"of the loop's time under cProfile ({own['framework_own_s']} of {own['profiled_s']} s)"
+    )
     gain = result["msc_metrics"]["ratio_cpu"]
     raw_gain = result["msc_metrics_raw_reads"]["ratio_cpu"]
-    print(f"MSC metrics skipped: {gain:.3f}x the default throughput of the whole pipeline, "
-          f"{raw_gain:.3f}x for reading and decoding alone (CPU time)")
+    print(
+        f"MSC metrics skipped: {gain:.3f}x the default throughput of the whole pipeline, "
+        f"{raw_gain:.3f}x for reading and decoding alone (CPU time)"
+    )
     if args.json:
         print(f"wrote {write_json(args.json, 'overhead', result)}")
     return result

@@ -21,10 +21,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import goal_line, print_table, write_json  # noqa: E402
+from _common import goal_line, print_table, write_json
 
-import energon_plugins  # noqa: E402
-from energon_plugins.encoding.packing.carry import split_carry  # noqa: E402
+import energon_plugins
+from energon_plugins.encoding.packing.carry import split_carry
 
 CAPACITY = 4096
 BUFFER_SIZES = (50, 200, 1000)

@@ -22,8 +22,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import goal_line, print_table, write_json  # noqa: E402
-from packing import sample_lengths  # noqa: E402
+from _common import goal_line, print_table, write_json
+from packing import sample_lengths
 
 CAPACITY = 4096
 BUFFER_SIZES = (50, 200, 1000)
@@ -45,7 +45,10 @@ def make_encoder(context, lengths):
             n = lengths[int(sample.__key__.rsplit("-", 1)[1])]
             ids = torch.arange(n, dtype=torch.long) % 30_000
             return EncodedSample.derive_from(
-                sample, input_ids=ids, labels=ids.clone(), loss_mask=torch.ones(n),
+                sample,
+                input_ids=ids,
+                labels=ids.clone(),
+                loss_mask=torch.ones(n),
                 seq_lengths=[n],
             )
 
@@ -58,8 +61,15 @@ def run(path, lengths, name, buffer_size, carry, samples):
 
     packing = energon_plugins.create("packing_strategy", name, {"carry_over": carry})
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(path), None, None, seq_length=CAPACITY, micro_batch_size=1, num_workers=0,
-        shuffle_buffer_size=100, packing_buffer_size=buffer_size, packing=packing,
+        str(path),
+        None,
+        None,
+        seq_length=CAPACITY,
+        micro_batch_size=1,
+        num_workers=0,
+        shuffle_buffer_size=100,
+        packing_buffer_size=buffer_size,
+        packing=packing,
         batch_format=None,  # the encoder's packed batches, read below
     )
     encoder = make_encoder(dm.build_context("train"), lengths)
@@ -97,10 +107,19 @@ def main(argv=None) -> int:
     lengths = sample_lengths(dataset_size, args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.data) if args.data else Path(tmp) / "vqa"
-        info = write_dataset(root, kind="vqa", num_samples=dataset_size, samples_per_shard=100,
-                             split_ratio=(("train", 1.0),), image_size=(8, 8), seed=args.seed)
-        print(f"dataset: {dataset_size} samples at {info.path}; {args.samples} samples "
-              f"packed per run, capacity {CAPACITY}")
+        info = write_dataset(
+            root,
+            kind="vqa",
+            num_samples=dataset_size,
+            samples_per_shard=100,
+            split_ratio=(("train", 1.0),),
+            image_size=(8, 8),
+            seed=args.seed,
+        )
+        print(
+            f"dataset: {dataset_size} samples at {info.path}; {args.samples} samples "
+            f"packed per run, capacity {CAPACITY}"
+        )
         results = {}
         rows = []
         for buffer_size in BUFFER_SIZES:
@@ -108,28 +127,49 @@ def main(argv=None) -> int:
                 for carry in (False, True):
                     r = run(info.path, lengths, name, buffer_size, carry, args.samples)
                     results[f"{name}@{buffer_size}{'+carry' if carry else ''}"] = r
-                    rows.append([name, buffer_size, "yes" if carry else "no", f"{r['fill']:.4f}",
-                                 r["packs"], r["samples"], r["carried"], r["lost"],
-                                 f"{r['samples_per_s']:.0f}"])
-    print_table("Packing through the encoder (EnergonMultiModalDataModule, Energon loader)",
-                ["strategy", "buffer", "carry-over", "fill", "packs", "samples", "carried",
-                 "lost", "samples/s"], rows)
+                    rows.append(
+                        [
+                            name,
+                            buffer_size,
+                            "yes" if carry else "no",
+                            f"{r['fill']:.4f}",
+                            r["packs"],
+                            r["samples"],
+                            r["carried"],
+                            r["lost"],
+                            f"{r['samples_per_s']:.0f}",
+                        ]
+                    )
+    print_table(
+        "Packing through the encoder (EnergonMultiModalDataModule, Energon loader)",
+        ["strategy", "buffer", "carry-over", "fill", "packs", "samples", "carried", "lost", "samples/s"],
+        rows,
+    )
     goals = []
     for name in STRATEGIES:
         r = results[f"{name}@200+carry"]
-        goals.append((f"{name} with carry-over through the encoder: fill >= 0.995 at buffer 200, "
-                      "0 lost", r["fill"] >= 0.995 and r["lost"] == 0,
-                      f"fill {r['fill']:.4f} (without: {results[f'{name}@200']['fill']:.4f}), "
-                      f"lost {r['lost']}"))
+        goals.append(
+            (
+                f"{name} with carry-over through the encoder: fill >= 0.995 at buffer 200, 0 lost",
+                r["fill"] >= 0.995 and r["lost"] == 0,
+                f"fill {r['fill']:.4f} (without: {results[f'{name}@200']['fill']:.4f}), lost {r['lost']}",
+            )
+        )
     print("Goals:")
     for label, ok, detail in goals:
         print("  " + goal_line(label, ok, detail))
     if args.json:
-        path = write_json(args.json, "packing_encoder", {
-            "samples": args.samples, "seed": args.seed, "capacity": CAPACITY,
-            "results": results,
-            "goals": [{"goal": g, "met": ok, "detail": d} for g, ok, d in goals],
-        })
+        path = write_json(
+            args.json,
+            "packing_encoder",
+            {
+                "samples": args.samples,
+                "seed": args.seed,
+                "capacity": CAPACITY,
+                "results": results,
+                "goals": [{"goal": g, "met": ok, "detail": d} for g, ok, d in goals],
+            },
+        )
         print(f"wrote {path}")
     return 0
 

@@ -39,8 +39,8 @@ from typing import Any
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import goal_line, print_table, write_json  # noqa: E402
-from _realistic import image_stats, realistic_dataset, saved_tokenizers  # noqa: E402
+from _common import goal_line, print_table, write_json
+from _realistic import image_stats, realistic_dataset, saved_tokenizers
 
 SEQ = 2048
 MBS = 4
@@ -57,27 +57,41 @@ def contenders(path: str, tokenizers: dict[str, str], quick: bool) -> dict[str, 
     """family -> name -> spec: ``{"kind": "hand"|"project", ...}``; the first is the baseline."""
     fast_clip = {"name": "fast-clip", "options": {"size": {"shortest_edge": 336}, "crop_size": 336}}
     llava = {
-        "hand-written (CLIPImageProcessor, torchvision)": {"kind": "hand", "family": "llava",
-                                                            "processor_kwargs": CLIP_336},
+        "hand-written (CLIPImageProcessor, torchvision)": {
+            "kind": "hand",
+            "family": "llava",
+            "processor_kwargs": CLIP_336,
+        },
         "llava + fast-clip": {"kind": "project", "encoder": "llava", "processor": fast_clip},
         "llava + hf CLIPImageProcessor": {
-            "kind": "project", "encoder": "llava",
-            "processor": {"name": "hf", "options": {"class_name": "CLIPImageProcessor",
-                                                    "kwargs": CLIP_336}}},
+            "kind": "project",
+            "encoder": "llava",
+            "processor": {"name": "hf", "options": {"class_name": "CLIPImageProcessor", "kwargs": CLIP_336}},
+        },
         "llava + fast-clip (jpeg_draft)": {
-            "kind": "project", "encoder": "llava",
-            "processor": {"name": "fast-clip",
-                          "options": {**fast_clip["options"], "jpeg_draft": True}}},
+            "kind": "project",
+            "encoder": "llava",
+            "processor": {"name": "fast-clip", "options": {**fast_clip["options"], "jpeg_draft": True}},
+        },
     }
     qwen = {
         "hand-written (Qwen2VLImageProcessor, torchvision)": {"kind": "hand", "family": "qwen2"},
-        "qwen2-vl + fast-qwen2-vl": {"kind": "project", "encoder": "qwen2-vl",
-                                     "processor": {"name": "fast-qwen2-vl"}},
-        "qwen2-vl + hf qwen2-vl": {"kind": "project", "encoder": "qwen2-vl",
-                                   "processor": {"name": "qwen2-vl"}},
+        "qwen2-vl + fast-qwen2-vl": {
+            "kind": "project",
+            "encoder": "qwen2-vl",
+            "processor": {"name": "fast-qwen2-vl"},
+        },
+        "qwen2-vl + hf qwen2-vl": {
+            "kind": "project",
+            "encoder": "qwen2-vl",
+            "processor": {"name": "qwen2-vl"},
+        },
         "qwen2-vl + fast-qwen2-vl + FFD packing": {
-            "kind": "project", "encoder": "qwen2-vl", "processor": {"name": "fast-qwen2-vl"},
-            "packing": True},
+            "kind": "project",
+            "encoder": "qwen2-vl",
+            "processor": {"name": "fast-qwen2-vl"},
+            "packing": True,
+        },
     }
     if quick:
         llava = dict(list(llava.items())[:2])
@@ -90,25 +104,41 @@ def build(spec: dict[str, Any], path: str, tokenizers: dict[str, str], workers: 
     if spec["kind"] == "hand":
         from _handwritten import hand_written_loader
 
-        return hand_written_loader(path, spec["family"], tokenizers[spec["family"]], workers=workers,
-                                   micro_batch_size=MBS, seq_length=SEQ, shuffle_buffer_size=100,
-                                   processor_kwargs=spec.get("processor_kwargs"))
+        return hand_written_loader(
+            path,
+            spec["family"],
+            tokenizers[spec["family"]],
+            workers=workers,
+            micro_batch_size=MBS,
+            seq_length=SEQ,
+            shuffle_buffer_size=100,
+            processor_kwargs=spec.get("processor_kwargs"),
+        )
     from energon_plugins import EnergonMultiModalDataModule
 
     family = "llava" if spec["encoder"] == "llava" else "qwen2"
     config = {
-        "path": path, "seq_length": SEQ, "micro_batch_size": MBS, "global_batch_size": MBS,
+        "path": path,
+        "seq_length": SEQ,
+        "micro_batch_size": MBS,
+        "global_batch_size": MBS,
         "num_workers": workers,
-        "shuffle_buffer_size": 100, "tokenizer": {"path": tokenizers[family]},
-        "image_processor": spec["processor"], "task_encoder": {"name": spec["encoder"]},
+        "shuffle_buffer_size": 100,
+        "tokenizer": {"path": tokenizers[family]},
+        "image_processor": spec["processor"],
+        "task_encoder": {"name": spec["encoder"]},
         # the encoder's batch, compared field by field with the hand-written loop's (the
         # batch formats' own cost is benchmarks/batch_formats.py)
         "batch_format": None,
     }
     if spec.get("packing"):
-        config.update(seq_length=PACK_SEQ, micro_batch_size=1, global_batch_size=1,
-                      packing_buffer_size=PACK_BUFFER,
-                      packing={"name": "first-fit-decreasing"})
+        config.update(
+            seq_length=PACK_SEQ,
+            micro_batch_size=1,
+            global_batch_size=1,
+            packing_buffer_size=PACK_BUFFER,
+            packing={"name": "first-fit-decreasing"},
+        )
     return EnergonMultiModalDataModule.from_config(config).train_dataloader()
 
 
@@ -135,8 +165,9 @@ def cpu_seconds() -> float:
     return total
 
 
-def one_round(spec, path, tokenizers, workers, batches, warmup,
-              min_seconds: float = MIN_SECONDS) -> dict[str, float]:
+def one_round(
+    spec, path, tokenizers, workers, batches, warmup, min_seconds: float = MIN_SECONDS
+) -> dict[str, float]:
     """First-batch seconds, and samples per second of wall and of CPU time, of a fresh loader."""
     start = time.perf_counter()
     iterator = iter(build(spec, path, tokenizers, workers))
@@ -152,37 +183,48 @@ def one_round(spec, path, tokenizers, workers, batches, warmup,
     seconds, cpu = time.perf_counter() - start, cpu_seconds() - cpu
     del iterator
     gc.collect()
-    return {"first_batch_s": first, "samples_per_s": samples / seconds,
-            "samples_per_cpu_s": samples / max(cpu, 1e-9)}
+    return {
+        "first_batch_s": first,
+        "samples_per_s": samples / seconds,
+        "samples_per_cpu_s": samples / max(cpu, 1e-9),
+    }
 
 
-def measure(family_specs, path, tokenizers, workers, rounds, batches,
-            min_seconds: float = MIN_SECONDS) -> dict[str, Any]:
+def measure(
+    family_specs, path, tokenizers, workers, rounds, batches, min_seconds: float = MIN_SECONDS
+) -> dict[str, Any]:
     """Interleaved rounds of every contender of one family at ``workers`` workers."""
     names = list(family_specs)
     per_round: dict[str, list[dict[str, float]]] = {n: [] for n in names}
     warmup = 2 * workers + 1  # the prefetch queue (2 per worker) is drained before timing
     for r in range(rounds):
-        order = names[r % len(names):] + names[: r % len(names)]
+        order = names[r % len(names) :] + names[: r % len(names)]
         for name in order:
-            per_round[name].append(one_round(family_specs[name], path, tokenizers, workers,
-                                             batches, warmup, min_seconds))
+            per_round[name].append(
+                one_round(family_specs[name], path, tokenizers, workers, batches, warmup, min_seconds)
+            )
     baseline = names[0]
     out = {}
     for name in names:
         rates = [x["samples_per_s"] for x in per_round[name]]
-        ratios = [x["samples_per_s"] / b["samples_per_s"]
-                  for x, b in zip(per_round[name], per_round[baseline])]
+        ratios = [
+            x["samples_per_s"] / b["samples_per_s"] for x, b in zip(per_round[name], per_round[baseline])
+        ]
         cpu_rates = [x["samples_per_cpu_s"] for x in per_round[name]]
         out[name] = {
             "samples_per_cpu_s_median": round(statistics.median(cpu_rates), 2),
-            "cpu_ratio_to_hand_written": round(statistics.median(cpu_rates) / statistics.median(
-                x["samples_per_cpu_s"] for x in per_round[baseline]), 3),
+            "cpu_ratio_to_hand_written": round(
+                statistics.median(cpu_rates)
+                / statistics.median(x["samples_per_cpu_s"] for x in per_round[baseline]),
+                3,
+            ),
             "samples_per_s_median": round(statistics.median(rates), 2),
             "samples_per_s_rounds": [round(v, 2) for v in rates],
             "first_batch_s_median": round(statistics.median(x["first_batch_s"] for x in per_round[name]), 2),
-            "ratio_to_hand_written": round(statistics.median(rates) / statistics.median(
-                x["samples_per_s"] for x in per_round[baseline]), 3),
+            "ratio_to_hand_written": round(
+                statistics.median(rates) / statistics.median(x["samples_per_s"] for x in per_round[baseline]),
+                3,
+            ),
             "ratio_per_round_median": round(statistics.median(ratios), 3),
         }
     return out
@@ -206,9 +248,11 @@ def check_outputs(path, tokenizers) -> dict[str, Any]:
             "input_ids_identical": same_keys and bool((a.input_ids == b.input_ids).all()),
             "labels_identical": same_keys and not bool(differ.any()),
             "labels_differ_on": sorted({tok.decode([int(t)]) for t in a.input_ids[differ]})
-            if same_keys else None,
+            if same_keys
+            else None,
             "pixel_values_max_abs_diff": round(float((a.pixel_values - b.pixel_values).abs().max()), 6)
-            if a.pixel_values.shape == b.pixel_values.shape else "shapes differ",
+            if a.pixel_values.shape == b.pixel_values.shape
+            else "shapes differ",
         }
         gc.collect()
     return result
@@ -222,8 +266,9 @@ def main(argv=None) -> dict:
     parser.add_argument("--workers", default="0,2")
     parser.add_argument("--samples", type=int, default=240, help="samples in the dataset")
     parser.add_argument("--families", default="llava,qwen", help="model families to measure")
-    parser.add_argument("--min-seconds", type=float, default=MIN_SECONDS,
-                        help="shortest timed window per round")
+    parser.add_argument(
+        "--min-seconds", type=float, default=MIN_SECONDS, help="shortest timed window per round"
+    )
     parser.add_argument("--quick", action="store_true", help="tiny sizes (smoke test)")
     parser.add_argument("--json", metavar="FILE")
     args = parser.parse_args(argv)
@@ -240,27 +285,45 @@ def main(argv=None) -> dict:
 
     path = str(realistic_dataset(args.samples))
     tokenizers = saved_tokenizers()
-    result: dict[str, Any] = {"data": {"samples": args.samples, **image_stats(Path(path))},
-                              "seq_length": SEQ, "micro_batch_size": MBS,
-                              "packing": {"seq_length": PACK_SEQ, "buffer": PACK_BUFFER},
-                              "load_average_before": [round(v, 2) for v in os.getloadavg()],
-                              "outputs": check_outputs(path, tokenizers), "families": {}}
+    result: dict[str, Any] = {
+        "data": {"samples": args.samples, **image_stats(Path(path))},
+        "seq_length": SEQ,
+        "micro_batch_size": MBS,
+        "packing": {"seq_length": PACK_SEQ, "buffer": PACK_BUFFER},
+        "load_average_before": [round(v, 2) for v in os.getloadavg()],
+        "outputs": check_outputs(path, tokenizers),
+        "families": {},
+    }
     specs = contenders(path, tokenizers, args.quick)
     specs = {f: specs[f] for f in args.families.split(",")}
     for family, named in specs.items():
         for workers in (int(w) for w in args.workers.split(",")):
-            figures = measure(named, path, tokenizers, workers, args.rounds, args.batches,
-                              args.min_seconds)
+            figures = measure(named, path, tokenizers, workers, args.rounds, args.batches, args.min_seconds)
             result["families"].setdefault(family, {})[str(workers)] = figures
             print_table(
                 f"{family}, {workers} workers: median of {args.rounds} interleaved rounds "
                 f"({args.batches} batches of {MBS}; data {result['data']})",
-                ["pipeline", "samples/s", "x hand-written", "per-round ratio",
-                 "samples / CPU s", "x hand-written (CPU)", "first batch s"],
-                [[n, f["samples_per_s_median"], f["ratio_to_hand_written"],
-                  f["ratio_per_round_median"], f["samples_per_cpu_s_median"],
-                  f["cpu_ratio_to_hand_written"], f["first_batch_s_median"]]
-                 for n, f in figures.items()],
+                [
+                    "pipeline",
+                    "samples/s",
+                    "x hand-written",
+                    "per-round ratio",
+                    "samples / CPU s",
+                    "x hand-written (CPU)",
+                    "first batch s",
+                ],
+                [
+                    [
+                        n,
+                        f["samples_per_s_median"],
+                        f["ratio_to_hand_written"],
+                        f["ratio_per_round_median"],
+                        f["samples_per_cpu_s_median"],
+                        f["cpu_ratio_to_hand_written"],
+                        f["first_batch_s_median"],
+                    ]
+                    for n, f in figures.items()
+                ],
             )
     result["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
     result["goals"] = goals(result)
@@ -282,23 +345,35 @@ def goals(result: dict[str, Any]) -> list[dict[str, Any]]:
             if name in figures:
                 ratio = figures[name]["ratio_to_hand_written"]
                 cpu_ratio = figures[name]["cpu_ratio_to_hand_written"]
-                out.append({"goal": f"{name} >= {GOALS[family]}x the hand-written pipeline "
-                                    f"({workers} workers)",
-                            "met": ratio >= GOALS[family], "ratio": ratio,
-                            "detail": f"{ratio}x ({figures[name]['samples_per_s_median']} vs "
-                                      f"{next(iter(figures.values()))['samples_per_s_median']} "
-                                      f"samples/s wall; {cpu_ratio}x in samples per CPU second)"})
+                out.append(
+                    {
+                        "goal": f"{name} >= {GOALS[family]}x the hand-written pipeline ({workers} workers)",
+                        "met": ratio >= GOALS[family],
+                        "ratio": ratio,
+                        "detail": f"{ratio}x ({figures[name]['samples_per_s_median']} vs "
+                        f"{next(iter(figures.values()))['samples_per_s_median']} "
+                        f"samples/s wall; {cpu_ratio}x in samples per CPU second)",
+                    }
+                )
             packed = "qwen2-vl + fast-qwen2-vl + FFD packing"
             if family == "qwen" and packed in figures and name in figures:
-                ratio = round(figures[packed]["samples_per_s_median"] / figures[name]["samples_per_s_median"], 3)
-                cpu_ratio = round(figures[packed]["samples_per_cpu_s_median"]
-                                  / figures[name]["samples_per_cpu_s_median"], 3)
-                out.append({"goal": f"packing per-sample throughput >= {PACKING_GOAL}x no packing "
-                                    f"({workers} workers)",
-                            "met": ratio >= PACKING_GOAL, "ratio": ratio,
-                            "detail": f"{ratio}x wall, {cpu_ratio}x per CPU second; first batch "
-                                      f"{figures[packed]['first_batch_s_median']} s packed vs "
-                                      f"{figures[name]['first_batch_s_median']} s unpacked"})
+                ratio = round(
+                    figures[packed]["samples_per_s_median"] / figures[name]["samples_per_s_median"], 3
+                )
+                cpu_ratio = round(
+                    figures[packed]["samples_per_cpu_s_median"] / figures[name]["samples_per_cpu_s_median"], 3
+                )
+                out.append(
+                    {
+                        "goal": f"packing per-sample throughput >= {PACKING_GOAL}x no packing "
+                        f"({workers} workers)",
+                        "met": ratio >= PACKING_GOAL,
+                        "ratio": ratio,
+                        "detail": f"{ratio}x wall, {cpu_ratio}x per CPU second; first batch "
+                        f"{figures[packed]['first_batch_s_median']} s packed vs "
+                        f"{figures[name]['first_batch_s_median']} s unpacked",
+                    }
+                )
     return out
 
 

@@ -33,8 +33,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, write_json  # noqa: E402
-from _pipeline import load_average, prepare, quiet_loading, timed_batches  # noqa: E402
+from _common import print_table, write_json
+from _pipeline import load_average, prepare, quiet_loading, timed_batches
 
 REPO = Path(__file__).resolve().parent.parent
 BASELINE = "b5d3cdd7c58d4e9340543e0aab89c36fe7fbd415"
@@ -43,8 +43,7 @@ BASELINE = "b5d3cdd7c58d4e9340543e0aab89c36fe7fbd415"
 #: stage -> (file suffix, function name) of the entry function whose cumulative time is the stage's.
 STAGES = {
     "read samples from the tar shards (Energon, via MSC)": ("itar_reader.py", "__getitem__"),
-    "  reads through MSC's metrics wrapper (the read included)": ("providers/base.py",
-                                                                   "_emit_metrics"),
+    "  reads through MSC's metrics wrapper (the read included)": ("providers/base.py", "_emit_metrics"),
     "decode PNG + JSON, build the sample (Energon)": ("default_decoder_webdataset.py", "load_sample"),
     "encode_sample (ours)": ("task_encoders/multimodal.py", "encode_sample"),
     "  image processor (hf wrapper + transformers)": ("image_processors/hf.py", "__call__"),
@@ -56,9 +55,7 @@ STAGES = {
 
 def _msc_overhead(stats: pstats.Stats) -> float:
     """Own time of every multi-storage-client function (the read itself is a C builtin)."""
-    return sum(
-        tt for (file, _, _), (_, _, tt, _, _) in stats.stats.items() if "multistorageclient" in file
-    )
+    return sum(tt for (file, _, _), (_, _, tt, _, _) in stats.stats.items() if "multistorageclient" in file)
 
 
 def profile(config: dict, batches: int) -> dict:
@@ -79,34 +76,50 @@ def profile(config: dict, batches: int) -> dict:
     listed = 0.0  # from unrounded times, so the shares add up to 1
     for label, (suffix, name) in STAGES.items():
         cum = sum(
-            ct for (file, _, func), (_, _, _, ct, _) in stats.stats.items()
+            ct
+            for (file, _, func), (_, _, _, ct, _) in stats.stats.items()
             if file.endswith(suffix) and func == name
         )
         stages[label] = {"seconds": round(cum, 4), "share": round(cum / total, 4)}
         if not label.startswith(" "):
             listed += cum
     stages["rest: Energon wrappers (shuffle, blend, map, loader), conversions"] = {
-        "seconds": round(total - listed, 4), "share": round((total - listed) / total, 4)}
+        "seconds": round(total - listed, 4),
+        "share": round((total - listed) / total, 4),
+    }
     msc_own = _msc_overhead(stats)
     stages["MSC bookkeeping (own time of multistorageclient code)"] = {
-        "seconds": round(msc_own, 4), "share": round(msc_own / total, 4)}
+        "seconds": round(msc_own, 4),
+        "share": round(msc_own / total, 4),
+    }
     top = []
     for (file, line, func), (_, ncalls, tt, ct, _) in sorted(
         stats.stats.items(), key=lambda kv: kv[1][2], reverse=True
     )[:15]:
         short = file.split("site-packages/")[-1].split("/work/main/")[-1]
-        top.append({"function": f"{short}:{line}({func})", "calls": ncalls,
-                    "own_s": round(tt, 4), "own_share": round(tt / total, 4),
-                    "cum_s": round(ct, 4)})
-    return {"samples": samples, "profiled_seconds": round(total, 3),
-            "samples_per_s_under_profiler": round(samples / wall, 1),
-            "stages": stages, "top_functions": top}
+        top.append(
+            {
+                "function": f"{short}:{line}({func})",
+                "calls": ncalls,
+                "own_s": round(tt, 4),
+                "own_share": round(tt / total, 4),
+                "cum_s": round(ct, 4),
+            }
+        )
+    return {
+        "samples": samples,
+        "profiled_seconds": round(total, 3),
+        "samples_per_s_under_profiler": round(samples / wall, 1),
+        "stages": stages,
+        "top_functions": top,
+    }
 
 
 def _git_show(rev: str, path: str) -> str | None:
     try:
-        return subprocess.run(["git", "-C", str(REPO), "show", f"{rev}:{path}"], check=True,
-                              capture_output=True, text=True).stdout
+        return subprocess.run(
+            ["git", "-C", str(REPO), "show", f"{rev}:{path}"], check=True, capture_output=True, text=True
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
 
@@ -115,15 +128,23 @@ def _module_from_source(name: str, source: str) -> types.ModuleType:
     module = types.ModuleType(name)
     module.__file__ = f"<{name}>"
     sys.modules[name] = module
-    exec(compile(source, module.__file__, "exec"), module.__dict__)  # noqa: S102 - our own code
+    exec(compile(source, module.__file__, "exec"), module.__dict__)
     return module
 
 
 _MOVED = {
     "host": ("hookspecs", "kinds", "registry", "manager", "api", "context", "_markers"),
     "encoding": ("task_encoders", "image_processors", "packing", "samples", "sample_config"),
-    "loading": ("datamodule", "dataloader", "checkpoint", "transfer", "errors_policy",
-                "dataset_check", "distributed", "storage"),
+    "loading": (
+        "datamodule",
+        "dataloader",
+        "checkpoint",
+        "transfer",
+        "errors_policy",
+        "dataset_check",
+        "distributed",
+        "storage",
+    ),
 }
 
 
@@ -146,8 +167,7 @@ def load_baseline(rev: str):
     # The baseline predates the host / encoding / loading folders: point its imports there.
     conv, multi, hf = (_current_paths(text) for text in (conv, multi, hf))
     _module_from_source("_baseline_conversation", conv)
-    multi = multi.replace("energon_plugins.encoding.task_encoders.conversation",
-                          "_baseline_conversation")
+    multi = multi.replace("energon_plugins.encoding.task_encoders.conversation", "_baseline_conversation")
     encoder_module = _module_from_source("_baseline_multimodal", multi)
     hf_module = _module_from_source("_baseline_hf", hf)
     return encoder_module.MultimodalTaskEncoder, hf_module.HFImageProcessor
@@ -161,9 +181,13 @@ def read_samples(path: str, count: int) -> list:
         def batch(self, samples):
             return samples
 
-    dataset = get_val_dataset(path, split_part="train", batch_size=1,
-                              worker_config=WorkerConfig.default_worker_config(0),
-                              task_encoder=Capture())
+    dataset = get_val_dataset(
+        path,
+        split_part="train",
+        batch_size=1,
+        worker_config=WorkerConfig.default_worker_config(0),
+        task_encoder=Capture(),
+    )
     samples = []
     for batch in get_loader(dataset):
         samples.extend(batch)
@@ -210,28 +234,38 @@ def micro_before_after(tokenizer, sample_config) -> dict:
     Energon tensor -> PIL conversion of a 336 px image (a CLIP-L input size; the demo's 32 px
     images are too small for it to matter).
     """
-    import torch
-
     import _baseline_conversation as old_conv
     import _baseline_hf as old_hf
-    from energon_plugins.encoding.image_processors import hf as new_hf
-    from energon_plugins.encoding.chat import conversation as new_conv
+    import torch
 
-    messages = new_conv.build_messages(sample_config.conversation_template, [
-        ("user", "<image>\nWhat color is the rectangle in the middle?"),
-        ("assistant", "The rectangle is green."),
-    ])
-    assert (old_conv.tokenize_conversation(tokenizer, messages, sample_config)
-            == new_conv.tokenize_conversation(tokenizer, messages, sample_config))
-    tok = _best_us({
-        "baseline": lambda: old_conv.tokenize_conversation(tokenizer, messages, sample_config),
-        "current": lambda: new_conv.tokenize_conversation(tokenizer, messages, sample_config),
-    }, repeats=100)
+    from energon_plugins.encoding.chat import conversation as new_conv
+    from energon_plugins.encoding.image_processors import hf as new_hf
+
+    messages = new_conv.build_messages(
+        sample_config.conversation_template,
+        [
+            ("user", "<image>\nWhat color is the rectangle in the middle?"),
+            ("assistant", "The rectangle is green."),
+        ],
+    )
+    assert old_conv.tokenize_conversation(
+        tokenizer, messages, sample_config
+    ) == new_conv.tokenize_conversation(tokenizer, messages, sample_config)
+    tok = _best_us(
+        {
+            "baseline": lambda: old_conv.tokenize_conversation(tokenizer, messages, sample_config),
+            "current": lambda: new_conv.tokenize_conversation(tokenizer, messages, sample_config),
+        },
+        repeats=100,
+    )
     image = torch.rand(3, 336, 336, generator=torch.Generator().manual_seed(0))
-    pil = _best_us({
-        "baseline": lambda: old_hf.energon_image_to_pil(image),
-        "current": lambda: new_hf.energon_image_to_pil(image),
-    }, repeats=20)
+    pil = _best_us(
+        {
+            "baseline": lambda: old_hf.energon_image_to_pil(image),
+            "current": lambda: new_hf.energon_image_to_pil(image),
+        },
+        repeats=20,
+    )
     return {
         "tokenize_conversation_us": tok,
         "tokenize_conversation_speedup": round(tok["baseline"] / tok["current"], 3),
@@ -259,9 +293,14 @@ def before_after(config: dict, rounds: int, batches: int, rev: str) -> dict:
 
         def loader(encoder):
             dataset = get_train_dataset(
-                dm.path, split_part="train", batch_size=dm.micro_batch_size,
-                shuffle_buffer_size=dm.shuffle_buffer_size, max_samples_per_sequence=None,
-                task_encoder=encoder, worker_config=WorkerConfig.default_worker_config(0))
+                dm.path,
+                split_part="train",
+                batch_size=dm.micro_batch_size,
+                shuffle_buffer_size=dm.shuffle_buffer_size,
+                max_samples_per_sequence=None,
+                task_encoder=encoder,
+                worker_config=WorkerConfig.default_worker_config(0),
+            )
             return iter(get_savable_loader(dataset))
 
         iterators = {"current": loader(current), "baseline": loader(old)}
@@ -320,8 +359,7 @@ def main(argv=None) -> dict:
     print_table(
         "Top functions by own time",
         ["function", "calls", "own s", "share"],
-        [[t["function"][-90:], t["calls"], t["own_s"], f"{t['own_share']:.1%}"]
-         for t in p["top_functions"]],
+        [[t["function"][-90:], t["calls"], t["own_s"], f"{t['own_share']:.1%}"] for t in p["top_functions"]],
     )
     if not args.no_compare:
         cmp = before_after(config, args.rounds, args.batches, args.baseline)
@@ -334,16 +372,22 @@ def main(argv=None) -> dict:
                 f"Cuts: current vs {args.baseline[:10]} (encoder + image wrapper), "
                 f"{args.rounds} interleaved rounds",
                 ["code", "samples/s (CPU)", "ratio"],
-                [["baseline", rates["baseline"], ""], ["current", rates["current"],
-                 f"{cmp['ratio_current_to_baseline']:.3f}"]],
+                [
+                    ["baseline", rates["baseline"], ""],
+                    ["current", rates["current"], f"{cmp['ratio_current_to_baseline']:.3f}"],
+                ],
             )
             us = cmp["encode_sample_us"]
-            print(f"encode_sample alone (64 decoded samples, CPU time): baseline {us['baseline']} µs, "
-                  f"current {us['current']} µs per sample: {cmp['encode_sample_speedup']:.3f}x faster")
+            print(
+                f"encode_sample alone (64 decoded samples, CPU time): baseline {us['baseline']} µs, "
+                f"current {us['current']} µs per sample: {cmp['encode_sample_speedup']:.3f}x faster"
+            )
             t, p = cmp["tokenize_conversation_us"], cmp["image_to_pil_336px_us"]
-            print(f"tokenize_conversation: {t['baseline']} -> {t['current']} µs "
-                  f"({cmp['tokenize_conversation_speedup']:.2f}x); Energon tensor -> PIL, 336 px: "
-                  f"{p['baseline']} -> {p['current']} µs ({cmp['image_to_pil_speedup']:.2f}x)")
+            print(
+                f"tokenize_conversation: {t['baseline']} -> {t['current']} µs "
+                f"({cmp['tokenize_conversation_speedup']:.2f}x); Energon tensor -> PIL, 336 px: "
+                f"{p['baseline']} -> {p['current']} µs ({cmp['image_to_pil_speedup']:.2f}x)"
+            )
     if args.json:
         print(f"wrote {write_json(args.json, 'profile_pipeline', result)}")
     return result

@@ -24,7 +24,7 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
-from _common import print_table  # noqa: E402
+from _common import print_table
 
 # name -> (script, full-run arguments, quick arguments, how the JSON comes back)
 BENCHMARKS = {
@@ -34,8 +34,12 @@ BENCHMARKS = {
     "memory": ("memory.py", [], ["--quick"], "file"),
     "cli_startup": ("cli_startup.py", ["--runs", "9"], ["--runs", "1"], "stdout"),
     "overhead": ("overhead.py", [], ["--quick"], "file"),
-    "packing": ("packing.py", ["--samples", "10000", "--repeats", "5"],
-                ["--samples", "1000", "--repeats", "1"], "file"),
+    "packing": (
+        "packing.py",
+        ["--samples", "10000", "--repeats", "5"],
+        ["--samples", "1000", "--repeats", "1"],
+        "file",
+    ),
     "profile": ("profile_pipeline.py", ["--batches", "30", "--rounds", "6"], ["--quick"], "file"),
     "batch_formats": ("batch_formats.py", [], ["--quick"], "file"),
     "hf_processor": ("hf_processor.py", ["--samples", "96", "--repeats", "3"], ["--quick"], "file"),
@@ -54,11 +58,9 @@ def _run(script: str, args: list[str], mode: str, env: dict) -> dict:
         cmd = [sys.executable, str(HERE / script), *args]
         cmd += ["--json"] if mode == "stdout" else ["--json", str(out_file)]
         start = time.perf_counter()
-        proc = subprocess.run(cmd, env=env, text=True,
-                              stdout=subprocess.PIPE if mode == "stdout" else None)
+        proc = subprocess.run(cmd, env=env, text=True, stdout=subprocess.PIPE if mode == "stdout" else None)
         seconds = time.perf_counter() - start
-        record: dict = {"script": script, "seconds": round(seconds, 1),
-                        "returncode": proc.returncode}
+        record: dict = {"script": script, "seconds": round(seconds, 1), "returncode": proc.returncode}
         try:
             if mode == "stdout":
                 record["result"] = json.loads(proc.stdout)
@@ -94,45 +96,64 @@ def summary_rows(results: dict) -> list[list[str]]:
         o = ov["overhead"]
         for name, rate in o["cpu_samples_per_s"].items():
             add("overhead", f"{name} samples/s (CPU time, 0 workers)", rate)
-        add("overhead", "ratio framework / hand-wired (CPU, best rounds)", f"{o['ratio_cpu']:.3f} "
+        add(
+            "overhead",
+            "ratio framework / hand-wired (CPU, best rounds)",
+            f"{o['ratio_cpu']:.3f} "
             f"(median of per-round ratios {o.get('ratio_cpu_paired_median', float('nan')):.3f}; "
-            f"wall {o['ratio_wall']:.3f})", f">= {ov['goal_ratio']}", o["ratio_cpu"] >= ov["goal_ratio"])
+            f"wall {o['ratio_wall']:.3f})",
+            f">= {ov['goal_ratio']}",
+            o["ratio_cpu"] >= ov["goal_ratio"],
+        )
         own = ov.get("framework_own_time")
         if own:
-            add("overhead", "framework-only layers' own time / loop time (cProfile)",
-                f"{own['share']:.3%}")
+            add("overhead", "framework-only layers' own time / loop time (cProfile)", f"{own['share']:.3%}")
         m = ov["msc_metrics"]
-        add("overhead", "MSC metrics skipped / default: whole pipeline (CPU, best rounds)",
+        add(
+            "overhead",
+            "MSC metrics skipped / default: whole pipeline (CPU, best rounds)",
             f"{m['ratio_cpu']:.3f} (median of per-round ratios "
-            f"{m.get('ratio_cpu_paired_median', float('nan')):.3f})")
+            f"{m.get('ratio_cpu_paired_median', float('nan')):.3f})",
+        )
         raw = ov.get("msc_metrics_raw_reads")
         if raw:
-            add("overhead", "MSC metrics skipped / default: read + decode only (CPU, best rounds)",
+            add(
+                "overhead",
+                "MSC metrics skipped / default: read + decode only (CPU, best rounds)",
                 f"{raw['ratio_cpu']:.3f} (median of per-round ratios "
-                f"{raw.get('ratio_cpu_paired_median', float('nan')):.3f})")
+                f"{raw.get('ratio_cpu_paired_median', float('nan')):.3f})",
+            )
     pl = _get(results, "pipelines", "result")
     if pl:
         for family, by_workers in pl.get("families", {}).items():
             for workers, figures in by_workers.items():
                 base = next(iter(figures))
                 for name, f in figures.items():
-                    add("pipelines", f"{name}, {workers} workers: samples/s (x {base}; first batch)",
+                    add(
+                        "pipelines",
+                        f"{name}, {workers} workers: samples/s (x {base}; first batch)",
                         f"{f['samples_per_s_median']} ({f['ratio_to_hand_written']}x; "
-                        f"{f['first_batch_s_median']} s)")
+                        f"{f['first_batch_s_median']} s)",
+                    )
         for goal in pl.get("goals", []):
             add("pipelines", goal["goal"], goal["detail"], "", goal["met"])
         for family, check in pl.get("outputs", {}).items():
-            add("pipelines", f"{family}: same outputs as the hand-written pipeline (first batch)",
+            add(
+                "pipelines",
+                f"{family}: same outputs as the hand-written pipeline (first batch)",
                 f"ids identical {check['input_ids_identical']}, labels identical "
                 f"{check['labels_identical']} (differ on tokens {check.get('labels_differ_on')}), "
-                f"max pixel diff {check['pixel_values_max_abs_diff']}")
+                f"max pixel diff {check['pixel_values_max_abs_diff']}",
+            )
     ip = _get(results, "image_processors", "result")
     if ip:
         for row in ip.get("rows", []):
-            add("image_processors", f"{row['family']} {row['long_side']} px: transformers "
-                "(torchvision) / fast, ms per image",
+            add(
+                "image_processors",
+                f"{row['family']} {row['long_side']} px: transformers (torchvision) / fast, ms per image",
                 f"{row['hf_ms']} / {row['fast_ms']} ({row['ratio']}x; max diff "
-                f"{row['max_abs_diff']}; from JPEG {row['from_jpeg_ratio']}x)")
+                f"{row['max_abs_diff']}; from JPEG {row['from_jpeg_ratio']}x)",
+            )
         for goal in ip.get("goals", []):
             add("image_processors", goal["goal"], goal["detail"], "", goal["met"])
     lo = _get(results, "loader", "result")
@@ -145,8 +166,11 @@ def summary_rows(results: dict) -> list[list[str]]:
             what = "packing buffer 100" if r["packing"] else "no packing"
             add("memory", f"worker peak RSS, 2 workers, {what}", f"{r['worker_peak_rss_mb']} MiB")
         for r in me.get("rebuilt", []):
-            add("memory", f"RSS over rebuilt loaders ({r['kind']})",
-                f"{r['rss_mb'][0]} -> {r['rss_mb'][-1]} MiB ({r['growth_per_loader_mb']} MiB per loader)")
+            add(
+                "memory",
+                f"RSS over rebuilt loaders ({r['kind']})",
+                f"{r['rss_mb'][0]} -> {r['rss_mb'][-1]} MiB ({r['growth_per_loader_mb']} MiB per loader)",
+            )
         for goal in me.get("goals", []):
             add("memory", goal["goal"], goal["detail"], "", goal["met"])
     pk = _get(results, "packing", "result")
@@ -156,19 +180,28 @@ def summary_rows(results: dict) -> list[list[str]]:
     cli = _get(results, "cli_startup", "result")
     if cli:
         regular = cli.get("regular_install") or cli
-        add("cli_startup", "`energon-plugins list` / `python -c pass`, regular install (wall; CPU time)",
+        add(
+            "cli_startup",
+            "`energon-plugins list` / `python -c pass`, regular install (wall; CPU time)",
             f"{regular['cli_median_s'] * 1000:.0f} / {regular['baseline_median_s'] * 1000:.0f} ms "
-            f"({regular['ratio']}x; CPU {regular.get('cpu_ratio')}x)", f"<= {cli['goal_ratio']}",
-            regular["ratio"] <= cli["goal_ratio"])
+            f"({regular['ratio']}x; CPU {regular.get('cpu_ratio')}x)",
+            f"<= {cli['goal_ratio']}",
+            regular["ratio"] <= cli["goal_ratio"],
+        )
         floor = (regular.get("breakdown_median_s") or {}).get("import pluggy (loads every plugin)")
         if floor:
-            add("cli_startup", "`import pluggy` alone / `python -c pass`, regular install",
-                f"{floor / regular['baseline_median_s']:.2f}x (a floor of `list`)")
-        add("cli_startup", "the same in the project's .venv (editable installs)",
-            f"{cli['cli_median_s'] * 1000:.0f} / {cli['baseline_median_s'] * 1000:.0f} ms ({cli['ratio']}x)")
+            add(
+                "cli_startup",
+                "`import pluggy` alone / `python -c pass`, regular install",
+                f"{floor / regular['baseline_median_s']:.2f}x (a floor of `list`)",
+            )
+        add(
+            "cli_startup",
+            "the same in the project's .venv (editable installs)",
+            f"{cli['cli_median_s'] * 1000:.0f} / {cli['baseline_median_s'] * 1000:.0f} ms ({cli['ratio']}x)",
+        )
         heavy = cli.get("heavy_modules_imported_by_list") or []
-        add("cli_startup", "heavy modules imported by `list`", ", ".join(heavy) or "none", "none",
-            not heavy)
+        add("cli_startup", "heavy modules imported by `list`", ", ".join(heavy) or "none", "none", not heavy)
     pr = _get(results, "profile", "result")
     if pr:
         for stage, v in _get(pr, "profile", "stages", default={}).items():
@@ -176,55 +209,90 @@ def summary_rows(results: dict) -> list[list[str]]:
         ba = pr.get("before_after") or {}
         if "ratio_current_to_baseline" in ba:
             rates = ba["cpu_samples_per_s"]
-            add("profile", f"cuts: current / {ba['baseline_revision'][:10]} samples/s (CPU)",
-                f"{rates['current']} / {rates['baseline']} ({ba['ratio_current_to_baseline']:.3f}x)")
+            add(
+                "profile",
+                f"cuts: current / {ba['baseline_revision'][:10]} samples/s (CPU)",
+                f"{rates['current']} / {rates['baseline']} ({ba['ratio_current_to_baseline']:.3f}x)",
+            )
         if "encode_sample_us" in ba:
             us = ba["encode_sample_us"]
-            add("profile", "cuts: encode_sample alone, µs per sample current / baseline",
-                f"{us['current']} / {us['baseline']} ({ba['encode_sample_speedup']:.3f}x faster)")
+            add(
+                "profile",
+                "cuts: encode_sample alone, µs per sample current / baseline",
+                f"{us['current']} / {us['baseline']} ({ba['encode_sample_speedup']:.3f}x faster)",
+            )
         if "tokenize_conversation_us" in ba:
             t, p = ba["tokenize_conversation_us"], ba["image_to_pil_336px_us"]
-            add("profile", "cuts: tokenize_conversation, µs current / baseline",
-                f"{t['current']} / {t['baseline']} ({ba['tokenize_conversation_speedup']:.2f}x faster)")
-            add("profile", "cuts: Energon tensor -> PIL (336 px), µs current / baseline",
-                f"{p['current']} / {p['baseline']} ({ba['image_to_pil_speedup']:.2f}x faster)")
+            add(
+                "profile",
+                "cuts: tokenize_conversation, µs current / baseline",
+                f"{t['current']} / {t['baseline']} ({ba['tokenize_conversation_speedup']:.2f}x faster)",
+            )
+            add(
+                "profile",
+                "cuts: Energon tensor -> PIL (336 px), µs current / baseline",
+                f"{p['current']} / {p['baseline']} ({ba['image_to_pil_speedup']:.2f}x faster)",
+            )
     bf = _get(results, "batch_formats", "result")
     if bf:
         for goal in bf.get("goals", []):
             add("batch_formats", goal["goal"], goal["detail"], "", goal["met"])
     vh = _get(results, "validation_heap", "result")
     if vh:
-        add("validation_heap", f"validation pass at 0 workers beside ~{vh['objects_in_process']:,} objects: "
-            "Energon (no freeze) / with the freeze rule, s", " / ".join(
-                f"{v:.3f}" for v in vh["median_pass_seconds"].values()) + f" ({vh['speedup']}x)")
+        add(
+            "validation_heap",
+            f"validation pass at 0 workers beside ~{vh['objects_in_process']:,} objects: "
+            "Energon (no freeze) / with the freeze rule, s",
+            " / ".join(f"{v:.3f}" for v in vh["median_pass_seconds"].values()) + f" ({vh['speedup']}x)",
+        )
     hf = _get(results, "hf_processor", "result")
     if hf:
         rates = hf["samples_per_second"]
-        add("hf_processor", f"samples/s, hf-processor / per-batch processor loop ({hf['family']}, 1 thread)",
-            f"{rates['encoder']} / {rates['baseline']} ({hf['ratio_encoder_over_baseline']:.2f}x)")
+        add(
+            "hf_processor",
+            f"samples/s, hf-processor / per-batch processor loop ({hf['family']}, 1 thread)",
+            f"{rates['encoder']} / {rates['baseline']} ({hf['ratio_encoder_over_baseline']:.2f}x)",
+        )
     cv = _get(results, "convert", "result")
     if cv:
-        add("convert", f"records/s at {cv['records']} LLaVA records: convert / hand-written script",
+        add(
+            "convert",
+            f"records/s at {cv['records']} LLaVA records: convert / hand-written script",
             f"{cv['convert_records_per_s']} / {cv['handwritten_records_per_s']} "
             f"({cv['ratio_records_per_s']}x; CPU s {cv['convert_cpu_seconds']} / "
-            f"{cv['handwritten_cpu_seconds']})", "> 1", cv["ratio_records_per_s"] > 1)
-        add("convert", "peak RSS MiB: convert (largest worker) / hand-written script",
+            f"{cv['handwritten_cpu_seconds']})",
+            "> 1",
+            cv["ratio_records_per_s"] > 1,
+        )
+        add(
+            "convert",
+            "peak RSS MiB: convert (largest worker) / hand-written script",
             f"{cv['convert_peak_rss_mb']} ({cv['convert_worker_peak_rss_mb']}) / "
-            f"{cv['handwritten_peak_rss_mb']}")
-        add("convert", "peak RSS growth per 10k records, MiB: convert / hand-written",
+            f"{cv['handwritten_peak_rss_mb']}",
+        )
+        add(
+            "convert",
+            "peak RSS growth per 10k records, MiB: convert / hand-written",
             f"{cv['convert_rss_growth_mb_per_10k_records']} / "
-            f"{cv['handwritten_rss_growth_mb_per_10k_records']}")
+            f"{cv['handwritten_rss_growth_mb_per_10k_records']}",
+        )
     vi = _get(results, "video", "result")
     if vi:
-        add("video", f"decode-all / seek, same kept frames ({vi['height']}p, {len(vi['cases'])} "
-            "cases, median)", f"{vi['median_ratio_1_thread']}x (CPU, one decoder thread each; "
-            f"wall against PyAV's default threads {vi['median_ratio_wall']}x)")
+        add(
+            "video",
+            f"decode-all / seek, same kept frames ({vi['height']}p, {len(vi['cases'])} cases, median)",
+            f"{vi['median_ratio_1_thread']}x (CPU, one decoder thread each; "
+            f"wall against PyAV's default threads {vi['median_ratio_wall']}x)",
+        )
         for case in vi["cases"]:
             if case["choice"] in ("8 frames", "2 fps"):
-                add("video", f"{case['seconds']} s video, gop {case['gop']}, {case['choice']}: "
+                add(
+                    "video",
+                    f"{case['seconds']} s video, gop {case['gop']}, {case['choice']}: "
                     "seek / decode-all CPU ms",
                     f"{case['cpu_ms']['seek']} / {case['cpu_ms']['decode_all_1_thread']} "
-                    f"({case['ratio_1_thread']}x)")
+                    f"({case['ratio_1_thread']}x)",
+                )
     for name, record in results.items():
         if record.get("error"):
             add(name, "ERROR", record["error"], "", False)
@@ -246,8 +314,11 @@ def markdown(rows: list[list[str]], header: dict) -> str:
     for row in rows:
         lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row) + " |")
     lines.append("")
-    lines.append("Seconds per script: " + ", ".join(
-        f"{name} {sec}" for name, sec in header["script_seconds"].items()) + ".")
+    lines.append(
+        "Seconds per script: "
+        + ", ".join(f"{name} {sec}" for name, sec in header["script_seconds"].items())
+        + "."
+    )
     return "\n".join(lines) + "\n"
 
 
@@ -259,8 +330,12 @@ def main(argv=None) -> int:
     parser.add_argument("--out", default=str(HERE / "results"), help="where latest.* are written")
     args = parser.parse_args(argv)
 
-    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1",
-           "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "ignore")}
+    env = {
+        **os.environ,
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "PYTHONWARNINGS": os.environ.get("PYTHONWARNINGS", "ignore"),
+    }
     names = args.only or list(BENCHMARKS)
     started = time.perf_counter()
     results: dict[str, dict] = {}
@@ -285,8 +360,10 @@ def main(argv=None) -> int:
     def peak(who):
         return round(resource.getrusage(who).ru_maxrss / 1024, 1)
 
-    peak_memory = {"largest_child_peak_rss_mb": peak(resource.RUSAGE_CHILDREN),
-                   "runner_peak_rss_mb": peak(resource.RUSAGE_SELF)}
+    peak_memory = {
+        "largest_child_peak_rss_mb": peak(resource.RUSAGE_CHILDREN),
+        "runner_peak_rss_mb": peak(resource.RUSAGE_SELF),
+    }
     header = {
         "measured_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "platform": platform.platform(),
@@ -298,17 +375,25 @@ def main(argv=None) -> int:
         "script_seconds": {n: r.get("seconds") for n, r in results.items()},
     }
     rows = summary_rows(results)
-    rows.append(["run", "peak resident memory of any benchmark process (incl. loader workers)",
-                 f"{peak_memory['largest_child_peak_rss_mb']} MiB", "", None])
+    rows.append(
+        [
+            "run",
+            "peak resident memory of any benchmark process (incl. loader workers)",
+            f"{peak_memory['largest_child_peak_rss_mb']} MiB",
+            "",
+            None,
+        ]
+    )
     rows[-1][-1] = ""
     print()
     print_table(f"Summary ({seconds} s)", ["benchmark", "figure", "value", "goal", "met"], rows)
 
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "latest.json").write_text(json.dumps(
-        {**header, "peak_memory": peak_memory, "summary": rows, "benchmarks": results},
-        indent=2) + "\n")
+    (out / "latest.json").write_text(
+        json.dumps({**header, "peak_memory": peak_memory, "summary": rows, "benchmarks": results}, indent=2)
+        + "\n"
+    )
     (out / "latest.md").write_text(markdown(rows, header))
     print(f"wrote {out / 'latest.json'} and {out / 'latest.md'}")
     return 1 if any(r.get("error") for r in results.values()) else 0

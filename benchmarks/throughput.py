@@ -19,8 +19,8 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, write_json  # noqa: E402
-from _pipeline import load_average, prepare, quiet_loading, timed_batches  # noqa: E402
+from _common import print_table, write_json
+from _pipeline import load_average, prepare, quiet_loading, timed_batches
 
 
 def _fast_worker_shutdown() -> None:
@@ -52,7 +52,7 @@ def measure(workers: list[int], rounds: int, batches: int, cache_dir: str | None
     runs: dict[int, list[dict]] = {w: [] for w in workers}
     with quiet_loading(1):
         for r in range(rounds):
-            order = workers[r % len(workers):] + workers[: r % len(workers)]
+            order = workers[r % len(workers) :] + workers[: r % len(workers)]
             for w in order:
                 runs[w].append(one_round(config, w, batches))
     out = {}
@@ -66,8 +66,7 @@ def measure(workers: list[int], rounds: int, batches: int, cache_dir: str | None
     base = out[str(workers[0])]["samples_per_s_best"]
     for w in workers:
         out[str(w)]["ratio_to_first"] = round(out[str(w)]["samples_per_s_best"] / base, 3)
-    return {"workers": out, "rounds": rounds, "batches_per_round": batches,
-            "load_average": load_average()}
+    return {"workers": out, "rounds": rounds, "batches_per_round": batches, "load_average": load_average()}
 
 
 def main(argv=None) -> dict:
@@ -84,8 +83,13 @@ def main(argv=None) -> dict:
         args.workers, args.rounds, args.batches = [0, 1], 1, 2
     result = measure(args.workers, args.rounds, args.batches, args.cache_dir)
     rows = [
-        [w, r["samples_per_s_best"], r["samples_per_s_median"], f"{r['ratio_to_first']:.2f}",
-         r["first_batch_s_median"]]
+        [
+            w,
+            r["samples_per_s_best"],
+            r["samples_per_s_median"],
+            f"{r['ratio_to_first']:.2f}",
+            r["first_batch_s_median"],
+        ]
         for w, r in result["workers"].items()
     ]
     print_table(

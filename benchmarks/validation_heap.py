@@ -23,7 +23,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _common import print_table, write_json  # noqa: E402
+from _common import print_table, write_json
 
 
 def main() -> None:
@@ -49,8 +49,14 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         paths = prepare_demo_data(str(Path(tmp) / "demo"))
         dm = energon_plugins.EnergonMultiModalDataModule.from_config(
-            {"path": paths["path"], "tokenizer": {"path": paths["tokenizer"]}, "seq_length": 512,
-             "micro_batch_size": 4, "num_workers": 0})
+            {
+                "path": paths["path"],
+                "tokenizer": {"path": paths["tokenizer"]},
+                "seq_length": 512,
+                "micro_batch_size": 4,
+                "num_workers": 0,
+            }
+        )
         val = dm.val_dataloader()
         heap_stand_in = [{"i": [i, str(i)]} for i in range(args.objects)]
         rule = validation.frozen_for_pass
@@ -76,16 +82,23 @@ def main() -> None:
         del heap_stand_in
     medians = {k: statistics.median(v) for k, v in times.items()}
     ratio = medians["Energon (no freeze)"] / medians["with the freeze rule"]
-    print_table(f"validation pass at 0 workers, {batches} batches, about {objects:,} objects in the "
-                "process", ["loader", "median s per pass", "range s"],
-                [[name, f"{medians[name]:.3f}", f"{min(v):.3f}-{max(v):.3f}"] for name, v in times.items()])
+    print_table(
+        f"validation pass at 0 workers, {batches} batches, about {objects:,} objects in the process",
+        ["loader", "median s per pass", "range s"],
+        [[name, f"{medians[name]:.3f}", f"{min(v):.3f}-{max(v):.3f}"] for name, v in times.items()],
+    )
     print(f"passes with the freeze rule are {ratio:.2f}x faster")
     if args.json:
-        write_json(args.json, "validation_heap", {
-            "batches_per_pass": batches, "objects_in_process": objects,
-            "median_pass_seconds": {k: round(v, 4) for k, v in medians.items()},
-            "speedup": round(ratio, 3),
-        })
+        write_json(
+            args.json,
+            "validation_heap",
+            {
+                "batches_per_pass": batches,
+                "objects_in_process": objects,
+                "median_pass_seconds": {k: round(v, 4) for k, v in medians.items()},
+                "speedup": round(ratio, 3),
+            },
+        )
 
 
 if __name__ == "__main__":

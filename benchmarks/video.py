@@ -36,11 +36,15 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 sys.path.insert(0, str(HERE.parent))
 
-from _common import print_table, write_json  # noqa: E402
+from _common import print_table, write_json
 
 FPS = 30
-CHOICES = {"8 frames": {"num_frames": 8}, "32 frames": {"num_frames": 32, "max_frames": 32},
-           "1 fps": {"fps": 1.0, "max_frames": 768}, "2 fps": {"fps": 2.0, "max_frames": 768}}
+CHOICES = {
+    "8 frames": {"num_frames": 8},
+    "32 frames": {"num_frames": 32, "max_frames": 32},
+    "1 fps": {"fps": 1.0, "max_frames": 768},
+    "2 fps": {"fps": 2.0, "max_frames": 768},
+}
 GOPS = {"x264 default": None, "2 s": 60}
 
 
@@ -154,13 +158,23 @@ def main() -> None:
                 if not (np.array_equal(kept, full[3]) and np.array_equal(kept, single[3])):
                     raise AssertionError(f"{path.name} {choice}: the paths kept different frames")
                 record = {
-                    "video": path.name, "seconds": seconds, "height": height, "gop": gop_name,
-                    "choice": choice, "kept_frames": len(indices), "total_frames": seconds * FPS,
-                    "ms": {"seek": round(seek[0] * 1000, 1), "decode_all": round(full[0] * 1000, 1),
-                           "decode_all_1_thread": round(single[0] * 1000, 1)},
-                    "cpu_ms": {"seek": round(seek[1] * 1000, 1),
-                               "decode_all": round(full[1] * 1000, 1),
-                               "decode_all_1_thread": round(single[1] * 1000, 1)},
+                    "video": path.name,
+                    "seconds": seconds,
+                    "height": height,
+                    "gop": gop_name,
+                    "choice": choice,
+                    "kept_frames": len(indices),
+                    "total_frames": seconds * FPS,
+                    "ms": {
+                        "seek": round(seek[0] * 1000, 1),
+                        "decode_all": round(full[0] * 1000, 1),
+                        "decode_all_1_thread": round(single[0] * 1000, 1),
+                    },
+                    "cpu_ms": {
+                        "seek": round(seek[1] * 1000, 1),
+                        "decode_all": round(full[1] * 1000, 1),
+                        "decode_all_1_thread": round(single[1] * 1000, 1),
+                    },
                     "ratio_wall": round(full[0] / seek[0], 2),
                     "ratio_cpu": round(full[1] / seek[1], 2),
                     "ratio_1_thread": round(single[1] / seek[1], 2),
@@ -168,23 +182,53 @@ def main() -> None:
                 records.append(record)
                 ms = record["ms"]
                 cpu = record["cpu_ms"]
-                rows.append([f"{seconds} s, gop {gop_name}", choice, f"{len(indices)}",
-                             f"{cpu['seek']:.0f}", f"{cpu['decode_all_1_thread']:.0f}",
-                             f"{record['ratio_1_thread']:.1f}x", f"{ms['seek']:.0f}",
-                             f"{ms['decode_all']:.0f}", f"{record['ratio_wall']:.1f}x"])
-    print_table(f"decode time per video, {height}p {FPS} fps H.264 (best of {repeats})",
-                ["video", "frames kept", "n", "seek CPU ms", "decode-all 1-thread CPU ms",
-                 "ratio (CPU)", "seek wall ms", "decode-all threads wall ms", "ratio (wall)"], rows)
+                rows.append(
+                    [
+                        f"{seconds} s, gop {gop_name}",
+                        choice,
+                        f"{len(indices)}",
+                        f"{cpu['seek']:.0f}",
+                        f"{cpu['decode_all_1_thread']:.0f}",
+                        f"{record['ratio_1_thread']:.1f}x",
+                        f"{ms['seek']:.0f}",
+                        f"{ms['decode_all']:.0f}",
+                        f"{record['ratio_wall']:.1f}x",
+                    ]
+                )
+    print_table(
+        f"decode time per video, {height}p {FPS} fps H.264 (best of {repeats})",
+        [
+            "video",
+            "frames kept",
+            "n",
+            "seek CPU ms",
+            "decode-all 1-thread CPU ms",
+            "ratio (CPU)",
+            "seek wall ms",
+            "decode-all threads wall ms",
+            "ratio (wall)",
+        ],
+        rows,
+    )
     ratios = [r["ratio_1_thread"] for r in records]
-    print(f"decode-all (1 thread) / seek, CPU time: median {statistics.median(ratios):.1f}x, "
-          f"range {min(ratios):.1f}x to {max(ratios):.1f}x over {len(records)} cases")
+    print(
+        f"decode-all (1 thread) / seek, CPU time: median {statistics.median(ratios):.1f}x, "
+        f"range {min(ratios):.1f}x to {max(ratios):.1f}x over {len(records)} cases"
+    )
     if args.json:
-        write_json(args.json, "video", {
-            "fps": FPS, "height": height, "repeats": repeats, "cases": records,
-            "median_ratio_1_thread": round(statistics.median(ratios), 2),
-            "median_ratio_wall": round(statistics.median(r["ratio_wall"] for r in records), 2),
-            "median_ratio_cpu": round(statistics.median(r["ratio_cpu"] for r in records), 2),
-        })
+        write_json(
+            args.json,
+            "video",
+            {
+                "fps": FPS,
+                "height": height,
+                "repeats": repeats,
+                "cases": records,
+                "median_ratio_1_thread": round(statistics.median(ratios), 2),
+                "median_ratio_wall": round(statistics.median(r["ratio_wall"] for r in records), 2),
+                "median_ratio_cpu": round(statistics.median(r["ratio_cpu"] for r in records), 2),
+            },
+        )
 
 
 if __name__ == "__main__":

@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from docs_hooks.references import GENERATORS  # noqa: E402
 
 
-def on_page_markdown(markdown, page, config, files):  # noqa: ANN001, ANN201 - mkdocs API
+def on_page_markdown(markdown, page, config, files):
     """Expand every generated-reference placeholder in ``markdown``."""
 
     def expand(match: re.Match) -> str:
@@ -35,7 +35,7 @@ def on_page_markdown(markdown, page, config, files):  # noqa: ANN001, ANN201 - m
     return _PLACEHOLDER.sub(expand, markdown)
 
 
-def on_page_content(html, page, config, files):  # noqa: ANN001, ANN201 - mkdocs API
+def on_page_content(html, page, config, files):
     """Blank the CLI tables' ``Sentinel.UNSET`` defaults (options that have none).
 
     mkdocs-click 0.9 prints click >= 8.3's "no default" marker verbatim; the fix upstream

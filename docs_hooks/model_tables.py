@@ -154,7 +154,5 @@ def render_model_table(model: type, prefix: str = "") -> str:
         constraints = _constraints(field)
         if constraints:
             description = f"{description} *({constraints})*".strip()
-        lines.append(
-            f"| `{key}` | {_code_cell(type_text)} | {_default(field)} | {_cell(description)} |"
-        )
+        lines.append(f"| `{key}` | {_code_cell(type_text)} | {_default(field)} | {_cell(description)} |")
     return "\n".join(lines)

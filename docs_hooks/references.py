@@ -126,9 +126,7 @@ def documented_specs(registry: Any) -> list[Any]:
     ours = repo_distributions()
     specs = []
     for kind in KINDS:
-        kind_specs = [
-            s for s in registry.specs(kind) if canonical_distribution(s.distribution) in ours
-        ]
+        kind_specs = [s for s in registry.specs(kind) if canonical_distribution(s.distribution) in ours]
         specs += sorted(kind_specs, key=lambda s: (s.distribution != "energon-plugins", s.distribution))
     return specs
 
@@ -136,8 +134,10 @@ def documented_specs(registry: Any) -> list[Any]:
 def _render_spec(spec: Any) -> list[str]:
     """One plugin's section: description, distribution, aliases, factory and options."""
     aliases = ", ".join(f"`{a}`" for a in spec.aliases) or "none"
-    factory = spec.factory if isinstance(spec.factory, str) else (
-        f"{spec.factory.__module__}:{spec.factory.__qualname__}"
+    factory = (
+        spec.factory
+        if isinstance(spec.factory, str)
+        else (f"{spec.factory.__module__}:{spec.factory.__qualname__}")
     )
     out = [
         f"### `{spec.name}`",
@@ -151,8 +151,12 @@ def _render_spec(spec: Any) -> list[str]:
     if spec.options is None:
         return out + ["- options: none", ""]
     opts = spec.options
-    out += [f"- options model: `{opts.__module__}.{opts.__qualname__}`", "",
-            first_paragraph(opts.__doc__), ""]
+    out += [
+        f"- options model: `{opts.__module__}.{opts.__qualname__}`",
+        "",
+        first_paragraph(opts.__doc__),
+        "",
+    ]
     if opts.model_fields:
         return out + [render_model_table(opts, prefix="options."), ""]
     return out + ["*(no options)*", ""]

@@ -8,10 +8,6 @@ load on first access.
 from typing import TYPE_CHECKING
 
 from energon_plugins._lazy import lazy_attributes
-
-from energon_plugins.host._markers import ENTRY_POINT_GROUP, hookimpl, hookspec
-from energon_plugins.host.api import available, create, resolve
-from energon_plugins.host.context import BuildContext
 from energon_plugins.errors import (
     BatchFormatError,
     ConfigError,
@@ -23,6 +19,9 @@ from energon_plugins.errors import (
     PluginNotFoundError,
     PluginOptionsError,
 )
+from energon_plugins.host._markers import ENTRY_POINT_GROUP, hookimpl, hookspec
+from energon_plugins.host.api import available, create, resolve
+from energon_plugins.host.context import BuildContext
 from energon_plugins.host.kinds import (
     BATCH_FORMAT,
     IMAGE_PROCESSOR,
@@ -79,16 +78,13 @@ _LAZY = {
 }
 
 if TYPE_CHECKING:  # pragma: no cover
-    from energon_plugins.loading.dataloader import EnergonDataloader, cyclic_iter
-    from energon_plugins.loading.validation import ValidationLoader
-    from energon_plugins.loading.datamodule import EnergonMultiModalDataModule, build_datamodule
+    from energon_plugins.convert.records import RecordError, SourceRecord
+    from energon_plugins.convert.run import ConvertResult, convert_dataset
+    from energon_plugins.encoding.batch_formats.base import BatchFormat
+    from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
     from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
     from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
     from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
-    from energon_plugins.encoding.batch_formats.base import BatchFormat
-    from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
-    from energon_plugins.convert.records import RecordError, SourceRecord
-    from energon_plugins.convert.run import ConvertResult, convert_dataset
     from energon_plugins.encoding.video.budget import VideoPlan, budget_plans
     from energon_plugins.encoding.video.decode import (
         SampledVideo,
@@ -106,6 +102,9 @@ if TYPE_CHECKING:  # pragma: no cover
         SourceFormatProtocol,
         TaskEncoderProtocol,
     )
+    from energon_plugins.loading.dataloader import EnergonDataloader, cyclic_iter
+    from energon_plugins.loading.datamodule import EnergonMultiModalDataModule, build_datamodule
+    from energon_plugins.loading.validation import ValidationLoader
 
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)

@@ -60,9 +60,7 @@ def _plain(annotation: Any) -> Any:
     return annotation
 
 
-def integer_problems(
-    model: type[BaseModel], data: Mapping[str, Any], path: str
-) -> list[tuple[str, str]]:
+def integer_problems(model: type[BaseModel], data: Mapping[str, Any], path: str) -> list[tuple[str, str]]:
     """``(path.key, "must be an integer, got ...")`` for each value of ``data`` given to an
     ``int`` field of ``model`` that :func:`strict_integer` refuses; nested models are followed
     where ``data`` holds a mapping for them."""
@@ -79,8 +77,8 @@ def integer_problems(
                 strict_integer(value)
             except ValueError as exc:
                 problems.append((f"{path}.{key}", str(exc)))
-        elif isinstance(annotation, type) and issubclass(annotation, BaseModel) and isinstance(
-            value, Mapping
+        elif (
+            isinstance(annotation, type) and issubclass(annotation, BaseModel) and isinstance(value, Mapping)
         ):
             problems += integer_problems(annotation, value, f"{path}.{key}")
     return problems

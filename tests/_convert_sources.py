@@ -71,9 +71,17 @@ def write_llava_source(root: pathlib.Path) -> Source:
         ("missing_image", {"image": "nope.jpg", "conversations": one}),
         ("undecodable_image", {"image": "broken.jpg", "conversations": one}),
         ("placeholder_mismatch", {"image": "001.jpg", "conversations": _gpt([("human", "Q"), ("gpt", "A")])}),
-        ("roles", {"image": "001.jpg", "conversations": _gpt([("human", f"{TAG}\nQ"), ("human", "Q2"),
-                                                               ("gpt", "A")])}),
-        ("empty_answer", {"image": "001.jpg", "conversations": _gpt([("human", f"{TAG}\nQ"), ("gpt", "  ")])}),
+        (
+            "roles",
+            {
+                "image": "001.jpg",
+                "conversations": _gpt([("human", f"{TAG}\nQ"), ("human", "Q2"), ("gpt", "A")]),
+            },
+        ),
+        (
+            "empty_answer",
+            {"image": "001.jpg", "conversations": _gpt([("human", f"{TAG}\nQ"), ("gpt", "  ")])},
+        ),
         ("malformed", {"image": "001.jpg", "dialogue": []}),
         ("roles", {"image": "001.jpg", "conversations": _gpt([("human", f"{TAG}\nQ"), ("bot", "A")])}),
     ]
@@ -108,26 +116,52 @@ def write_sharegpt_source(root: pathlib.Path) -> Source:
         answer = f"It is item {i}."
         if i % 3 == 0:  # typed content parts, as chat templates take them
             content: Any = ([{"type": "image"}] if images else []) + [
-                {"type": "text", "text": f"Describe {i}." if images else f"Tell me about {i}."}]
-            record["messages"] = [{"role": "user", "content": content},
-                                  {"role": "assistant", "content": answer}]
+                {"type": "text", "text": f"Describe {i}." if images else f"Tell me about {i}."}
+            ]
+            record["messages"] = [
+                {"role": "user", "content": content},
+                {"role": "assistant", "content": answer},
+            ]
         elif i % 3 == 1:
             record["conversations"] = _gpt([("human", prompt), ("gpt", answer)])
         else:
             record["system"] = "Answer briefly."
-            record["messages"] = [{"role": "user", "content": prompt},
-                                  {"role": "assistant", "content": answer}]
+            record["messages"] = [
+                {"role": "user", "content": prompt},
+                {"role": "assistant", "content": answer},
+            ]
         lines.append(json.dumps(record))
         turns = ([("system", "Answer briefly.")] if "system" in record else []) + [
-            ("human", prompt), ("gpt", answer)]
+            ("human", prompt),
+            ("gpt", answer),
+        ]
         _expect(source, f"chats.jsonl:{len(lines)}", turns, images)
     bad = [
         ("malformed", '{"id": "broken", "messages": [{"role": "user"'),
-        ("placeholder_mismatch", json.dumps({"images": ["pic0.png", "pic1.jpg"], "messages": [
-            {"role": "user", "content": f"{TAG} compare"}, {"role": "assistant", "content": "Same."}]})),
-        ("roles", json.dumps({"messages": [{"role": "user", "content": "Hi"},
-                                           {"role": "assistant", "content": "Hello"},
-                                           {"role": "user", "content": "Bye"}]})),
+        (
+            "placeholder_mismatch",
+            json.dumps(
+                {
+                    "images": ["pic0.png", "pic1.jpg"],
+                    "messages": [
+                        {"role": "user", "content": f"{TAG} compare"},
+                        {"role": "assistant", "content": "Same."},
+                    ],
+                }
+            ),
+        ),
+        (
+            "roles",
+            json.dumps(
+                {
+                    "messages": [
+                        {"role": "user", "content": "Hi"},
+                        {"role": "assistant", "content": "Hello"},
+                        {"role": "user", "content": "Bye"},
+                    ]
+                }
+            ),
+        ),
     ]
     for n, (reason, line) in enumerate(bad):
         lines.insert(2 + 4 * n, line)
@@ -154,11 +188,13 @@ def write_parquet_source(root: pathlib.Path) -> Source:
     folder.mkdir(parents=True)
     source = Source(folder, {"turns_column": "chat", "images_column": "pictures", "id_column": "uid"})
     image_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
-    schema = pa.schema([
-        ("uid", pa.string()),
-        ("chat", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
-        ("pictures", pa.list_(image_type)),
-    ])
+    schema = pa.schema(
+        [
+            ("uid", pa.string()),
+            ("chat", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+            ("pictures", pa.list_(image_type)),
+        ]
+    )
     for part in range(2):
         rows = []
         for i in range(7):
@@ -166,19 +202,32 @@ def write_parquet_source(root: pathlib.Path) -> Source:
             loc = f"train-{part:05d}-of-00002.parquet:row {i}"
             if n in (4, 9):
                 data = [b"garbage, not an image" if n == 4 else None]
-                rows.append({"uid": f"pq-{n}", "pictures": [{"bytes": data[0], "path": None}],
-                             "chat": [{"role": "user", "content": f"{TAG} what?"},
-                                      {"role": "assistant", "content": "Nothing."}]})
+                rows.append(
+                    {
+                        "uid": f"pq-{n}",
+                        "pictures": [{"bytes": data[0], "path": None}],
+                        "chat": [
+                            {"role": "user", "content": f"{TAG} what?"},
+                            {"role": "assistant", "content": "Nothing."},
+                        ],
+                    }
+                )
                 source.bad[loc] = "undecodable_image" if n == 4 else "missing_image"
                 continue
             count = 2 if n == 6 else 1
-            data = [image_bytes("jpg" if (n + j) % 2 else "png", (20 + n, 20 + 2 * j), 200 + n + j)
-                    for j in range(count)]
+            data = [
+                image_bytes("jpg" if (n + j) % 2 else "png", (20 + n, 20 + 2 * j), 200 + n + j)
+                for j in range(count)
+            ]
             prompt = " ".join([TAG] * count) + f" What is row {n}?"
             answer = f"Row {n}."
-            rows.append({"uid": f"pq-{n}", "pictures": [{"bytes": d, "path": None} for d in data],
-                         "chat": [{"role": "user", "content": prompt},
-                                  {"role": "assistant", "content": answer}]})
+            rows.append(
+                {
+                    "uid": f"pq-{n}",
+                    "pictures": [{"bytes": d, "path": None} for d in data],
+                    "chat": [{"role": "user", "content": prompt}, {"role": "assistant", "content": answer}],
+                }
+            )
             _expect(source, loc, [("human", prompt), ("gpt", answer)], data)
         table = pa.Table.from_pylist(rows, schema=schema)
         pq.write_table(table, folder / f"train-{part:05d}-of-00002.parquet", row_group_size=3)

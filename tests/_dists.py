@@ -29,9 +29,7 @@ def write_distribution(
         (root.joinpath(*parts[:-1]) / f"{parts[-1]}.py").write_text(textwrap.dedent(source))
     dist_info = root / f"{name.replace('-', '_')}-{version}.dist-info"
     dist_info.mkdir()
-    (dist_info / "METADATA").write_text(
-        f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n"
-    )
+    (dist_info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
     lines = [f"[{group}]"] + [f"{ep} = {target}" for ep, target in entry_points.items()]
     (dist_info / "entry_points.txt").write_text("\n".join(lines) + "\n")
     return root

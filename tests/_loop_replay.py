@@ -26,14 +26,18 @@ IGNORE = -100
 
 # ----------------------------------------------------------------------------- Megatron-Bridge
 BRIDGE_PACKED_DEVICE = (
-    "cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded",
+    "cu_seqlens_q",
+    "cu_seqlens_kv",
+    "cu_seqlens_q_padded",
+    "cu_seqlens_kv_padded",
 )
 BRIDGE_PACKED_HOST = ("max_seqlen_q", "max_seqlen_kv")
 BRIDGE_PACKED_PARAMS = (*BRIDGE_PACKED_DEVICE, *BRIDGE_PACKED_HOST, "total_tokens")
 
 
-def bridge_get_batch_from_iterator(iterator, *, skip_attention_mask=True, first_pp=True,
-                                   last_pp=True, device="cpu"):
+def bridge_get_batch_from_iterator(
+    iterator, *, skip_attention_mask=True, first_pp=True, last_pp=True, device="cpu"
+):
     """``get_batch_from_iterator``: keep the required keys, move them, set the rest to None."""
     batch = next(iterator)
     device_keys = {"visual_inputs", "tokens", "input_ids", "position_ids"}
@@ -75,10 +79,18 @@ def bridge_get_batch(iterator, **kwargs):
     tokens = batch.get("tokens") if batch.get("tokens") is not None else batch.get("input_ids")
     packed = (
         {k: batch[k] for k in BRIDGE_PACKED_PARAMS if batch.get(k) is not None}
-        if batch.get("cu_seqlens_q") is not None else None
+        if batch.get("cu_seqlens_q") is not None
+        else None
     )
-    return (tokens, batch.get("labels"), batch.get("loss_mask"), batch.get("attention_mask"),
-            batch.get("position_ids"), packed, batch.get("visual_inputs"))
+    return (
+        tokens,
+        batch.get("labels"),
+        batch.get("loss_mask"),
+        batch.get("attention_mask"),
+        batch.get("position_ids"),
+        packed,
+        batch.get("visual_inputs"),
+    )
 
 
 def _squeeze(value):
@@ -124,8 +136,13 @@ def bridge_packed_seq_params(packed):
 def bridge_forward_args(step):
     """``forward_step``'s ``forward_args`` from the ``get_batch`` tuple."""
     tokens, labels, loss_mask, attention_mask, position_ids, packed, visual = step
-    args = {"input_ids": tokens, "position_ids": position_ids, "attention_mask": attention_mask,
-            "labels": labels, "loss_mask": loss_mask}
+    args = {
+        "input_ids": tokens,
+        "position_ids": position_ids,
+        "attention_mask": attention_mask,
+        "labels": labels,
+        "loss_mask": loss_mask,
+    }
     if visual is not None:
         args.update(visual.normalized_for_model())
     if packed is not None:
@@ -151,8 +168,14 @@ def bridge_masked_next_token_loss(loss_mask, token_losses):
 
 
 # ----------------------------------------------------------------------------- Megatron-LM
-MLM_DTYPES = {"tokens": torch.int64, "labels": torch.int64, "imgs": torch.float32,
-              "num_tiles": torch.int32, "cu_lengths": torch.int32, "max_lengths": torch.int32}
+MLM_DTYPES = {
+    "tokens": torch.int64,
+    "labels": torch.int64,
+    "imgs": torch.float32,
+    "num_tiles": torch.int32,
+    "cu_lengths": torch.int32,
+    "max_lengths": torch.int32,
+}
 
 
 def mlm_get_batch(data, *, pad_id):
@@ -171,9 +194,13 @@ def mlm_get_batch(data, *, pad_id):
     packed = None
     if cu_lengths.shape != torch.Size([1, 1]):
         assert cu_lengths.shape[0] == max_lengths.shape[0] == 1, "micro-batch-size must be 1"
-        packed = PackedSeqParams(qkv_format="thd", cu_seqlens_q=cu_lengths[0],
-                                 cu_seqlens_kv=cu_lengths[0], max_seqlen_q=max_lengths[0],
-                                 max_seqlen_kv=max_lengths[0])
+        packed = PackedSeqParams(
+            qkv_format="thd",
+            cu_seqlens_q=cu_lengths[0],
+            cu_seqlens_kv=cu_lengths[0],
+            max_seqlen_q=max_lengths[0],
+            max_seqlen_kv=max_lengths[0],
+        )
     tokens_ = data["tokens"].long()
     text_length = tokens_.shape[1]
     tokens = tokens_[:, :text_length].contiguous()
@@ -186,8 +213,9 @@ def mlm_get_batch(data, *, pad_id):
     return tokens, labels, loss_mask, position_ids, imgs, num_tiles, packed
 
 
-def llava_preprocess(tokens, labels, loss_mask, num_tiles, *, image_token_index, img_seq_len,
-                     image_value=-1.0):
+def llava_preprocess(
+    tokens, labels, loss_mask, num_tiles, *, image_token_index, img_seq_len, image_value=-1.0
+):
     """Megatron-core ``LLaVAModel._preprocess_data`` (installed), on a stand-in ``self``.
 
     Token embeddings are the token ids (hidden size 1) and image embeddings ``image_value``, so
@@ -197,18 +225,30 @@ def llava_preprocess(tokens, labels, loss_mask, num_tiles, *, image_token_index,
     from megatron.core.models.multimodal.llava_model import LLaVAModel
 
     model = types.SimpleNamespace(
-        add_decoder=True, pre_process=True, post_process=True, img_seq_len=img_seq_len,
-        _language_is_pipeline_parallel=False, _language_max_sequence_length=1 << 20,
-        context_parallel_lm=1, vision_model=None,
+        add_decoder=True,
+        pre_process=True,
+        post_process=True,
+        img_seq_len=img_seq_len,
+        _language_is_pipeline_parallel=False,
+        _language_max_sequence_length=1 << 20,
+        context_parallel_lm=1,
+        vision_model=None,
     )
     tiles = int(num_tiles.sum()) if num_tiles.numel() else 0
     # text only: LLaVAModel.forward runs no vision model and passes no embeddings
-    image_embeddings = (torch.full((img_seq_len, tiles, 1), image_value) if tiles
-                        else torch.empty(0, 0, 1))
+    image_embeddings = torch.full((img_seq_len, tiles, 1), image_value) if tiles else torch.empty(0, 0, 1)
     language_embeddings = tokens.float().unsqueeze(-1)
     embedding, final_labels, final_mask = LLaVAModel._preprocess_data(
-        model, image_embeddings, language_embeddings, tokens, loss_mask, labels, False, None,
-        image_token_index, num_tiles,
+        model,
+        image_embeddings,
+        language_embeddings,
+        tokens,
+        loss_mask,
+        labels,
+        False,
+        None,
+        image_token_index,
+        num_tiles,
     )
     return embedding.transpose(0, 1)[..., 0], final_labels, final_mask
 
@@ -246,17 +286,25 @@ def reference_loss(batch, logits_of, ignore_index=IGNORE):
         labels[labels == ignore_index] = IGNORE
         labels[batch.loss_mask[row, a:b] == 0] = IGNORE
         logits = logits_of(row, a, b)
-        total = total + F.cross_entropy(logits[:-1].float(), labels[1:], ignore_index=IGNORE,
-                                        reduction="sum")
+        total = total + F.cross_entropy(logits[:-1].float(), labels[1:], ignore_index=IGNORE, reduction="sum")
         count += int((labels[1:] != IGNORE).sum())
     return total, count
 
 
 # ----------------------------------------------------------------------------- the loaders
-def loop_datamodule(info, tokenizer, processor, *, seq: int = 128, mbs: int = 1,
-                    packing: bool = False, pad_to_multiple_of: int = 1,
-                    image_tokens: int | None = None, context: dict | None = None,
-                    **kwargs: Any):
+def loop_datamodule(
+    info,
+    tokenizer,
+    processor,
+    *,
+    seq: int = 128,
+    mbs: int = 1,
+    packing: bool = False,
+    pad_to_multiple_of: int = 1,
+    image_tokens: int | None = None,
+    context: dict | None = None,
+    **kwargs: Any,
+):
     """A datamodule over ``info`` (0 workers) as the loop tests read it: optionally packing
     with first-fit-decreasing, and with ``image_tokens`` or ``context`` changes, its training
     encoder built from them (the built-in ``multimodal``)."""
@@ -266,13 +314,16 @@ def loop_datamodule(info, tokenizer, processor, *, seq: int = 128, mbs: int = 1,
 
     args = dict(seq_length=seq, micro_batch_size=mbs, num_workers=0, shuffle_buffer_size=10)
     if packing:
-        args.update(packing_buffer_size=6, packing=energon_plugins.create(
-            "packing_strategy", "first-fit-decreasing",
-            {"pad_to_multiple_of": pad_to_multiple_of}))
+        args.update(
+            packing_buffer_size=6,
+            packing=energon_plugins.create(
+                "packing_strategy", "first-fit-decreasing", {"pad_to_multiple_of": pad_to_multiple_of}
+            ),
+        )
     args.update(kwargs)
     dm = energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
     if image_tokens is not None or context:
         dm.task_encoder = MultimodalTaskEncoder(
-            dm.build_context("train").replace(**(context or {})),
-            MultimodalOptions(image_tokens=image_tokens))
+            dm.build_context("train").replace(**(context or {})), MultimodalOptions(image_tokens=image_tokens)
+        )
     return dm

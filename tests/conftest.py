@@ -5,7 +5,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import pytest  # noqa: E402
+import pytest
 
 
 def _lower_worker_status_interval() -> None:
@@ -39,9 +39,7 @@ def captioning_dataset(data_root):
     """A prepared captioning dataset: 40 samples, 5 per shard."""
     from energon_plugins.synthetic import write_dataset
 
-    return write_dataset(
-        data_root / "captioning", kind="captioning", num_samples=40, samples_per_shard=5
-    )
+    return write_dataset(data_root / "captioning", kind="captioning", num_samples=40, samples_per_shard=5)
 
 
 @pytest.fixture(scope="session")
@@ -49,9 +47,7 @@ def interleaved_dataset(data_root):
     """A prepared interleaved dataset: 20 samples, 5 per shard."""
     from energon_plugins.synthetic import write_dataset
 
-    return write_dataset(
-        data_root / "interleaved", kind="interleaved", num_samples=20, samples_per_shard=5
-    )
+    return write_dataset(data_root / "interleaved", kind="interleaved", num_samples=20, samples_per_shard=5)
 
 
 @pytest.fixture(scope="session")
@@ -90,5 +86,4 @@ def small_clip_processor():
     tensors for tests of the loops, which do not care about the image size."""
     import transformers
 
-    return transformers.CLIPImageProcessor(size={"shortest_edge": 28},
-                                           crop_size={"height": 28, "width": 28})
+    return transformers.CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})

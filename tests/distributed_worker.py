@@ -20,9 +20,9 @@ import sys
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
-import torch.utils.data._utils as data_utils  # noqa: E402
+import torch
+import torch.distributed as dist
+import torch.utils.data._utils as data_utils
 
 data_utils.MP_STATUS_CHECK_INTERVAL = 0.1
 
@@ -66,8 +66,7 @@ def evaluate(dm, dp_group):
                 assert float(loss) == 0.0 and bool((batch.labels == -100).all())
         summed = torch.tensor([local], dtype=torch.float64)
         dist.all_reduce(summed, group=dp_group)  # the evaluation's loss sum over DP ranks
-        runs.append({"keys": keys, "loss": local, "reduced": reduced,
-                     "reduced_sum": float(summed.item())})
+        runs.append({"keys": keys, "loss": local, "reduced": reduced, "reduced_sum": float(summed.item())})
     return {"n": n, "runs": runs}
 
 
@@ -79,13 +78,18 @@ def run_rank(rank, world, init_file, dataset, small_dataset, out_dir) -> None:
 
     from energon_plugins import EnergonMultiModalDataModule
     from energon_plugins.loading.checkpoint import load_datamodule_state, save_datamodule_state
-    from energon_plugins.synthetic import build_demo_tokenizer
     from energon_plugins.loading.distributed import build_pg_collection
+    from energon_plugins.synthetic import build_demo_tokenizer
 
     started = time.perf_counter()
     marks = {}
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world,
-                            timeout=datetime.timedelta(seconds=120))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{init_file}",
+        rank=rank,
+        world_size=world,
+        timeout=datetime.timedelta(seconds=120),
+    )
     marks["init"] = time.perf_counter() - started
     pgs = build_pg_collection(cp=2)
     dp4 = build_pg_collection(cp=1)
@@ -93,8 +97,9 @@ def run_rank(rank, world, init_file, dataset, small_dataset, out_dir) -> None:
     processor = transformers.CLIPImageProcessor()
 
     def make(path, **kwargs):
-        args = dict(seq_length=300, micro_batch_size=2, num_workers=0, shuffle_buffer_size=20,
-                    pg_collection=pgs)
+        args = dict(
+            seq_length=300, micro_batch_size=2, num_workers=0, shuffle_buffer_size=20, pg_collection=pgs
+        )
         args.update(kwargs)
         return EnergonMultiModalDataModule(path, tokenizer, processor, **args)
 
@@ -146,8 +151,8 @@ def main() -> None:
     """Import once, fork one process per rank, exit non-zero if any rank failed."""
     import multiprocessing
 
-    import megatron.core.parallel_state  # noqa: F401 - imported once, before forking
-    import megatron.core.process_groups_config  # noqa: F401
+    import megatron.core.parallel_state
+    import megatron.core.process_groups_config
     import megatron.energon  # noqa: F401
     import transformers  # noqa: F401
 

@@ -22,8 +22,8 @@ import sys
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import torch  # noqa: E402
-import torch.distributed as dist  # noqa: E402
+import torch
+import torch.distributed as dist
 
 WORLD = 2
 EVALUATIONS = 3
@@ -41,8 +41,9 @@ def evaluate(dm) -> dict:
             batch = next(validation)
             reduced = torch.ones(1)
             dist.all_reduce(reduced)  # every rank takes part in every batch's reduction
-            batches.append({"type": type(batch).__name__, "keys": list(batch.__key__),
-                            "reduced": float(reduced.item())})
+            batches.append(
+                {"type": type(batch).__name__, "keys": list(batch.__key__), "reduced": float(reduced.item())}
+            )
         runs.append(batches)
     return {"n": n, "runs": runs}
 
@@ -53,20 +54,30 @@ def run_rank(rank: int, init_file: str, dataset: str, out_dir: str) -> None:
 
     from energon_plugins import EnergonMultiModalDataModule
 
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=WORLD, timeout=datetime.timedelta(seconds=60))
+    dist.init_process_group(
+        "gloo",
+        init_method=f"file://{init_file}",
+        rank=rank,
+        world_size=WORLD,
+        timeout=datetime.timedelta(seconds=60),
+    )
 
     def make(micro_batch_size: int):
         return EnergonMultiModalDataModule(
-            dataset, None, task_encoder=DefaultTaskEncoder(), seq_length=64,
-            micro_batch_size=micro_batch_size, num_workers=0)
+            dataset,
+            None,
+            task_encoder=DefaultTaskEncoder(),
+            seq_length=64,
+            micro_batch_size=micro_batch_size,
+            num_workers=0,
+        )
 
     result = {"rank": rank, "equal": evaluate(make(2))}
     unequal = make(1).val_dataloader()
     try:
         next(iter(unequal))
         result["unequal"] = None
-    except Exception as exc:  # noqa: BLE001 - recorded for the test to check
+    except Exception as exc:
         result["unequal"] = {"type": type(exc).__name__, "message": str(exc)}
     result["local_unequal"] = unequal.local_pass_length()
     with open(os.path.join(out_dir, f"rank{rank}.json"), "w", encoding="utf-8") as fh:
@@ -85,8 +96,7 @@ def main() -> None:
 
     init_file, dataset, out_dir = sys.argv[1:4]
     ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=run_rank, args=(rank, init_file, dataset, out_dir))
-             for rank in range(WORLD)]
+    procs = [ctx.Process(target=run_rank, args=(rank, init_file, dataset, out_dir)) for rank in range(WORLD)]
     for proc in procs:
         proc.start()
     for proc in procs:

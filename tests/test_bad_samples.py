@@ -12,17 +12,21 @@ import pytest
 import torch
 
 import energon_plugins
-from energon_plugins.synthetic import write_dataset
 from energon_plugins.loading.errors_policy import BadSampleError, TruncatedShardError, classify_error
+from energon_plugins.synthetic import write_dataset
 
 SEQ = 128
 REASONS = ("image", "json", "missing_field", "truncated_shard")
 
 
 def make_dm(info, tokenizer, processor, *, on_error="skip", **kwargs):
-    args = dict(seq_length=SEQ, micro_batch_size=2, num_workers=0, shuffle_buffer_size=10,
-                task_encoder={"name": "multimodal",
-                              "options": {"image_tokens": 6, "on_error": on_error}})
+    args = dict(
+        seq_length=SEQ,
+        micro_batch_size=2,
+        num_workers=0,
+        shuffle_buffer_size=10,
+        task_encoder={"name": "multimodal", "options": {"image_tokens": 6, "on_error": on_error}},
+    )
     args.update(kwargs)
     return energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
 
@@ -32,7 +36,10 @@ def bad_dataset(tmp_path_factory):
     """8 shards of 5: 2 train, 6 val; 2 corrupt images, 2 corrupt JSON, 2 missing fields, and
     the last shard (in val) cut in half."""
     info = write_dataset(
-        tmp_path_factory.mktemp("bad") / "d", kind="vqa", num_samples=40, samples_per_shard=5,
+        tmp_path_factory.mktemp("bad") / "d",
+        kind="vqa",
+        num_samples=40,
+        samples_per_shard=5,
         split_ratio=(("train", 0.25), ("val", 0.75)),
         corrupt={"image": 2, "json": 2, "missing_field": 2, "truncated_shard": 1},
     )
@@ -57,8 +64,7 @@ def good(info, split):
 
 
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
-def test_every_good_sample_arrives_and_counts_are_exact(bad_dataset, tokenizer, clip_processor,
-                                                        workers):
+def test_every_good_sample_arrives_and_counts_are_exact(bad_dataset, tokenizer, clip_processor, workers):
     expected = expected_counts(bad_dataset, "val")
     assert all(expected[r] > 0 for r in REASONS), "the fixture puts every kind of damage in val"
     dm = make_dm(bad_dataset, tokenizer, clip_processor, num_val_workers=workers)
@@ -99,8 +105,12 @@ def test_raise_names_the_sample(bad_dataset, tokenizer, clip_processor):
 def truncated_dataset(tmp_path_factory):
     """Only damage: the last of 4 shards (in val) is cut in half."""
     return write_dataset(
-        tmp_path_factory.mktemp("trunc") / "d", kind="vqa", num_samples=20, samples_per_shard=5,
-        split_ratio=(("train", 0.5), ("val", 0.5)), corrupt={"truncated_shard": 1},
+        tmp_path_factory.mktemp("trunc") / "d",
+        kind="vqa",
+        num_samples=20,
+        samples_per_shard=5,
+        split_ratio=(("train", 0.5), ("val", 0.5)),
+        corrupt={"truncated_shard": 1},
     )
 
 
@@ -114,8 +124,7 @@ def test_truncated_shard_is_skipped_and_counted(truncated_dataset, tokenizer, cl
 
 
 def test_truncated_shard_under_raise_names_the_shard(truncated_dataset, tokenizer, clip_processor):
-    loader = make_dm(truncated_dataset, tokenizer, clip_processor,
-                     on_error="raise").val_dataloader()
+    loader = make_dm(truncated_dataset, tokenizer, clip_processor, on_error="raise").val_dataloader()
     with pytest.raises(TruncatedShardError, match=truncated_dataset.shards[-1].name) as info:
         list(loader.one_pass())
     assert "is truncated" in str(info.value) and "on_error='skip'" in str(info.value)
@@ -125,15 +134,17 @@ def test_truncated_shard_under_raise_names_the_shard(truncated_dataset, tokenize
 def bad_train_dataset(tmp_path_factory):
     """8 shards of 5: 6 train, 2 val; 3 corrupt images, 3 corrupt JSON, 3 missing fields."""
     return write_dataset(
-        tmp_path_factory.mktemp("bad-train") / "d", kind="vqa", num_samples=40,
-        samples_per_shard=5, split_ratio=(("train", 0.75), ("val", 0.25)),
+        tmp_path_factory.mktemp("bad-train") / "d",
+        kind="vqa",
+        num_samples=40,
+        samples_per_shard=5,
+        split_ratio=(("train", 0.75), ("val", 0.25)),
         corrupt={"image": 3, "json": 3, "missing_field": 3},
     )
 
 
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
-def test_training_counts_are_exact_across_restore(bad_train_dataset, tokenizer, clip_processor,
-                                                  workers):
+def test_training_counts_are_exact_across_restore(bad_train_dataset, tokenizer, clip_processor, workers):
     """The counts after a restore equal those of the uninterrupted loader, batch by batch.
 
     Without workers Energon restores the pipeline state directly (the counts must come from
@@ -142,8 +153,14 @@ def test_training_counts_are_exact_across_restore(bad_train_dataset, tokenizer, 
     bad_dataset = bad_train_dataset
 
     def dm():
-        return make_dm(bad_dataset, tokenizer, clip_processor, num_workers=workers,
-                       micro_batch_size=1, shuffle_buffer_size=None)
+        return make_dm(
+            bad_dataset,
+            tokenizer,
+            clip_processor,
+            num_workers=workers,
+            micro_batch_size=1,
+            shuffle_buffer_size=None,
+        )
 
     first = dm()
     loader = first.train_dataloader()
@@ -156,8 +173,9 @@ def test_training_counts_are_exact_across_restore(bad_train_dataset, tokenizer, 
     for _ in range(12):
         keys.append(next(loader)["__keys__"])
         counts.append(loader.skip_counts())
-    train_bad = {k for r in ("image", "json", "missing_field") for k in bad_dataset.corrupt_keys[r]
-                 } & set(bad_dataset.split_keys["train"])
+    train_bad = {k for r in ("image", "json", "missing_field") for k in bad_dataset.corrupt_keys[r]} & set(
+        bad_dataset.split_keys["train"]
+    )
     assert train_bad, "the fixture puts damage in train"
     assert sum(counts[-1].values()) > sum(at_save.values()), "skips happen after the save"
     assert not {k for batch in keys for k in batch} & train_bad
@@ -182,9 +200,13 @@ def test_encoder_skips_are_counted_with_the_loader_ones(bad_dataset, tokenizer, 
     assert 0 < too_long < len(lengths)
 
     strict = energon_plugins.EnergonMultiModalDataModule(
-        str(bad_dataset.path), tokenizer, clip_processor, seq_length=seq, micro_batch_size=1,
-        num_workers=0, task_encoder={"name": "multimodal", "options": {
-            "image_tokens": 6, "truncation": "drop"}},
+        str(bad_dataset.path),
+        tokenizer,
+        clip_processor,
+        seq_length=seq,
+        micro_batch_size=1,
+        num_workers=0,
+        task_encoder={"name": "multimodal", "options": {"image_tokens": 6, "truncation": "drop"}},
     )
     loader = strict.val_dataloader()
     arrived = [batch["__keys__"][0] for batch in real_batches(loader)]
@@ -197,8 +219,7 @@ def test_encoder_skips_are_counted_with_the_loader_ones(bad_dataset, tokenizer, 
 def test_bench_reports_the_skip_counts(bad_train_dataset, tokenizer, clip_processor):
     from energon_plugins.cli.bench_cmd import run_bench
 
-    dm = make_dm(bad_train_dataset, tokenizer, clip_processor, micro_batch_size=1,
-                 shuffle_buffer_size=None)
+    dm = make_dm(bad_train_dataset, tokenizer, clip_processor, micro_batch_size=1, shuffle_buffer_size=None)
     result = run_bench(dm, 25)
     assert result["skipped"] == dm.skip_counts()
     assert set(result["skipped"]) <= {"image", "json", "missing_field"}

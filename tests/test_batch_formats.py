@@ -64,11 +64,17 @@ def make_sample(index, ids, labels, counts):
     n = len(ids)
     label_t = torch.tensor(labels)
     return EncodedSample(
-        __key__=f"s{index}", __restore_key__=(), __subflavors__=None, __sources__=None,
-        input_ids=torch.tensor(ids), labels=label_t,
+        __key__=f"s{index}",
+        __restore_key__=(),
+        __subflavors__=None,
+        __sources__=None,
+        input_ids=torch.tensor(ids),
+        labels=label_t,
         loss_mask=(label_t != IGNORE).float(),
         pixel_values=torch.rand(len(counts), 3, 2, 2) if counts else None,
-        num_images=len(counts), seq_lengths=[n], image_token_counts=list(counts),
+        num_images=len(counts),
+        seq_lengths=[n],
+        image_token_counts=list(counts),
     )
 
 
@@ -105,8 +111,7 @@ def bridge_examples(batch):
     assert int(bridge_masked_next_token_loss(loss_mask, losses)[1]) == int(on.sum())
     if "packed_seq_params" in args:
         params = args["packed_seq_params"]
-        cu = params.cu_seqlens_q_padded if params.cu_seqlens_q_padded is not None \
-            else params.cu_seqlens_q
+        cu = params.cu_seqlens_q_padded if params.cu_seqlens_q_padded is not None else params.cu_seqlens_q
         assert int(cu[-1]) == tokens.shape[1] and tokens.shape[0] == 1
         bounds = [(int(a), int(b)) for a, b in zip(cu[:-1], cu[1:], strict=True)]
         return examples(tokens[0], labels[0], on[0], bounds)
@@ -121,7 +126,8 @@ def megatron_lm_examples(data, image_size):
     images = int((tokens == IMAGE).sum())
     assert imgs.shape[0] == images and num_tiles.tolist() == [1] * images
     ids, final_labels, final_mask = llava_preprocess(
-        tokens, labels, loss_mask, num_tiles, image_token_index=IMAGE, img_seq_len=image_size)
+        tokens, labels, loss_mask, num_tiles, image_token_index=IMAGE, img_seq_len=image_size
+    )
     ids = ids.clone()
     ids[ids == -1.0] = IMAGE
     on = final_mask.bool()
@@ -144,7 +150,7 @@ def hf_examples(kwargs):
     ids, labels = kwargs["input_ids"], kwargs["labels"]
     out = collections.Counter()
     position_ids = kwargs.get("position_ids")
-    sequence = (find_packed_sequence_indices(position_ids) if position_ids is not None else None)
+    sequence = find_packed_sequence_indices(position_ids) if position_ids is not None else None
     for row in range(ids.shape[0]):
         seq = sequence[row] if sequence is not None else torch.zeros(ids.shape[1], dtype=torch.long)
         # the model's loss: position p predicts labels[p + 1]
@@ -163,8 +169,9 @@ def hf_examples(kwargs):
 
 # ----------------------------------------------------------------------------- the property
 def encoder_for(pad_multiple, cp, padding):
-    packing = energon_plugins.create("packing_strategy", "first-fit-decreasing",
-                                     {"pad_to_multiple_of": pad_multiple})
+    packing = energon_plugins.create(
+        "packing_strategy", "first-fit-decreasing", {"pad_to_multiple_of": pad_multiple}
+    )
     context = BuildContext(seq_length=CAPACITY, packing=packing, cp_size=cp)
     return PluginTaskEncoder(context, padding=padding), context
 
@@ -184,8 +191,9 @@ def formatted(name, batch, context):
     rows=st.sampled_from([1, 2]),
     padding=st.sampled_from(["seq_length", "longest"]),
 )
-def test_every_format_trains_on_exactly_the_samples_targets(data, image_size, packed,
-                                                            pad_multiple, cp, rows, padding):
+def test_every_format_trains_on_exactly_the_samples_targets(
+    data, image_size, packed, pad_multiple, cp, rows, padding
+):
     drawn = data.draw(st.lists(samples(image_size), min_size=1, max_size=6))
     encoder, context = encoder_for(pad_multiple, cp, padding)
     items = [make_sample(i, *d) for i, d in enumerate(drawn)]
@@ -204,8 +212,7 @@ def test_every_format_trains_on_exactly_the_samples_targets(data, image_size, pa
                 single = formatted("megatron-lm", encoder.batch([one]), context)
                 got["megatron-lm"] += megatron_lm_examples(single, image_size)
         else:
-            got["megatron-lm"] += megatron_lm_examples(formatted("megatron-lm", batch, context),
-                                                       image_size)
+            got["megatron-lm"] += megatron_lm_examples(formatted("megatron-lm", batch, context), image_size)
     assert got["megatron-bridge"] == truth(drawn, llava=False)
     assert got["hf"] == truth(drawn, llava=False)
     assert got["megatron-lm"] == truth(drawn, llava=True)
@@ -222,8 +229,10 @@ def test_other_batch_types_pass_through_unchanged(name):
 @pytest.mark.parametrize("name", FORMATS)
 def test_outputs_pickle_and_hold_only_tensors_where_the_loop_moves_them(name):
     encoder, context = encoder_for(1, 1, "seq_length")
-    items = [make_sample(i, [5, 6, IMAGE, IMAGE, 7, 8], [IGNORE, IGNORE, IGNORE, IGNORE, 7, 8],
-                         [2]) for i in range(2)]
+    items = [
+        make_sample(i, [5, 6, IMAGE, IMAGE, 7, 8], [IGNORE, IGNORE, IGNORE, IGNORE, 7, 8], [2])
+        for i in range(2)
+    ]
     batch = encoder.batch(items)
     out = formatted(name, batch, context)
     again = pickle.loads(pickle.dumps(out))
@@ -238,8 +247,7 @@ def test_outputs_pickle_and_hold_only_tensors_where_the_loop_moves_them(name):
 
 def test_visual_inputs():
     grid = torch.tensor([[[1, 2, 2]], [[1, 2, 2]]])
-    visual = VisualInputs(pixel_values=torch.zeros(2, 1, 3, 4, 4), image_grid_thw=grid,
-                          image_sizes=None)
+    visual = VisualInputs(pixel_values=torch.zeros(2, 1, 3, 4, 4), image_grid_thw=grid, image_sizes=None)
     normalized = visual.normalized_for_model()
     assert normalized["pixel_values"].shape == (2, 3, 4, 4)
     assert normalized["image_grid_thw"].shape == (2, 3) and "image_sizes" not in normalized
@@ -257,29 +265,38 @@ def test_a_callable_format_and_its_failure_are_named(vqa_dataset, tokenizer, cli
         raise KeyError("nope")
 
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(vqa_dataset.path), tokenizer, clip_processor, seq_length=400, micro_batch_size=2,
-        num_workers=0, batch_format=keys_only)
+        str(vqa_dataset.path),
+        tokenizer,
+        clip_processor,
+        seq_length=400,
+        micro_batch_size=2,
+        num_workers=0,
+        batch_format=keys_only,
+    )
     assert len(next(dm.train_dataloader())["keys"]) == 2
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(vqa_dataset.path), tokenizer, clip_processor, seq_length=400, num_workers=0,
-        batch_format=broken)
-    with pytest.raises(BatchFormatError, match="broken failed on a batch of task encoder "
-                                               "MultimodalTaskEncoder.*KeyError"):
+        str(vqa_dataset.path), tokenizer, clip_processor, seq_length=400, num_workers=0, batch_format=broken
+    )
+    with pytest.raises(
+        BatchFormatError, match="broken failed on a batch of task encoder MultimodalTaskEncoder.*KeyError"
+    ):
         next(dm.train_dataloader())
 
 
-@pytest.mark.parametrize(("value", "error", "words"), [
-    (42, ConfigError, "batch_format must be a registered name"),
-    ({"name": "hf", "options": {"x": 1}}, PluginOptionsError, "batch_format 'hf'"),
-    ({"nme": "hf"}, ConfigError, "batch_format: expected {name, options}"),
-    ({"name": "megatron-lm", "options": {"image_tken_id": 1}}, PluginOptionsError,
-     "image_tken_id"),
-])
-def test_bad_batch_format_arguments_are_named(vqa_dataset, tokenizer, clip_processor, value,
-                                              error, words):
+@pytest.mark.parametrize(
+    ("value", "error", "words"),
+    [
+        (42, ConfigError, "batch_format must be a registered name"),
+        ({"name": "hf", "options": {"x": 1}}, PluginOptionsError, "batch_format 'hf'"),
+        ({"nme": "hf"}, ConfigError, "batch_format: expected {name, options}"),
+        ({"name": "megatron-lm", "options": {"image_tken_id": 1}}, PluginOptionsError, "image_tken_id"),
+    ],
+)
+def test_bad_batch_format_arguments_are_named(vqa_dataset, tokenizer, clip_processor, value, error, words):
     with pytest.raises(error, match=words):
         energon_plugins.EnergonMultiModalDataModule(
-            str(vqa_dataset.path), tokenizer, clip_processor, num_workers=0, batch_format=value)
+            str(vqa_dataset.path), tokenizer, clip_processor, num_workers=0, batch_format=value
+        )
 
 
 def test_config_key_selects_validates_and_is_in_the_schema(vqa_dataset, tmp_path):
@@ -288,10 +305,17 @@ def test_config_key_selects_validates_and_is_in_the_schema(vqa_dataset, tmp_path
     from energon_plugins.synthetic import save_demo_tokenizer
 
     save_demo_tokenizer(tmp_path / "tok")
-    base = {"path": str(vqa_dataset.path), "tokenizer": {"path": str(tmp_path / "tok")},
-            "seq_length": 400, "num_workers": 0, "micro_batch_size": 2, "global_batch_size": 2}
+    base = {
+        "path": str(vqa_dataset.path),
+        "tokenizer": {"path": str(tmp_path / "tok")},
+        "seq_length": 400,
+        "num_workers": 0,
+        "micro_batch_size": 2,
+        "global_batch_size": 2,
+    }
     dm = energon_plugins.EnergonMultiModalDataModule.from_config(
-        {**base, "batch_format": {"name": "megatron-lm", "options": {"image_token_id": -200}}})
+        {**base, "batch_format": {"name": "megatron-lm", "options": {"image_token_id": -200}}}
+    )
     data = next(dm.train_dataloader())
     assert int((data["tokens"] == -200).sum()) == 2
     assert data["labels"].shape[1] == data["tokens"].shape[1] + 1 == 400 - 255 + 1
@@ -301,8 +325,9 @@ def test_config_key_selects_validates_and_is_in_the_schema(vqa_dataset, tmp_path
     plain = energon_plugins.EnergonMultiModalDataModule.from_config({**base, "batch_format": None})
     assert isinstance(next(plain.train_dataloader()), MultiModalBatch)
 
-    _, issues = check_config({**base, "batch_format": {"name": "megatron-lm",
-                                                       "options": {"image_tken_id": 1}}})
+    _, issues = check_config(
+        {**base, "batch_format": {"name": "megatron-lm", "options": {"image_tken_id": 1}}}
+    )
     assert [i.path for i in issues] == ["batch_format.options.image_tken_id"]
     assert "image_token_id" in issues[0].message
     _, issues = check_config({**base, "batch_format": {"name": "megatron-lx"}})
@@ -320,9 +345,12 @@ def test_megatron_lm_without_token_counts_splits_runs_and_refuses_touching_ones(
         item.image_token_counts = None  # an encoder that does not report them
         return item
 
-    apart = formatted("megatron-lm", encoder.batch([sample([5, IMAGE, IMAGE, 6, IMAGE, IMAGE, 7],
-                                                           2)]), context)
+    apart = formatted(
+        "megatron-lm", encoder.batch([sample([5, IMAGE, IMAGE, 6, IMAGE, IMAGE, 7], 2)]), context
+    )
     assert apart["tokens"].tolist() == [[5, IMAGE, 6, IMAGE, 7]]
     touching = encoder.batch([sample([5, IMAGE, IMAGE, IMAGE, IMAGE, 7], 2)])
-    with pytest.raises(BatchFormatError, match=r"hold \[2\] image\(s\) but \[4\] image tokens .* in \[1\] run"):
+    with pytest.raises(
+        BatchFormatError, match=r"hold \[2\] image\(s\) but \[4\] image tokens .* in \[1\] run"
+    ):
         formatted("megatron-lm", touching, context)

@@ -19,14 +19,30 @@ ROOT = Path(__file__).resolve().parent.parent
 def test_cli_startup_verbs_times_every_verb_and_the_demos_first_output():
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "cli_startup.py"), "--runs", "1", "--verbs",
-         "--verb-runs", "1", "--json"],
-        env=env, capture_output=True, text=True, timeout=600, check=False)
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "cli_startup.py"),
+            "--runs",
+            "1",
+            "--verbs",
+            "--verb-runs",
+            "1",
+            "--json",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     verbs = json.loads(proc.stdout)["verbs"]
     assert set(verbs["median_s"]) == {
-        "energon-plugins --help", "energon-plugins list",
-        "energon-plugins validate --quick CONFIG", "energon-plugins validate CONFIG"}
+        "energon-plugins --help",
+        "energon-plugins list",
+        "energon-plugins validate --quick CONFIG",
+        "energon-plugins validate CONFIG",
+    }
     assert all(seconds > 0 for seconds in verbs["median_s"].values())
     demo = verbs["demo_median_s"]
     # the start-up status shows before the result: the demo's loading happens in between

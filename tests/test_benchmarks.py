@@ -21,9 +21,19 @@ def test_run_all_quick_writes_every_benchmark(tmp_path):
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     only = ["pipelines", "loader", "memory", "packing", "batch_formats"]
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--quick", "--out", str(tmp_path),
-         "--only", *only],
-        env=env, capture_output=True, text=True, timeout=900,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "run_all.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+            "--only",
+            *only,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((tmp_path / "latest.json").read_text())
@@ -32,13 +42,15 @@ def test_run_all_quick_writes_every_benchmark(tmp_path):
     pipelines = bench["pipelines"]["result"]
     for family in ("llava", "qwen"):
         figures = pipelines["families"][family]["0"]
-        assert all(f["samples_per_s_median"] > 0 and f["first_batch_s_median"] > 0
-                   for f in figures.values())
+        assert all(f["samples_per_s_median"] > 0 and f["first_batch_s_median"] > 0 for f in figures.values())
         assert next(iter(figures)).startswith("hand-written")
         # the baseline and the project produce the same batch
         assert pipelines["outputs"][family]["input_ids_identical"] is True
     assert {g["goal"].split(" >=")[0] for g in pipelines["goals"]} >= {
-        "llava + fast-clip", "qwen2-vl + fast-qwen2-vl", "packing per-sample throughput"}
+        "llava + fast-clip",
+        "qwen2-vl + fast-qwen2-vl",
+        "packing per-sample throughput",
+    }
     restore = bench["loader"]["result"]["restore"]
     assert {r["packing"] for r in restore} == {False, True}
     assert all(r["restored_batch_is_the_next_one"] for r in restore)
@@ -61,7 +73,10 @@ def test_convert_benchmark_compares_both_sides(tmp_path):
     out = tmp_path / "convert.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "benchmarks" / "convert.py"), "--records", "120", "--json", str(out)],
-        env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=600,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads(out.read_text())
@@ -75,9 +90,19 @@ def test_video_benchmark_quick_run_reports_the_ratio(tmp_path):
     """``run_all --only video``: the seek / decode-all figures reach the summary."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "run_all.py"), "--quick", "--out", str(tmp_path),
-         "--only", "video"],
-        env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "run_all.py"),
+            "--quick",
+            "--out",
+            str(tmp_path),
+            "--only",
+            "video",
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     video = json.loads((tmp_path / "latest.json").read_text())["benchmarks"]["video"]["result"]
@@ -92,8 +117,13 @@ def test_cli_startup_times_a_regular_install_listing_the_same_plugins():
     """benchmarks/cli_startup.py also times ``list`` in a throwaway environment without the
     editable-install finders; that environment lists the same plugins, imports nothing heavy."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "cli_startup.py"), "--runs", "1", "--json"],
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / "cli_startup.py"), "--runs", "1", "--json"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout)
     regular = result["regular_install"]
@@ -108,8 +138,13 @@ def _quick_json(script: str, tmp_path: Path) -> dict:
     """Run ``benchmarks/SCRIPT --quick --json FILE`` offline; return the JSON it wrote."""
     out = tmp_path / f"{Path(script).stem}.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--json", str(out)],
-                          env=env, capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, str(ROOT / "benchmarks" / script), "--quick", "--json", str(out)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     return json.loads(out.read_text())
 
@@ -128,7 +163,9 @@ def test_hf_processor_benchmark_times_the_same_pixels_on_both_sides(tmp_path):
     assert set(result["samples_per_second"]) == {"encoder", "baseline"}
     assert all(rate > 0 for rate in result["samples_per_second"].values())
 
-    spec = importlib.util.spec_from_file_location("hf_processor_bench", ROOT / "benchmarks" / "hf_processor.py")
+    spec = importlib.util.spec_from_file_location(
+        "hf_processor_bench", ROOT / "benchmarks" / "hf_processor.py"
+    )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     ours = SimpleNamespace(pixel_values=torch.ones(8, 1176))

@@ -53,13 +53,19 @@ def pg_collection(dp=(0, 1), cp=(0, 1), tp=(0, 1)):
 
 def bridge_task_encoder(tokenizer, processor, packing=None):
     """A task encoder *object*, as Bridge's ``build_energon_task_encoder`` returns one."""
-    context = BuildContext(tokenizer=tokenizer, image_processor=wrap_image_processor(processor),
-                           seq_length=SEQ, packing=packing, packing_buffer_size=6 if packing else None)
+    context = BuildContext(
+        tokenizer=tokenizer,
+        image_processor=wrap_image_processor(processor),
+        seq_length=SEQ,
+        packing=packing,
+        packing_buffer_size=6 if packing else None,
+    )
     return energon_plugins.create("task_encoder", "multimodal", {"image_tokens": 6}, context)
 
 
-def bridge_build(path, tokenizer, task_encoder, *, pg=None, num_workers=0, packing_buffer_size=None,
-                 **dataset_kwargs):
+def bridge_build(
+    path, tokenizer, task_encoder, *, pg=None, num_workers=0, packing_buffer_size=None, **dataset_kwargs
+):
     """``EnergonDatasetBuilder.build``'s constructor call and loader calls, keyword for keyword."""
     datamodule = energon_plugins.EnergonMultiModalDataModule(
         path=str(path),
@@ -95,8 +101,22 @@ def assert_same(got, want):
 
 # ------------------------------------------------------------------ Bridge's restricted loader
 BRIDGE_ALLOWLIST = {
-    "builtins": {"list", "dict", "tuple", "set", "frozenset", "bytes", "bytearray", "str", "int",
-                 "float", "bool", "complex", "slice", "range"},
+    "builtins": {
+        "list",
+        "dict",
+        "tuple",
+        "set",
+        "frozenset",
+        "bytes",
+        "bytearray",
+        "str",
+        "int",
+        "float",
+        "bool",
+        "complex",
+        "slice",
+        "range",
+    },
     "collections": {"OrderedDict"},
     "numpy": {"ndarray", "dtype"},
     "numpy.core.multiarray": {"_reconstruct", "scalar"},
@@ -104,21 +124,38 @@ BRIDGE_ALLOWLIST = {
     "torch._utils": {"_rebuild_tensor_v2", "_rebuild_tensor"},
     "megatron.energon.state": {"FlexState"},
     "megatron.energon.rng": {"SystemRngState"},
-    "megatron.energon.savable_loader": {"SavableCheckpoint", "SavableDataLoaderState",
-                                        "SavableDatasetCheckpoint", "SavableDatasetState"},
+    "megatron.energon.savable_loader": {
+        "SavableCheckpoint",
+        "SavableDataLoaderState",
+        "SavableDatasetCheckpoint",
+        "SavableDatasetState",
+    },
     "megatron.energon.flavors.webdataset.sample_loader": {"SliceState"},
 }
-STORAGES = {"UntypedStorage", "ByteStorage", "LongStorage", "IntStorage", "FloatStorage",
-            "DoubleStorage", "BoolStorage", "HalfStorage", "BFloat16Storage", "ShortStorage",
-            "CharStorage"}
+STORAGES = {
+    "UntypedStorage",
+    "ByteStorage",
+    "LongStorage",
+    "IntStorage",
+    "FloatStorage",
+    "DoubleStorage",
+    "BoolStorage",
+    "HalfStorage",
+    "BFloat16Storage",
+    "ShortStorage",
+    "CharStorage",
+}
 
 
 def bridge_energon_torch_load(path):
     """Bridge's ``energon_torch_load``: the torch zip read through an allowlist unpickler."""
     with zipfile.ZipFile(path) as zf:
         entry = next(n for n in zf.namelist() if n.endswith("/data.pkl"))
-        blobs = {n[len(entry) - len("data.pkl") + len("data/"):]: zf.read(n)
-                 for n in zf.namelist() if n.startswith(entry[: -len("data.pkl")] + "data/")}
+        blobs = {
+            n[len(entry) - len("data.pkl") + len("data/") :]: zf.read(n)
+            for n in zf.namelist()
+            if n.startswith(entry[: -len("data.pkl")] + "data/")
+        }
         data = zf.read(entry)
 
     class Unpickler(pickle.Unpickler):
@@ -136,15 +173,13 @@ def bridge_energon_torch_load(path):
             raw = torch.frombuffer(bytearray(blobs[key]), dtype=torch.uint8).untyped_storage()
             if storage_cls is torch.UntypedStorage:
                 return raw
-            return torch.storage.TypedStorage(wrap_storage=raw, dtype=storage_cls._dtype,
-                                              _internal=True)
+            return torch.storage.TypedStorage(wrap_storage=raw, dtype=storage_cls._dtype, _internal=True)
 
     return Unpickler(io.BytesIO(data)).load()
 
 
 # ------------------------------------------------------------------ the builder call
-def test_the_builders_call_builds_and_reads_through_rank_and_size(vqa_dataset, tokenizer,
-                                                                  clip_processor):
+def test_the_builders_call_builds_and_reads_through_rank_and_size(vqa_dataset, tokenizer, clip_processor):
     from megatron.energon.flavors.webdataset.structs import DatasetSubset
 
     encoder = bridge_task_encoder(tokenizer, clip_processor)
@@ -173,8 +208,15 @@ def test_stand_in_groups_give_rank_size_and_context_sizes(vqa_dataset, tokenizer
     with pytest.raises(ConfigError, match=r"len\(val_dataloader\(\)\).*2 ranks.*torch.distributed"):
         next(validation)  # two DP ranks must agree on the pass length: a clear error, no hang
     fixed = energon_plugins.EnergonMultiModalDataModule(
-        path=str(vqa_dataset.path), tokenizer=tokenizer, task_encoder=encoder, seq_length=SEQ,
-        micro_batch_size=2, num_workers=0, pg_collection=pg, val_batches_per_evaluation=2)
+        path=str(vqa_dataset.path),
+        tokenizer=tokenizer,
+        task_encoder=encoder,
+        seq_length=SEQ,
+        micro_batch_size=2,
+        num_workers=0,
+        pg_collection=pg,
+        val_batches_per_evaluation=2,
+    )
     it = iter(fixed.val_dataloader())
     assert len(fixed.val_dataloader()) == 2 and next(it) is not None  # no agreement needed
 
@@ -184,8 +226,8 @@ def test_remote_paths_are_accepted_and_checked_when_loading(tokenizer, clip_proc
 
     encoder = bridge_task_encoder(tokenizer, clip_processor)
     dm = energon_plugins.EnergonMultiModalDataModule(
-        path="msc://no-such-profile/datasets/vqa", tokenizer=tokenizer, task_encoder=encoder,
-        num_workers=0)
+        path="msc://no-such-profile/datasets/vqa", tokenizer=tokenizer, task_encoder=encoder, num_workers=0
+    )
     with pytest.raises(DatasetError, match=r"msc://no-such-profile/datasets/vqa.*'train' split"):
         dm.train_dataloader()
 
@@ -210,21 +252,23 @@ def test_every_evaluation_sees_the_same_batches(vqa_dataset, tokenizer, clip_pro
 
 
 @pytest.mark.parametrize("extra", [-2, 2], ids=["fewer-than-a-pass", "more-than-a-pass"])
-def test_val_batches_per_evaluation_restarts_every_evaluation(vqa_dataset, tokenizer,
-                                                             clip_processor, extra):
+def test_val_batches_per_evaluation_restarts_every_evaluation(vqa_dataset, tokenizer, clip_processor, extra):
     encoder = bridge_task_encoder(tokenizer, clip_processor)
-    full = [list(b["__keys__"]) for b in bridge_build(vqa_dataset.path, tokenizer, encoder)[0]
-            .val_dataloader().one_pass()]
+    full = [
+        list(b["__keys__"])
+        for b in bridge_build(vqa_dataset.path, tokenizer, encoder)[0].val_dataloader().one_pass()
+    ]
     eval_iters = len(full) + extra
     # A Bridge user sets it in EnergonDatasetConfig.dataset_kwargs, which the builder passes on.
-    dm, _, validation = bridge_build(vqa_dataset.path, tokenizer, encoder,
-                                     val_batches_per_evaluation=eval_iters)
+    dm, _, validation = bridge_build(
+        vqa_dataset.path, tokenizer, encoder, val_batches_per_evaluation=eval_iters
+    )
     assert len(dm.val_dataloader()) == eval_iters
     runs = [evaluate(validation, eval_iters) for _ in range(3)]
     for run in runs:
         real = [list(b["__keys__"]) for b in run if not is_padding_batch(b)]
         assert real == full[:eval_iters], "each evaluation starts the split again"
-        for filler in run[len(real):]:  # padding past the end: contributes nothing
+        for filler in run[len(real) :]:  # padding past the end: contributes nothing
             assert filler.loss_mask.sum() == 0 and bool((filler.labels == -100).all())
             assert filler.input_ids.shape == run[0].input_ids.shape
         assert len(run) - len(real) == max(extra, 0)
@@ -233,19 +277,31 @@ def test_val_batches_per_evaluation_restarts_every_evaluation(vqa_dataset, token
 # ------------------------------------------------------------------ checkpoints
 @pytest.mark.parametrize(
     "packing, workers",
-    [(None, 0), ({"carry_over": True}, 0),
-     pytest.param(None, 2, marks=pytest.mark.slow),
-     pytest.param({"carry_over": True}, 2, marks=pytest.mark.slow)],
+    [
+        (None, 0),
+        ({"carry_over": True}, 0),
+        pytest.param(None, 2, marks=pytest.mark.slow),
+        pytest.param({"carry_over": True}, 2, marks=pytest.mark.slow),
+    ],
     ids=["plain-0w", "carry-0w", "plain-2w", "carry-2w"],
 )
-def test_state_round_trips_through_bridges_checkpointing(vqa_dataset, tokenizer, clip_processor,
-                                                         tmp_path, packing, workers):
+def test_state_round_trips_through_bridges_checkpointing(
+    vqa_dataset, tokenizer, clip_processor, tmp_path, packing, workers
+):
     def build():
-        strategy = None if packing is None else energon_plugins.create(
-            "packing_strategy", "first-fit-decreasing", packing)
+        strategy = (
+            None
+            if packing is None
+            else energon_plugins.create("packing_strategy", "first-fit-decreasing", packing)
+        )
         encoder = bridge_task_encoder(tokenizer, clip_processor, packing=strategy)
-        return bridge_build(vqa_dataset.path, tokenizer, encoder, num_workers=workers,
-                            packing_buffer_size=6 if packing else None)
+        return bridge_build(
+            vqa_dataset.path,
+            tokenizer,
+            encoder,
+            num_workers=workers,
+            packing_buffer_size=6 if packing else None,
+        )
 
     _, train, _ = build()
     for _ in range(3):
@@ -274,10 +330,18 @@ def test_a_plain_energon_state_restores_into_ours(vqa_dataset, tokenizer, clip_p
     from megatron.energon import WorkerConfig, get_savable_loader, get_train_dataset
 
     encoder = bridge_task_encoder(tokenizer, clip_processor)
-    plain = get_savable_loader(get_train_dataset(
-        str(vqa_dataset.path), split_part="train", batch_size=2, task_encoder=encoder,
-        worker_config=WorkerConfig.default_worker_config(0), packing_buffer_size=None,
-        shuffle_buffer_size=10, max_samples_per_sequence=None))
+    plain = get_savable_loader(
+        get_train_dataset(
+            str(vqa_dataset.path),
+            split_part="train",
+            batch_size=2,
+            task_encoder=encoder,
+            worker_config=WorkerConfig.default_worker_config(0),
+            packing_buffer_size=None,
+            shuffle_buffer_size=10,
+            max_samples_per_sequence=None,
+        )
+    )
     plain.pin_memory = False  # (CPU machine: no pinning warning)
     stream = iter(plain)
     for _ in range(3):
@@ -286,8 +350,14 @@ def test_a_plain_energon_state_restores_into_ours(vqa_dataset, tokenizer, clip_p
     expected = [next(stream) for _ in range(4)]
 
     dm = energon_plugins.EnergonMultiModalDataModule(
-        path=str(vqa_dataset.path), tokenizer=tokenizer, seq_length=SEQ, task_encoder=encoder,
-        micro_batch_size=2, num_workers=0, shuffle_buffer_size=10)
+        path=str(vqa_dataset.path),
+        tokenizer=tokenizer,
+        seq_length=SEQ,
+        task_encoder=encoder,
+        micro_batch_size=2,
+        num_workers=0,
+        shuffle_buffer_size=10,
+    )
     loader = dm.train_dataloader()
     loader.restore_state(state)
     for want in expected:

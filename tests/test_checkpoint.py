@@ -83,8 +83,13 @@ class Payload:
         (lambda p: p.write_bytes(b""), "truncated, corrupt, or not written by torch.save"),
         (lambda p: p.write_bytes(b"not a zip at all"), "truncated, corrupt"),
         (lambda p: torch.save({"dataloader_state_dict": Payload()}, p), "references posix.getcwd"),
-        (lambda p: torch.save({"dataloader_state_dict": {}}, p) or p.write_bytes(
-            p.read_bytes()[: len(p.read_bytes()) // 2]), "truncated"),
+        (
+            lambda p: (
+                torch.save({"dataloader_state_dict": {}}, p)
+                or p.write_bytes(p.read_bytes()[: len(p.read_bytes()) // 2])
+            ),
+            "truncated",
+        ),
         (lambda p: zipfile.ZipFile(p, "w").writestr("a.txt", "x"), "not a torch.save file"),
         (lambda p: torch.save([1, 2, 3], p), "holds no loader state"),
     ],
@@ -110,8 +115,10 @@ def test_value_digest_is_short_and_survives_an_alias_bomb():
     levels = ["a: &a [x, x, x, x, x, x, x, x, x]"]
     for i in range(1, 9):
         prev = chr(ord("a") + i - 1)
-        levels.append(f"{chr(ord('a') + i)}: &{chr(ord('a') + i)} [*{prev}, *{prev}, *{prev}, "
-                      f"*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]")
+        levels.append(
+            f"{chr(ord('a') + i)}: &{chr(ord('a') + i)} [*{prev}, *{prev}, *{prev}, "
+            f"*{prev}, *{prev}, *{prev}, *{prev}, *{prev}, *{prev}]"
+        )
     bomb = yaml.safe_load("\n".join(levels))["i"]
     started = time.perf_counter()
     digest = value_digest(bomb)

@@ -62,8 +62,7 @@ def assert_quiet(proc: subprocess.CompletedProcess) -> None:
 
 
 def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=ENV,
-                          timeout=timeout)
+    return subprocess.run([str(SCRIPT), *args], capture_output=True, text=True, env=ENV, timeout=timeout)
 
 
 # -- list --------------------------------------------------------------------------------------
@@ -72,8 +71,14 @@ def run(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
 def test_list_shows_every_builtin(runner):
     result = invoke(runner, "list", env={"COLUMNS": "200"})
     assert result.exit_code == 0, result.output
-    for name in ("multimodal", "hf", "none", "first-fit-decreasing", "best-fit-decreasing",
-                 "greedy-knapsack"):
+    for name in (
+        "multimodal",
+        "hf",
+        "none",
+        "first-fit-decreasing",
+        "best-fit-decreasing",
+        "greedy-knapsack",
+    ):
         assert name in result.output
     for column in ("name", "kind", "distribution", "version", "description", "status"):
         assert column in result.output
@@ -122,8 +127,15 @@ def test_list_reports_a_failed_plugin_in_one_line(runner):
 def test_show_lists_options_types_defaults_and_aliases(runner):
     result = invoke(runner, "show", "multimodal")
     assert result.exit_code == 0, result.output
-    for text in ("task_encoder", "energon-plugins", "default", "image_tokens", "truncation",
-                 "'right'", "Literal"):
+    for text in (
+        "task_encoder",
+        "energon-plugins",
+        "default",
+        "image_tokens",
+        "truncation",
+        "'right'",
+        "Literal",
+    ):
         assert text in result.output, text
     data = json.loads(invoke(runner, "show", "ffd", "--json").output)
     assert data[0]["name"] == "first-fit-decreasing" and "ffd" in data[0]["aliases"]
@@ -172,8 +184,13 @@ def test_validate_prints_every_error_with_its_path(site, runner):
     )
     result = invoke(runner, "validate", str(config))
     assert result.exit_code == 1
-    for path in ("seq_lenght", "micro_batch_size", "task_encoder.name", "packing.options.sortt",
-                 "packing_buffer_size"):
+    for path in (
+        "seq_lenght",
+        "micro_batch_size",
+        "task_encoder.name",
+        "packing.options.sortt",
+        "packing_buffer_size",
+    ):
         assert f"  {path}: " in result.output, (path, result.output)
     assert "4 errors" not in result.output and "5 errors" in result.output
     data = json.loads(invoke(runner, "validate", str(config), "--json").output)
@@ -184,16 +201,28 @@ def test_validate_set_overrides_before_checking(site, runner):
     config = str(site / "examples" / "minimal.yaml")
     assert invoke(runner, "validate", config, "--set", "seq_length=0").exit_code == 1
     # image_tokens 4 must agree with the 224 px processor: 2x2 patches of 112 px.
-    result = invoke(runner, "validate", config, "--set", "task_encoder.options.image_tokens=4",
-                    "--set", "task_encoder.options.patch_size=112", "--set", "seq_length=64")
+    result = invoke(
+        runner,
+        "validate",
+        config,
+        "--set",
+        "task_encoder.options.image_tokens=4",
+        "--set",
+        "task_encoder.options.patch_size=112",
+        "--set",
+        "seq_length=64",
+    )
     assert result.exit_code == 0 and "seq_length 64" in result.output
 
 
-@pytest.mark.parametrize("content,culprit", [
-    (None, "does not exist"),
-    ("path: [unclosed\n", "not valid YAML"),
-    ("- a\n- b\n", "mapping"),
-])
+@pytest.mark.parametrize(
+    "content,culprit",
+    [
+        (None, "does not exist"),
+        ("path: [unclosed\n", "not valid YAML"),
+        ("- a\n- b\n", "mapping"),
+    ],
+)
 def test_validate_file_errors_are_one_message_without_traceback(site, runner, content, culprit):
     config = site / "examples" / f"file-error-{abs(hash(culprit))}.yaml"
     if content is not None:
@@ -252,7 +281,8 @@ def test_preview_shows_the_batch_the_loop_gets_and_each_rows_record(site, runner
     batches = [next(loader) for _ in range(3)]
     first = batches[0]
     assert set(shown) == set(first) - {"visual_inputs"} | {
-        f"visual_inputs.{key}" for key in vars(first["visual_inputs"])}
+        f"visual_inputs.{key}" for key in vars(first["visual_inputs"])
+    }
     for key in ("tokens", "labels", "loss_mask", "position_ids", "attention_mask"):
         assert shown[key] == f"{tuple(first[key].shape)} {first[key].dtype}", key
     pixels = first["visual_inputs"].pixel_values
@@ -269,8 +299,7 @@ def test_preview_shows_the_batch_the_loop_gets_and_each_rows_record(site, runner
 
 
 def test_preview_raw_shows_the_task_encoders_batch(site, runner):
-    result = invoke(runner, "preview", str(site / "examples" / "minimal.yaml"), "-n", "2",
-                    "--raw")
+    result = invoke(runner, "preview", str(site / "examples" / "minimal.yaml"), "-n", "2", "--raw")
     assert result.exit_code == 0, result.output
     assert "the task encoder's batch (no batch format applied)" in result.output
     shown = layout_rows(result.output)
@@ -283,8 +312,9 @@ def test_preview_raw_shows_the_task_encoders_batch(site, runner):
 
 
 def test_preview_follows_the_configured_batch_format(site, runner):
-    result = invoke(runner, "preview", str(site / "examples" / "minimal.yaml"), "-n", "1",
-                    "--set", "batch_format.name=hf")
+    result = invoke(
+        runner, "preview", str(site / "examples" / "minimal.yaml"), "-n", "1", "--set", "batch_format.name=hf"
+    )
     assert result.exit_code == 0, result.output
     shown = layout_rows(result.output)
     assert set(shown) == {"input_ids", "attention_mask", "labels", "pixel_values"}
@@ -296,7 +326,8 @@ def _packing_wired() -> bool:
     from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
 
     return "select_samples_to_pack" in vars(PluginTaskEncoder) or any(
-        "select_samples_to_pack" in vars(k) for k in PluginTaskEncoder.__mro__[1:-1]
+        "select_samples_to_pack" in vars(k)
+        for k in PluginTaskEncoder.__mro__[1:-1]
         if k.__module__.startswith("energon_plugins")
     )
 
@@ -305,18 +336,29 @@ def test_preview_of_packed_rows_draws_one_bar_segment_per_sequence(site, runner,
     if not _packing_wired():
         pytest.skip("PluginTaskEncoder does not wire packing yet (packing issue)")
     page = tmp_path / "packed.html"
-    result = invoke(runner, "preview", str(site / "examples" / "packing.yaml"), "-n", "2",
-                    "--html", str(page))
+    result = invoke(
+        runner, "preview", str(site / "examples" / "packing.yaml"), "-n", "2", "--html", str(page)
+    )
     assert result.exit_code == 0, result.output
     assert "(packed)" in result.output and "segment 1" in result.output
     assert page.read_text().count("title='segment ") >= 3
 
 
 def test_bench_json_reports_throughput_and_padding(site, runner):
-    result = invoke(runner, "bench", str(site / "examples" / "minimal.yaml"), "--batches", "3",
-                    "--json", "--set", "micro_batch_size=2", "--set", "global_batch_size=2")
+    result = invoke(
+        runner,
+        "bench",
+        str(site / "examples" / "minimal.yaml"),
+        "--batches",
+        "3",
+        "--json",
+        "--set",
+        "micro_batch_size=2",
+        "--set",
+        "global_batch_size=2",
+    )
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output[result.output.index("{"):])
+    data = json.loads(result.output[result.output.index("{") :])
     assert data["batches"] == 3 and data["rows"] == 6 and data["samples"] == 6
     assert data["num_workers"] == 0 and data["hints"] and "num_workers: 2" in data["hints"][0]
     assert data["samples_per_second"] > 0 and data["tokens_per_second"] > 0
@@ -332,8 +374,12 @@ def test_bench_table_with_progress(site, runner):
     # 0 workers (minimal.yaml): one hint line under the table; stderr is not a terminal
     # here, so no start-up status was written
     hints = [line for line in result.output.splitlines() if line.startswith("hint:")]
-    assert hints == [("hint: num_workers: 0 loads in the training process; try num_workers: 2 "
-                      "or more (--set num_workers=2)")]
+    assert hints == [
+        (
+            "hint: num_workers: 0 loads in the training process; try num_workers: 2 "
+            "or more (--set num_workers=2)"
+        )
+    ]
     assert "importing torch" not in result.output and "checking " not in result.output
 
 
@@ -347,17 +393,17 @@ def test_bench_hints_only_at_zero_workers():
 def test_bench_with_packing_reports_fill_ratio(site, runner):
     if not _packing_wired():
         pytest.skip("PluginTaskEncoder does not wire packing yet (packing issue)")
-    result = invoke(runner, "bench", str(site / "examples" / "packing.yaml"), "--batches", "2",
-                    "--json")
+    result = invoke(runner, "bench", str(site / "examples" / "packing.yaml"), "--batches", "2", "--json")
     assert result.exit_code == 0, result.output
-    data = json.loads(result.output[result.output.index("{"):])
+    data = json.loads(result.output[result.output.index("{") :])
     assert data["packing"] is True and 0.0 < data["fill_ratio"] <= 1.0
     assert data["samples"] > data["rows"]  # several samples per packed row
 
 
 def test_preview_of_invalid_config_builds_nothing(site, runner):
-    result = invoke(runner, "preview", str(site / "examples" / "minimal.yaml"),
-                    "--set", "task_encoder.name=multimodl")
+    result = invoke(
+        runner, "preview", str(site / "examples" / "minimal.yaml"), "--set", "task_encoder.name=multimodl"
+    )
     assert result.exit_code == 1 and "task_encoder.name" in result.output
 
 
@@ -388,8 +434,9 @@ def test_subprocess_list_show_schema_validate(site):
     assert invalid.returncode == 1
     assert "path: " in invalid.stderr and "seq_length: " in invalid.stderr
     assert "Traceback" not in invalid.stderr
-    module = subprocess.run([sys.executable, "-m", "energon_plugins", "show", "nope"],
-                            capture_output=True, text=True, env=ENV)
+    module = subprocess.run(
+        [sys.executable, "-m", "energon_plugins", "show", "nope"], capture_output=True, text=True, env=ENV
+    )
     assert module.returncode == 1 and "Error:" in module.stderr
     assert "Traceback" not in module.stderr
     debug = run("--debug", "show", "nope")
@@ -420,8 +467,13 @@ def test_subprocess_full_demo(tmp_path):
     except ImportError:
         pytest.skip("energon_plugins.demo.run has not landed yet")
     env = {**ENV, "ENERGON_PLUGINS_CACHE": str(tmp_path / "cache")}
-    result = subprocess.run([str(SCRIPT), "demo", "--cache-dir", str(tmp_path / "cache")],
-                            capture_output=True, text=True, env=env, timeout=600)
+    result = subprocess.run(
+        [str(SCRIPT), "demo", "--cache-dir", str(tmp_path / "cache")],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=600,
+    )
     assert result.returncode == 0, result.stderr[-3000:]
     assert_quiet(result)
 
@@ -446,11 +498,15 @@ def test_light_verbs_import_no_torch_transformers_or_megatron(site, tmp_path):
 
 
 def test_console_script_list_imports_no_heavy_module():
-    result = subprocess.run([sys.executable, "-X", "importtime", str(SCRIPT), "list"],
-                            capture_output=True, text=True, env=ENV)
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", str(SCRIPT), "list"], capture_output=True, text=True, env=ENV
+    )
     assert result.returncode == 0, result.stderr[-2000:]
-    imported = {line.split("|")[-1].strip().split(".")[0]
-                for line in result.stderr.splitlines() if line.startswith("import time:")}
+    imported = {
+        line.split("|")[-1].strip().split(".")[0]
+        for line in result.stderr.splitlines()
+        if line.startswith("import time:")
+    }
     assert "energon_plugins" in imported and "pluggy" in imported  # the probe works
     assert not imported & HEAVY, imported & HEAVY
     assert "pydantic" not in imported  # options models are named as strings: not imported
@@ -458,8 +514,9 @@ def test_console_script_list_imports_no_heavy_module():
 
 
 def test_a_config_that_encodes_nothing_fails_with_a_message(site, runner):
-    result = invoke(runner, "preview", str(site / "examples" / "minimal.yaml"), "-n", "1",
-                    "--set", "seq_length=16")
+    result = invoke(
+        runner, "preview", str(site / "examples" / "minimal.yaml"), "-n", "1", "--set", "seq_length=16"
+    )
     assert result.exit_code == 1, result.output
     assert "Error:" in result.output and "skipped" in result.output
     assert "Traceback" not in result.output
@@ -471,10 +528,15 @@ def test_list_columns_fold_to_the_width_and_keep_every_word():
     from energon_plugins.cli._columns import render_columns
 
     headers = ("name", "description", "load")
-    rows = [("first-fit-decreasing", "Longest first, each into the first pack where it fits "
-             "(segment tree)", "2 ms"), ("x", "short", "10 ms")]
-    text = render_columns(headers, rows, width=48, folding={"description": 10},
-                          right=frozenset({"load"}))
+    rows = [
+        (
+            "first-fit-decreasing",
+            "Longest first, each into the first pack where it fits (segment tree)",
+            "2 ms",
+        ),
+        ("x", "short", "10 ms"),
+    ]
+    text = render_columns(headers, rows, width=48, folding={"description": 10}, right=frozenset({"load"}))
     lines = text.splitlines()
     assert max(len(line) for line in lines) <= 48
     assert any(line.startswith("first-fit-decreasing ") for line in lines)

@@ -7,8 +7,8 @@ import types
 
 import torch
 
-from energon_plugins.preview.batch_view import Segment, batch_stats, render_spans, row_segments
 from energon_plugins.encoding.packed_seq import packed_seq_params
+from energon_plugins.preview.batch_view import Segment, batch_stats, render_spans, row_segments
 
 PAD, IGNORE = 0, -100
 
@@ -22,8 +22,11 @@ def _batch(rows: list[list[int]], width: int, params=None, mask: bool = True):
         labels[r, : len(ids)] = torch.tensor(ids)
         real[r, : len(ids)] = True
     return types.SimpleNamespace(
-        input_ids=input_ids, labels=labels, loss_mask=(labels != IGNORE).float(),
-        attention_mask=real if mask and params is None else None, packed_seq_params=params,
+        input_ids=input_ids,
+        labels=labels,
+        loss_mask=(labels != IGNORE).float(),
+        attention_mask=real if mask and params is None else None,
+        packed_seq_params=params,
     )
 
 
@@ -41,9 +44,14 @@ def test_packed_rows_follow_cu_seqlens_and_mark_the_tail():
     params = packed_seq_params([3, 5, 2, 6, 4])
     batch = _batch([[1, 2, 3, 4, 5, 6, 7, 8], [9, 9, 9, 9, 9, 9]], width=10, params=params)
     assert [(s.start, s.end, s.padding) for s in row_segments(batch, 0, PAD, IGNORE)] == [
-        (0, 3, False), (3, 8, False), (8, 10, True)]
+        (0, 3, False),
+        (3, 8, False),
+        (8, 10, True),
+    ]
     assert [(s.start, s.end, s.padding) for s in row_segments(batch, 1, PAD, IGNORE)] == [
-        (0, 6, False), (6, 10, True)]
+        (0, 6, False),
+        (6, 10, True),
+    ]
     stats = batch_stats(batch, PAD, IGNORE, seq_length=10)
     assert (stats.samples, stats.real_tokens) == (3, 14)
     assert abs(stats.fill_ratio - 0.7) < 1e-9
@@ -74,8 +82,11 @@ def test_spans_collapse_image_runs_and_mark_loss():
     labels = [IGNORE] * 7 + [4, 5]
     spans = render_spans(_Tokenizer(), ids, labels, IGNORE, image_id=3)
     assert [(s.text, s.kind, s.loss) for s in spans] == [
-        ("ab", "text", False), ("<image x4>", "image", False), ("c", "text", False),
-        ("ef", "text", True)]
+        ("ab", "text", False),
+        ("<image x4>", "image", False),
+        ("c", "text", False),
+        ("ef", "text", True),
+    ]
 
 
 def test_collapsed_image_text():
@@ -86,14 +97,16 @@ def test_collapsed_image_text():
 
 
 def test_batch_layout_opens_nested_inputs_and_describes_every_value():
-    from energon_plugins.preview.batch_view import FieldLayout, batch_layout, layout_text
     from energon_plugins.encoding.batch_formats.bridge import BridgeBatch
     from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
+    from energon_plugins.preview.batch_view import FieldLayout, batch_layout, layout_text
 
     batch = BridgeBatch(
-        tokens=torch.zeros((2, 8), dtype=torch.long), attention_mask=None,
+        tokens=torch.zeros((2, 8), dtype=torch.long),
+        attention_mask=None,
         visual_inputs=VisualInputs(pixel_values=torch.zeros((3, 3, 4, 4)), image_grid_thw=None),
-        total_tokens=16, __keys__=["a", "b,c"],
+        total_tokens=16,
+        __keys__=["a", "b,c"],
     )
     layout = batch_layout(batch)
     assert layout == [
@@ -120,7 +133,9 @@ def test_batch_layout_of_a_dataclass_leaves_out_energons_bookkeeping():
 
     batch = Batch(["k0", "k1"], torch.zeros((2, 4), dtype=torch.int32), {})
     assert [(f.name, f.describe()) for f in batch_layout(batch)] == [
-        ("input_ids", "(2, 4) torch.int32"), ("visual", "dict (empty)")]
+        ("input_ids", "(2, 4) torch.int32"),
+        ("visual", "dict (empty)"),
+    ]
     # a loop batch without __keys__ (the hf format) names rows by the encoder's __key__
     assert record_keys({"input_ids": batch.input_ids}, batch) == ["k0", "k1"]
     assert record_keys({"__keys__": ["x", "y,z"]}, batch) == ["x", "y,z"]

@@ -20,8 +20,13 @@ import pytest
 from energon_plugins.cli._output import startup_status
 
 SCRIPT = pathlib.Path(sys.executable).with_name("energon-plugins")
-ENV = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "COLUMNS": "120",
-       "TERM": "xterm-256color"}
+ENV = {
+    **os.environ,
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "COLUMNS": "120",
+    "TERM": "xterm-256color",
+}
 
 
 def read_all(fd: int, proc: subprocess.Popen, timeout: float) -> bytes:
@@ -47,8 +52,14 @@ def run_with_terminal_stderr(args: list[str], timeout: float = 120) -> tuple[int
     """Run the CLI with stderr on a pseudo-terminal and stdout on a pipe; return
     ``(exit status, stdout, what the terminal received)``."""
     master, slave = pty.openpty()
-    proc = subprocess.Popen([str(SCRIPT), *args], stdin=subprocess.DEVNULL,
-                            stdout=subprocess.PIPE, stderr=slave, env=ENV, close_fds=True)
+    proc = subprocess.Popen(
+        [str(SCRIPT), *args],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.PIPE,
+        stderr=slave,
+        env=ENV,
+        close_fds=True,
+    )
     os.close(slave)
     try:
         terminal = read_all(master, proc, timeout)
@@ -90,8 +101,14 @@ def bad_config(tmp_path: pathlib.Path) -> pathlib.Path:
 
 
 def test_preview_on_a_pipe_prints_only_the_error(bad_config):
-    proc = subprocess.run([str(SCRIPT), "preview", str(bad_config)], capture_output=True,
-                          text=True, env=ENV, timeout=120, check=False)
+    proc = subprocess.run(
+        [str(SCRIPT), "preview", str(bad_config)],
+        capture_output=True,
+        text=True,
+        env=ENV,
+        timeout=120,
+        check=False,
+    )
     assert proc.returncode == 1
     assert proc.stdout == ""
     assert proc.stderr.startswith("Error: ") and "seq_length" in proc.stderr
@@ -117,13 +134,19 @@ def test_bench_names_its_steps_on_the_terminal_and_keeps_stdout_clean(tmp_path):
 
     paths = prepare_demo_data(str(tmp_path / "demo"))
     config = tmp_path / "run.yaml"
-    config.write_text(f"path: {paths['path']}\ntokenizer: {{path: {paths['tokenizer']}}}\n"
-                      "seq_length: 512\nnum_workers: 0\n")
+    config.write_text(
+        f"path: {paths['path']}\ntokenizer: {{path: {paths['tokenizer']}}}\nseq_length: 512\nnum_workers: 0\n"
+    )
     status, stdout, terminal = run_with_terminal_stderr(
-        ["bench", str(config), "--batches", "2", "--json"], timeout=300)
+        ["bench", str(config), "--batches", "2", "--json"], timeout=300
+    )
     assert status == 0, terminal[-3000:]
     assert json.loads(stdout)["batches"] == 2
-    steps = ["checking ", "importing torch, transformers and Energon...",
-             "loading the tokenizer", "starting the loader (0 workers)"]
+    steps = [
+        "checking ",
+        "importing torch, transformers and Energon...",
+        "loading the tokenizer",
+        "starting the loader (0 workers)",
+    ]
     positions = [terminal.find(step) for step in steps]
     assert -1 not in positions and positions == sorted(positions), positions

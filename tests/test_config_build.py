@@ -7,8 +7,7 @@ import pathlib
 
 import pytest
 
-from energon_plugins import EnergonMultiModalDataModule, MultiModalSampleConfig
-from energon_plugins import build_datamodule
+from energon_plugins import EnergonMultiModalDataModule, MultiModalSampleConfig, build_datamodule
 from energon_plugins.config import ConfigValidationError
 
 
@@ -43,8 +42,9 @@ def test_seq_length_override_reaches_the_built_encoders(config_file):
 
 
 def test_packing_override_reaches_the_encoder_context(config_file):
-    dm = build_datamodule(config_file, packing={"name": "bfd", "options": {"sort": False}},
-                          packing_buffer_size=12)
+    dm = build_datamodule(
+        config_file, packing={"name": "bfd", "options": {"sort": False}}, packing_buffer_size=12
+    )
     packing = dm.task_encoder.context.packing
     assert packing is not None and packing is dm.packing
     assert type(packing).__name__ == "BestFitDecreasing"
@@ -53,8 +53,9 @@ def test_packing_override_reaches_the_encoder_context(config_file):
 
 
 def test_nested_and_dotted_overrides_keep_the_other_keys(config_file):
-    dm = build_datamodule(config_file, **{"task_encoder.options.image_tokens": 4},
-                          sample_config={"image_following_text": False})
+    dm = build_datamodule(
+        config_file, **{"task_encoder.options.image_tokens": 4}, sample_config={"image_following_text": False}
+    )
     assert dm.task_encoder.options.image_tokens == 4
     assert dm.task_encoder.options.truncation == "right"  # from the file, kept
     assert dm.multimodal_sample_config.ignore_index == -7
@@ -73,8 +74,9 @@ def test_bad_overrides_fail_before_anything_is_built(config_file, monkeypatch):
     calls = []
     monkeypatch.setattr(build, "build_components", lambda *a, **k: calls.append(a))
     with pytest.raises(ConfigValidationError) as info:
-        build_datamodule(config_file, seq_length=-1, **{"task_encoder.options.image_tokns": 2},
-                         packing={"name": "ffd"})
+        build_datamodule(
+            config_file, seq_length=-1, **{"task_encoder.options.image_tokns": 2}, packing={"name": "ffd"}
+        )
     paths = {issue.path for issue in info.value.issues}
     assert {"seq_length", "task_encoder.options.image_tokns", "packing_buffer_size"} <= paths
     assert calls == []

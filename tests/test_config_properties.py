@@ -34,19 +34,20 @@ from energon_plugins.config import (
     apply_overrides,
     load_config,
 )
+from energon_plugins.config.energon_arguments import ENERGON_DATASET_ARGUMENTS
 from energon_plugins.config.overrides import parse_set_option
+from energon_plugins.config.settings import Boolean, Integer, LoaderSettings, Number
 from energon_plugins.encoding.packing.options import FirstFitDecreasingOptions
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 from energon_plugins.errors import ConfigError, DatasetError
-from energon_plugins.config.energon_arguments import ENERGON_DATASET_ARGUMENTS
-from energon_plugins.config.settings import Boolean, Integer, LoaderSettings, Number
 
 
 def prop(max_examples: int) -> settings:
     """Hypothesis settings of these tests: no deadline, no example database on disk."""
-    return settings(max_examples=max_examples, deadline=None, database=None,
-                    suppress_health_check=[HealthCheck.too_slow])
+    return settings(
+        max_examples=max_examples, deadline=None, database=None, suppress_health_check=[HealthCheck.too_slow]
+    )
 
 
 BASE: dict[str, Any] = {"path": "data.jsonl", "tokenizer": {"path": "tok"}}
@@ -55,7 +56,9 @@ BASE: dict[str, Any] = {"path": "data.jsonl", "tokenizer": {"path": "tok"}}
 FIXED_BASE = {key: st.just(value).map(copy.deepcopy) for key, value in BASE.items()}
 
 PACKED: dict[str, Any] = {
-    **BASE, "packing": {"name": "first-fit-decreasing"}, "packing_buffer_size": 8,
+    **BASE,
+    "packing": {"name": "first-fit-decreasing"},
+    "packing_buffer_size": 8,
 }
 
 
@@ -108,8 +111,7 @@ def _settings() -> list[Setting]:
         metadata = list(field.metadata)
         for arg in typing.get_args(field.annotation):
             metadata += list(getattr(arg, "__metadata__", ()))
-        kinds = {KIND_OF_VALIDATOR[m.func] for m in metadata
-                 if getattr(m, "func", None) in KIND_OF_VALIDATOR}
+        kinds = {KIND_OF_VALIDATOR[m.func] for m in metadata if getattr(m, "func", None) in KIND_OF_VALIDATOR}
         assert len(kinds) == 1, f"{name}: expected one of Integer, Number, Boolean"
         low = next((m.ge for m in metadata if hasattr(m, "ge")), None)
         gt = next((m.gt for m in metadata if hasattr(m, "gt")), None)
@@ -133,8 +135,7 @@ def valid_value(s: Setting) -> st.SearchStrategy[Any]:
         values: st.SearchStrategy[Any] = st.booleans()
     elif s.kind == "number":
         low = s.low if s.low is not None else -1e6
-        values = (st.floats(low, 1e6, exclude_min=s.strict_low)
-                  | st.integers(math.floor(low) + 1, 10**6))
+        values = st.floats(low, 1e6, exclude_min=s.strict_low) | st.integers(math.floor(low) + 1, 10**6)
     else:
         low = int(s.low) if s.low is not None else -(10**6)
         values = st.integers(low, low + 8) | st.integers(low, low + 10**4)
@@ -147,12 +148,21 @@ def invalid_value(s: Setting) -> st.SearchStrategy[Any]:
         bad: st.SearchStrategy[Any] = st.integers() | words | st.floats(allow_nan=False)
     elif s.kind == "number":
         assert s.low is not None
-        bad = (st.booleans() | words | st.lists(st.integers(), max_size=2)
-               | st.floats(max_value=s.low, exclude_max=not s.strict_low, allow_nan=False)
-               | st.integers(max_value=math.ceil(s.low) - (0 if s.strict_low else 1)))
+        bad = (
+            st.booleans()
+            | words
+            | st.lists(st.integers(), max_size=2)
+            | st.floats(max_value=s.low, exclude_max=not s.strict_low, allow_nan=False)
+            | st.integers(max_value=math.ceil(s.low) - (0 if s.strict_low else 1))
+        )
     else:
-        bad = (st.booleans() | st.floats(allow_nan=False) | st.integers().map(str) | words
-               | st.lists(st.integers(), max_size=2))
+        bad = (
+            st.booleans()
+            | st.floats(allow_nan=False)
+            | st.integers().map(str)
+            | words
+            | st.lists(st.integers(), max_size=2)
+        )
         if s.low is not None:  # a bounded integer (ignore_index is not)
             bad |= st.integers(max_value=int(s.low) - 1)
     return bad if s.nullable else bad | st.none()
@@ -166,12 +176,15 @@ ENERGON_GOOD = sorted(ENERGON_DATASET_ARGUMENTS)
 ENERGON_BAD = ["batch_size", "handler", "limit", "shuffle_over_epochs", "bogus_key"]
 """Reserved, refused and unknown names: not the constructor's own keywords."""
 
-sample_configs = st.fixed_dictionaries({}, optional={
-    "image_token": st.sampled_from(["<image>", "<img>", "", " <image>", "<video>"]),
-    "ignore_index": st.integers(-200, 3) | st.sampled_from([2.5, "x"]),
-    "image_token_id": st.none() | st.integers(-2, 40),
-    "image_following_text": st.booleans(),
-})
+sample_configs = st.fixed_dictionaries(
+    {},
+    optional={
+        "image_token": st.sampled_from(["<image>", "<img>", "", " <image>", "<video>"]),
+        "ignore_index": st.integers(-200, 3) | st.sampled_from([2.5, "x"]),
+        "image_token_id": st.none() | st.integers(-2, 40),
+        "image_following_text": st.booleans(),
+    },
+)
 
 
 def _constructor_blames(message: str, names: set[str]) -> set[str]:
@@ -207,9 +220,12 @@ def test_config_file_and_constructor_accept_and_refuse_alike(workspace: Path, da
             values["n_checkpoints"] = max(values["n_checkpoints"], 2 * max(workers, 1) + 1)
     values.update({s.name: data.draw(invalid_value(s), label=s.name) for s in broken})
     sample_config = data.draw(st.none() | sample_configs, label="sample_config")
-    energon = data.draw(st.dictionaries(
-        st.sampled_from(ENERGON_GOOD) | st.sampled_from(ENERGON_BAD), st.integers(0, 5), max_size=2
-    ), label="energon")
+    energon = data.draw(
+        st.dictionaries(
+            st.sampled_from(ENERGON_GOOD) | st.sampled_from(ENERGON_BAD), st.integers(0, 5), max_size=2
+        ),
+        label="energon",
+    )
 
     config = {**BASE, **values}
     if packing:
@@ -229,9 +245,12 @@ def test_config_file_and_constructor_accept_and_refuse_alike(workspace: Path, da
     refused = None
     try:
         EnergonMultiModalDataModule(
-            path=str(workspace / "missing"), tokenizer=object(),
+            path=str(workspace / "missing"),
+            tokenizer=object(),
             packing="first-fit-decreasing" if packing else None,
-            multimodal_sample_config=sample_config, **values, **energon,
+            multimodal_sample_config=sample_config,
+            **values,
+            **energon,
         )
     except DatasetError:
         pass  # every argument passed; then the (missing) dataset was checked
@@ -270,7 +289,10 @@ def test_config_file_and_constructor_accept_and_refuse_alike(workspace: Path, da
 identifiers = st.text(string.ascii_lowercase + "_", min_size=1, max_size=6)
 dotted_keys = st.lists(identifiers, min_size=1, max_size=3).map(".".join)
 scalars = (
-    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False)
+    st.none()
+    | st.booleans()
+    | st.integers()
+    | st.floats(allow_nan=False)
     | st.text(st.characters(codec="utf-8", exclude_categories=("Cs", "Cc")), max_size=12)
 )
 yaml_values = st.recursive(
@@ -287,38 +309,75 @@ def test_set_option_reads_back_the_value_written(key: str, value: Any, pad: str)
 
 
 LEAF_PATHS = [
-    *SETTING_NAMES, "path", "tokenizer.path",
-    "sample_config.image_token", "sample_config.ignore_index",
+    *SETTING_NAMES,
+    "path",
+    "tokenizer.path",
+    "sample_config.image_token",
+    "sample_config.ignore_index",
     "sample_config.conversation_template.system_prompt",
-    "task_encoder.name", "task_encoder.options.image_tokens", "task_encoder.options.truncation",
-    "image_processor.name", "image_processor.options.class_name",
-    "validation_task_encoder.name", "validation_task_encoder.options.on_error",
-    "packing", "packing.name", "packing.options.overlong",
-    "batch_format", "batch_format.name", "energon.virtual_epoch_length",
+    "task_encoder.name",
+    "task_encoder.options.image_tokens",
+    "task_encoder.options.truncation",
+    "image_processor.name",
+    "image_processor.options.class_name",
+    "validation_task_encoder.name",
+    "validation_task_encoder.options.on_error",
+    "packing",
+    "packing.name",
+    "packing.options.overlong",
+    "batch_format",
+    "batch_format.name",
+    "energon.virtual_epoch_length",
 ]
 PLUGIN_NAMES = st.sampled_from(
-    ["multimodal", "energon-plugins:multimodal", "llava", "hf", "fast-clip",
-     "first-fit-decreasing", "greedy-knapsack", "megatron-lm"]
+    [
+        "multimodal",
+        "energon-plugins:multimodal",
+        "llava",
+        "hf",
+        "fast-clip",
+        "first-fit-decreasing",
+        "greedy-knapsack",
+        "megatron-lm",
+    ]
 )
 small_options = st.dictionaries(identifiers, st.integers(0, 9), max_size=2)
-leaf_values = (st.none() | st.integers(-3, 4096) | PLUGIN_NAMES | words
-               | st.fixed_dictionaries({"name": PLUGIN_NAMES}, optional={"options": small_options}))
+leaf_values = (
+    st.none()
+    | st.integers(-3, 4096)
+    | PLUGIN_NAMES
+    | words
+    | st.fixed_dictionaries({"name": PLUGIN_NAMES}, optional={"options": small_options})
+)
 
-base_configs = st.fixed_dictionaries(FIXED_BASE, optional={
-    "seq_length": st.integers(1, 4096),
-    "task_encoder": st.fixed_dictionaries({}, optional={
-        "name": PLUGIN_NAMES,
-        "options": st.dictionaries(identifiers, st.integers(0, 9), max_size=3),
-    }),
-    "image_processor": st.fixed_dictionaries({"name": PLUGIN_NAMES}, optional={
-        "options": st.dictionaries(identifiers, words, max_size=2),
-    }),
-    "packing": st.none() | st.fixed_dictionaries({"name": PLUGIN_NAMES}, optional={
-        "options": st.dictionaries(identifiers, st.integers(0, 9), max_size=2),
-    }),
-    "sample_config": st.fixed_dictionaries({}, optional={"image_token": words}),
-    "energon": st.dictionaries(identifiers, st.integers(0, 9), max_size=2),
-})
+base_configs = st.fixed_dictionaries(
+    FIXED_BASE,
+    optional={
+        "seq_length": st.integers(1, 4096),
+        "task_encoder": st.fixed_dictionaries(
+            {},
+            optional={
+                "name": PLUGIN_NAMES,
+                "options": st.dictionaries(identifiers, st.integers(0, 9), max_size=3),
+            },
+        ),
+        "image_processor": st.fixed_dictionaries(
+            {"name": PLUGIN_NAMES},
+            optional={
+                "options": st.dictionaries(identifiers, words, max_size=2),
+            },
+        ),
+        "packing": st.none()
+        | st.fixed_dictionaries(
+            {"name": PLUGIN_NAMES},
+            optional={
+                "options": st.dictionaries(identifiers, st.integers(0, 9), max_size=2),
+            },
+        ),
+        "sample_config": st.fixed_dictionaries({}, optional={"image_token": words}),
+        "energon": st.dictionaries(identifiers, st.integers(0, 9), max_size=2),
+    },
+)
 
 
 def _independent(paths: list[str]) -> bool:
@@ -366,38 +425,53 @@ def test_overrides_one_by_one_equal_overrides_together(
 
 
 def _padded(names: list[str]) -> st.SearchStrategy[str]:
-    return st.tuples(st.sampled_from(names), st.sampled_from(["", " ", "  "]),
-                     st.sampled_from(["", " "])).map(lambda t: t[1] + t[0] + t[2])
+    return st.tuples(
+        st.sampled_from(names), st.sampled_from(["", " ", "  "]), st.sampled_from(["", " "])
+    ).map(lambda t: t[1] + t[0] + t[2])
 
 
-valid_configs = st.fixed_dictionaries(FIXED_BASE, optional={
-    **{s.name: valid_value(s) for s in SETTINGS if s.name not in CROSS_FIELD},
-    "micro_batch_size": st.integers(1, 8),
-    "task_encoder": st.fixed_dictionaries(
-        {"name": _padded(["multimodal", "energon-plugins:multimodal", "default"])},
-        optional={"options": st.fixed_dictionaries({}, optional={
-            "image_tokens": st.none() | st.integers(1, 600),
-            "truncation": st.sampled_from(["right", "drop", "error"]),
-            "patch_size": st.integers(1, 32),
-        })},
-    ),
-    "image_processor": st.fixed_dictionaries({"name": _padded(["fast-clip", "hf"])}),
-    "validation_task_encoder": st.fixed_dictionaries({}, optional={
-        "options": st.fixed_dictionaries(
-            {}, optional={"on_error": st.sampled_from(["skip", "raise"])}
+valid_configs = st.fixed_dictionaries(
+    FIXED_BASE,
+    optional={
+        **{s.name: valid_value(s) for s in SETTINGS if s.name not in CROSS_FIELD},
+        "micro_batch_size": st.integers(1, 8),
+        "task_encoder": st.fixed_dictionaries(
+            {"name": _padded(["multimodal", "energon-plugins:multimodal", "default"])},
+            optional={
+                "options": st.fixed_dictionaries(
+                    {},
+                    optional={
+                        "image_tokens": st.none() | st.integers(1, 600),
+                        "truncation": st.sampled_from(["right", "drop", "error"]),
+                        "patch_size": st.integers(1, 32),
+                    },
+                )
+            },
         ),
-    }),
-    "sample_config": st.fixed_dictionaries({}, optional={
-        "image_token": st.sampled_from(["<image>", "<img>"]),
-        "ignore_index": st.integers(-200, -1),
-    }),
-    "energon": st.dictionaries(st.sampled_from(["virtual_epoch_length", "repeat"]),
-                               st.integers(0, 9), max_size=2),
-})
+        "image_processor": st.fixed_dictionaries({"name": _padded(["fast-clip", "hf"])}),
+        "validation_task_encoder": st.fixed_dictionaries(
+            {},
+            optional={
+                "options": st.fixed_dictionaries(
+                    {}, optional={"on_error": st.sampled_from(["skip", "raise"])}
+                ),
+            },
+        ),
+        "sample_config": st.fixed_dictionaries(
+            {},
+            optional={
+                "image_token": st.sampled_from(["<image>", "<img>"]),
+                "ignore_index": st.integers(-200, -1),
+            },
+        ),
+        "energon": st.dictionaries(
+            st.sampled_from(["virtual_epoch_length", "repeat"]), st.integers(0, 9), max_size=2
+        ),
+    },
+)
 
 
-SELECTION_KEYS = {"task_encoder", "validation_task_encoder", "image_processor", "packing",
-                  "batch_format"}
+SELECTION_KEYS = {"task_encoder", "validation_task_encoder", "image_processor", "packing", "batch_format"}
 
 
 def _leaves(value: Any, prefix: str = "") -> dict[str, Any]:
@@ -415,14 +489,21 @@ def test_overriding_a_key_with_its_own_value_changes_nothing(
     workspace: Path, config: dict[str, Any], packing: bool, data: Any
 ) -> None:
     if packing:
-        config = {**config, "packing": {"name": "first-fit-decreasing",
-                                        "options": {"overlong": "drop"}}, "packing_buffer_size": 4}
+        config = {
+            **config,
+            "packing": {"name": "first-fit-decreasing", "options": {"overlong": "drop"}},
+            "packing_buffer_size": 4,
+        }
     file = write(workspace, config)
     loaded = load_config(file)
     leaves = _leaves(dump(loaded))
     selections = sorted(k for k in leaves if k.split(".")[0] in SELECTION_KEYS)
-    keys = data.draw(st.lists(st.sampled_from(selections) | st.sampled_from(sorted(leaves)),
-                              unique=True, min_size=1, max_size=8), label="keys")
+    keys = data.draw(
+        st.lists(
+            st.sampled_from(selections) | st.sampled_from(sorted(leaves)), unique=True, min_size=1, max_size=8
+        ),
+        label="keys",
+    )
     same = {key: leaves[key] for key in keys}
     assert dump(load_config(file, same)) == dump(loaded)
     from_cli = dict(parse_set_option(f"{key}={flow(value)}") for key, value in same.items())
@@ -437,9 +518,11 @@ def test_overriding_a_key_with_its_own_value_changes_nothing(
 def _nested_integers() -> list[tuple[str, Setting]]:
     """Integer fields below the top level: the sample config and built-in plugin options."""
     out = []
-    for prefix, model in (("sample_config", MultiModalSampleConfig),
-                          ("task_encoder.options", MultimodalOptions),
-                          ("packing.options", FirstFitDecreasingOptions)):
+    for prefix, model in (
+        ("sample_config", MultiModalSampleConfig),
+        ("task_encoder.options", MultimodalOptions),
+        ("packing.options", FirstFitDecreasingOptions),
+    ):
         for name, field in model.model_fields.items():
             args = set(typing.get_args(field.annotation)) or {field.annotation}
             if int not in args:
@@ -489,20 +572,85 @@ def test_a_bad_integer_is_refused_naming_its_path(
 
 # -- (d) any text loads or raises ConfigError naming the file ------------------------------------
 
-CONFIG_KEYS = [*SETTING_NAMES, *BASE, "sample_config", "image_processor", "task_encoder",
-               "validation_task_encoder", "packing", "batch_format", "energon", "name",
-               "options", "image_token", "conversation_template", "image_tokens", "a.b"]
+CONFIG_KEYS = [
+    *SETTING_NAMES,
+    *BASE,
+    "sample_config",
+    "image_processor",
+    "task_encoder",
+    "validation_task_encoder",
+    "packing",
+    "batch_format",
+    "energon",
+    "name",
+    "options",
+    "image_token",
+    "conversation_template",
+    "image_tokens",
+    "a.b",
+]
 keys = st.sampled_from(CONFIG_KEYS) | identifiers
 yaml_trees = st.recursive(
     scalars | PLUGIN_NAMES | st.sampled_from(["data.jsonl", "tok", ".", "/"]),
     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(keys, inner, max_size=4),
     max_leaves=12,
 )
-TOKENS = ["", " ", "  ", "\n", "\n  ", ": ", ":", "- ", "-", "[", "]", "{", "}", ",", "&a ", "*a",
-          "<<: ", "!!str ", "!!int ", "!!bool ", "!!float ", "!!binary ", "!!set ", "!!omap ",
-          "!custom ", "|", ">", "'", '"', "#", "?", "%YAML 1.1\n", "---\n", "...\n", "~", "null",
-          "yes", "0x1f", "0x_", "0b_", "1_000", "1:30", ".inf", "-.nan", "2020-01-01",
-          "2020-02-30", "1e3", "1.5e3", "\\0", "\t", "@", "`", "%", *CONFIG_KEYS]
+TOKENS = [
+    "",
+    " ",
+    "  ",
+    "\n",
+    "\n  ",
+    ": ",
+    ":",
+    "- ",
+    "-",
+    "[",
+    "]",
+    "{",
+    "}",
+    ",",
+    "&a ",
+    "*a",
+    "<<: ",
+    "!!str ",
+    "!!int ",
+    "!!bool ",
+    "!!float ",
+    "!!binary ",
+    "!!set ",
+    "!!omap ",
+    "!custom ",
+    "|",
+    ">",
+    "'",
+    '"',
+    "#",
+    "?",
+    "%YAML 1.1\n",
+    "---\n",
+    "...\n",
+    "~",
+    "null",
+    "yes",
+    "0x1f",
+    "0x_",
+    "0b_",
+    "1_000",
+    "1:30",
+    ".inf",
+    "-.nan",
+    "2020-01-01",
+    "2020-02-30",
+    "1e3",
+    "1.5e3",
+    "\\0",
+    "\t",
+    "@",
+    "`",
+    "%",
+    *CONFIG_KEYS,
+]
 TOP_KEYS = [*SETTING_NAMES, *DataModuleConfig.model_fields]
 near_valid = st.fixed_dictionaries(
     FIXED_BASE, optional={key: yaml_trees for key in TOP_KEYS if key not in BASE}
@@ -511,13 +659,13 @@ yaml_texts = (
     st.tuples(near_valid, st.sampled_from([None, True, False])).map(
         lambda t: yaml.safe_dump(t[0], default_flow_style=t[1], sort_keys=False)
     )
-    |
-    st.tuples(yaml_trees, st.sampled_from([None, True, False])).map(
+    | st.tuples(yaml_trees, st.sampled_from([None, True, False])).map(
         lambda t: yaml.safe_dump(t[0], default_flow_style=t[1], sort_keys=False)
     )
     | st.lists(st.sampled_from(TOKENS) | words, max_size=30).map("".join)
-    | st.lists(st.sampled_from(CONFIG_KEYS).map(lambda k: f"{k}: ") | st.sampled_from(TOKENS)
-               | words, max_size=20).map("\n".join)
+    | st.lists(
+        st.sampled_from(CONFIG_KEYS).map(lambda k: f"{k}: ") | st.sampled_from(TOKENS) | words, max_size=20
+    ).map("\n".join)
 )
 
 
@@ -549,17 +697,20 @@ def test_any_json_text_loads_or_names_the_file(workspace: Path, tree: Any) -> No
 # -- bugs found by the properties above -------------------------------------------------
 
 
-@pytest.mark.parametrize("text, json_format", [
-    ("seq_length: 2020-02-30", False),    # a date that does not exist
-    ("seq_length: 0x_", False),           # the int resolver matches, int("", 16) fails
-    ("seq_length: !!int x", False),
-    ("seq_length: !!float x", False),
-    ("pin_memory: !!bool maybe", False),  # KeyError
-    ("seq_length: !!int", False),          # IndexError
-    ("seq_length: !!timestamp x", False),  # AttributeError
-    ("seq_length: " + "1" * 5000, False),
-    ('{"seq_length": ' + "1" * 5000 + "}", True),
-])
+@pytest.mark.parametrize(
+    "text, json_format",
+    [
+        ("seq_length: 2020-02-30", False),  # a date that does not exist
+        ("seq_length: 0x_", False),  # the int resolver matches, int("", 16) fails
+        ("seq_length: !!int x", False),
+        ("seq_length: !!float x", False),
+        ("pin_memory: !!bool maybe", False),  # KeyError
+        ("seq_length: !!int", False),  # IndexError
+        ("seq_length: !!timestamp x", False),  # AttributeError
+        ("seq_length: " + "1" * 5000, False),
+        ('{"seq_length": ' + "1" * 5000 + "}", True),
+    ],
+)
 def test_yaml_values_python_cannot_build_are_a_config_error(
     workspace: Path, text: str, json_format: bool
 ) -> None:
@@ -576,11 +727,14 @@ def test_odd_paths_are_a_config_error(workspace: Path, key: str, value: str) -> 
     assert key in [issue.path for issue in caught.value.issues]
 
 
-@pytest.mark.parametrize("path, value", [
-    ("task_encoder.options.image_tokens", True),
-    ("sample_config.image_token_id", "8"),
-    ("packing.options.pad_to_multiple_of", 2.0),
-])
+@pytest.mark.parametrize(
+    "path, value",
+    [
+        ("task_encoder.options.image_tokens", True),
+        ("sample_config.image_token_id", "8"),
+        ("packing.options.pad_to_multiple_of", 2.0),
+    ],
+)
 def test_nested_integers_are_as_strict_as_settings(workspace: Path, path: str, value: Any) -> None:
     with pytest.raises(ConfigValidationError) as caught:
         load_config(write(workspace, set_in(PACKED, path, value)))
@@ -595,7 +749,7 @@ def test_renaming_the_selected_plugin_keeps_its_options(workspace: Path, name: s
 
 
 def test_an_alias_selected_in_the_file_and_its_plain_name_in_an_override_are_one_plugin(
-    workspace: Path
+    workspace: Path,
 ) -> None:
     config = {**BASE, "task_encoder": {"name": "default", "options": {"image_tokens": 7}}}
     loaded = load_config(write(workspace, config), {"task_encoder.name": "multimodal"})

@@ -15,23 +15,22 @@ import os
 import subprocess
 import sys
 import tarfile
-import textwrap
 from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-import yaml  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
+import pytest
+import torch
+import yaml
+from click.testing import CliRunner
 
-import energon_plugins  # noqa: E402
-from energon_plugins import ConvertError, convert_dataset  # noqa: E402
-from energon_plugins.cli import cli  # noqa: E402
-from energon_plugins.convert.report import read_report  # noqa: E402
+import energon_plugins
+from energon_plugins import ConvertError, convert_dataset
+from energon_plugins.cli import cli
+from energon_plugins.convert.report import read_report
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _convert_sources import (  # noqa: E402
+from _convert_sources import (
     write_llava_source,
     write_parquet_source,
     write_sharegpt_source,
@@ -40,8 +39,11 @@ from _convert_sources import (  # noqa: E402
 IGNORE = -100
 SPLITS = "train=0.7,val=0.15,test=0.15"
 SHARD = "16KiB"
-WRITERS = {"llava-json": write_llava_source, "sharegpt": write_sharegpt_source,
-           "hf-parquet": write_parquet_source}
+WRITERS = {
+    "llava-json": write_llava_source,
+    "sharegpt": write_sharegpt_source,
+    "hf-parquet": write_parquet_source,
+}
 
 
 @pytest.fixture(scope="module")
@@ -51,8 +53,15 @@ def converted(tmp_path_factory):
     out = {}
     for name, write in WRITERS.items():
         source = write(root / f"src-{name}")
-        result = convert_dataset(source.path, root / f"out-{name}", name, options=source.options,
-                                 split_ratio=SPLITS, shard_size=SHARD, workers=2)
+        result = convert_dataset(
+            source.path,
+            root / f"out-{name}",
+            name,
+            options=source.options,
+            split_ratio=SPLITS,
+            shard_size=SHARD,
+            workers=2,
+        )
         out[name] = (source, result)
     return out
 
@@ -113,8 +122,11 @@ def test_splits_follow_the_ratios_and_energon_indexed_them(converted):
         assert [n for pattern in listed[split] for n in braceexpand.braceexpand(pattern)] == names
     assert {"dataset.yaml", "split.yaml", "index.sqlite", ".info.json"} <= {p.name for p in meta.iterdir()}
     dataset = yaml.safe_load((meta / "dataset.yaml").read_text())
-    assert dataset == {"__module__": "megatron.energon", "__class__": "CrudeWebdataset",
-                       "subflavors": {"format": "chatml"}}
+    assert dataset == {
+        "__module__": "megatron.energon",
+        "__class__": "CrudeWebdataset",
+        "subflavors": {"format": "chatml"},
+    }
     info = json.loads((meta / ".info.json").read_text())
     samples = shard_samples(result.output)
     assert sum(info["shard_counts"].values()) == len(samples) == 20
@@ -146,8 +158,7 @@ def answer_runs(labels):
 
 
 def train_keys(result):
-    return {key for shard in result.shards["train"]
-            for key in shard_samples_of(result.output / shard)}
+    return {key for shard in result.shards["train"] for key in shard_samples_of(result.output / shard)}
 
 
 def shard_samples_of(shard: Path) -> set[str]:
@@ -188,8 +199,13 @@ def test_train_batches_through_the_datamodule(converted, fmt, encoder, tiny_llav
         one = hf(text=hf.image_token, images=[Image.new("RGB", (40, 30))], return_tensors="pt")
         tokens_per_image = int((one["input_ids"] == tok.convert_tokens_to_ids("<image>")).sum())
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(result.output), tok, image_processor, seq_length=2048, micro_batch_size=2,
-        num_workers=0, shuffle_buffer_size=4,
+        str(result.output),
+        tok,
+        image_processor,
+        seq_length=2048,
+        micro_batch_size=2,
+        num_workers=0,
+        shuffle_buffer_size=4,
         task_encoder={"name": encoder, "options": options},
         batch_format=None,  # the encoder's batch: rows, keys and images as it made them
     )
@@ -201,8 +217,7 @@ def test_train_batches_through_the_datamodule(converted, fmt, encoder, tiny_llav
         images = images_of(samples[key])
         answers = [t["value"] for t in meta["conversations"] if t["from"] == "gpt"]
         labels = batch.labels[row]
-        decoded = [tok.decode(labels[run], skip_special_tokens=True).strip()
-                   for run in answer_runs(labels)]
+        decoded = [tok.decode(labels[run], skip_special_tokens=True).strip() for run in answer_runs(labels)]
         assert decoded == answers, key
         ids = batch.input_ids[row]
         assert int((ids == image_id).sum()) == tokens_per_image * len(images), key
@@ -211,23 +226,35 @@ def test_train_batches_through_the_datamodule(converted, fmt, encoder, tiny_llav
             import io
 
             first = int(batch.num_images[:row].sum())
-            pixels = batch.pixel_values[first:first + len(images)]
-            direct = processor(images=[Image.open(io.BytesIO(b)).convert("RGB") for b in images],
-                               return_tensors="pt")["pixel_values"]
+            pixels = batch.pixel_values[first : first + len(images)]
+            direct = processor(
+                images=[Image.open(io.BytesIO(b)).convert("RGB") for b in images], return_tensors="pt"
+            )["pixel_values"]
             assert torch.allclose(pixels, direct, atol=1e-5), key
 
 
 # ----------------------------------------------------------------------------- determinism, resume
 def tree_bytes(output: Path) -> dict[str, bytes]:
-    names = [*output.glob("*.tar"), output / "rejected.jsonl", output / ".nv-meta" / "split.yaml",
-             output / ".nv-meta" / "dataset.yaml"]
+    names = [
+        *output.glob("*.tar"),
+        output / "rejected.jsonl",
+        output / ".nv-meta" / "split.yaml",
+        output / ".nv-meta" / "dataset.yaml",
+    ]
     return {p.name: p.read_bytes() for p in names}
 
 
 def test_same_input_gives_byte_identical_shards_whatever_the_workers(converted, tmp_path):
     source, first = converted["llava-json"]
-    again = convert_dataset(source.path, tmp_path / "again", "llava-json", options=source.options,
-                            split_ratio=SPLITS, shard_size=SHARD, workers=0)
+    again = convert_dataset(
+        source.path,
+        tmp_path / "again",
+        "llava-json",
+        options=source.options,
+        split_ratio=SPLITS,
+        shard_size=SHARD,
+        workers=0,
+    )
     assert tree_bytes(again.output) == tree_bytes(first.output)
 
 
@@ -257,9 +284,13 @@ def test_a_killed_run_resumes_without_duplicates(converted, tmp_path):
     out = tmp_path / "killed"
     script = tmp_path / "killer.py"
     script.write_text(_KILLER.format(splits=SPLITS, shard=SHARD))
-    proc = subprocess.run([sys.executable, str(script), str(source.path), str(out),
-                           source.options["image_folder"]], capture_output=True, text=True,
-                          timeout=120, env={**os.environ, "PYTHONPATH": ""})
+    proc = subprocess.run(
+        [sys.executable, str(script), str(source.path), str(out), source.options["image_folder"]],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": ""},
+    )
     assert proc.returncode == -9, proc.stderr[-2000:]
     state = json.loads((out / "convert.json").read_text())
     checkpoint = state["checkpoint"]["next_index"]
@@ -270,9 +301,24 @@ def test_a_killed_run_resumes_without_duplicates(converted, tmp_path):
     assert not (out / ".nv-meta" / "split.yaml").exists()
 
     runner = CliRunner()
-    args = ["convert", str(source.path), str(out), "--from", "llava-json",
-            "-o", f"image_folder={source.options['image_folder']}", "--split-ratio", SPLITS,
-            "--shard-size", SHARD, "--workers", "2", "--max-rejected", "30%", "--json"]
+    args = [
+        "convert",
+        str(source.path),
+        str(out),
+        "--from",
+        "llava-json",
+        "-o",
+        f"image_folder={source.options['image_folder']}",
+        "--split-ratio",
+        SPLITS,
+        "--shard-size",
+        SHARD,
+        "--workers",
+        "2",
+        "--max-rejected",
+        "30%",
+        "--json",
+    ]
     refused = runner.invoke(cli, args[:-1])
     assert refused.exit_code == 1 and "--resume" in refused.output
     resumed = runner.invoke(cli, [*args, "--resume"])
@@ -301,11 +347,22 @@ def test_resume_with_other_settings_is_refused(converted, tmp_path):
 def test_strict_stops_at_the_first_bad_record(converted, tmp_path):
     source, _ = converted["llava-json"]
     with pytest.raises(ConvertError, match=r"data.json:#3: missing_image: .*nope.jpg"):
-        convert_dataset(source.path, tmp_path / "a", "llava-json", options=source.options,
-                        strict=True, workers=2)
-    result = CliRunner().invoke(cli, ["convert", str(source.path), str(tmp_path / "b"),
-                                      "--from", "llava-json", "--strict",
-                                      "-o", f"image_folder={source.options['image_folder']}"])
+        convert_dataset(
+            source.path, tmp_path / "a", "llava-json", options=source.options, strict=True, workers=2
+        )
+    result = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            str(source.path),
+            str(tmp_path / "b"),
+            "--from",
+            "llava-json",
+            "--strict",
+            "-o",
+            f"image_folder={source.options['image_folder']}",
+        ],
+    )
     assert result.exit_code == 1
     assert "Error: data.json:#3: missing_image" in result.output
     assert "Traceback" not in result.output
@@ -327,8 +384,9 @@ def test_user_errors_name_what_is_wrong(converted, tmp_path):
     size = run("--from", "llava-json", "--shard-size", "lots")
     assert size.exit_code == 1 and "shard_size" in size.output
     (tmp_path / "notjson.json").write_text('{\n  "a": 1\n}\n')
-    broken = runner.invoke(cli, ["convert", str(tmp_path / "notjson.json"), str(tmp_path / "y"),
-                                 "--from", "sharegpt"])
+    broken = runner.invoke(
+        cli, ["convert", str(tmp_path / "notjson.json"), str(tmp_path / "y"), "--from", "sharegpt"]
+    )
     assert broken.exit_code == 1 and "notjson.json" in broken.output
 
 
@@ -352,17 +410,38 @@ def test_cli_convert_then_preview_and_validate(converted, tmp_path):
     source, _ = converted["llava-json"]
     runner = CliRunner()
     out = tmp_path / "ds"
-    result = runner.invoke(cli, ["convert", str(source.path), str(out), "--from", "llava-json",
-                                 "-o", f"image_folder={source.options['image_folder']}",
-                                 "--split-ratio", SPLITS, "--workers", "0",
-                                 "--max-rejected", "30%"], env={"COLUMNS": "400"})
+    result = runner.invoke(
+        cli,
+        [
+            "convert",
+            str(source.path),
+            str(out),
+            "--from",
+            "llava-json",
+            "-o",
+            f"image_folder={source.options['image_folder']}",
+            "--split-ratio",
+            SPLITS,
+            "--workers",
+            "0",
+            "--max-rejected",
+            "30%",
+        ],
+        env={"COLUMNS": "400"},
+    )
     assert result.exit_code == 0, result.output
     assert "20 written, 7 rejected" in result.output and "rejected.jsonl" in result.output
     config = tmp_path / "train.yaml"
-    config.write_text(yaml.safe_dump({
-        "path": str(out), "tokenizer": {"path": str(save_demo_tokenizer(tmp_path / "tok"))},
-        "seq_length": 1024, "num_workers": 0,
-    }))
+    config.write_text(
+        yaml.safe_dump(
+            {
+                "path": str(out),
+                "tokenizer": {"path": str(save_demo_tokenizer(tmp_path / "tok"))},
+                "seq_length": 1024,
+                "num_workers": 0,
+            }
+        )
+    )
     validate_args = ["validate", str(config)]
     from energon_plugins.cli.validate_cmd import validate_command
 
@@ -413,7 +492,9 @@ def test_images_keep_their_bytes_unless_asked():
     assert check_image(webp, 0, None) == ("webp", webp)
     # a format the encoders' decoder is not given by extension: stored as PNG, same pixels
     extension, data = check_image(tga, 0, None)
-    assert extension == "png" and Image.open(io.BytesIO(data)).tobytes() == Image.open(io.BytesIO(tga)).tobytes()
+    assert (
+        extension == "png" and Image.open(io.BytesIO(data)).tobytes() == Image.open(io.BytesIO(tga)).tobytes()
+    )
     extension, data = check_image(webp, 0, "jpeg")
     assert extension == "jpg" and Image.open(io.BytesIO(data)).format == "JPEG"
     with pytest.raises(RecordError) as bad:
@@ -424,18 +505,30 @@ def test_images_keep_their_bytes_unless_asked():
 def test_parquet_question_answer_layout(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
-
     from _convert_sources import image_bytes
 
     folder = tmp_path / "vqa"
     folder.mkdir()
-    rows = [{"q": f"What is {i}?", "a": f"It is {i}.", "image": {"bytes": image_bytes("jpg", (20, 20), i),
-                                                                   "path": None}} for i in range(6)]
+    rows = [
+        {
+            "q": f"What is {i}?",
+            "a": f"It is {i}.",
+            "image": {"bytes": image_bytes("jpg", (20, 20), i), "path": None},
+        }
+        for i in range(6)
+    ]
     pq.write_table(pa.Table.from_pylist(rows), folder / "part-0.parquet")
-    result = convert_dataset(folder, tmp_path / "out", "hf-parquet", workers=0, split_ratio="train=1",
-                             options={"question_column": "q", "answer_column": "a",
-                                      "images_column": "image"})
+    result = convert_dataset(
+        folder,
+        tmp_path / "out",
+        "hf-parquet",
+        workers=0,
+        split_ratio="train=1",
+        options={"question_column": "q", "answer_column": "a", "images_column": "image"},
+    )
     assert result.written == {"train": 6} and result.rejected == {}
     first = json.loads(shard_samples(result.output)["0000000000"]["json"])
-    assert first["conversations"] == [{"from": "human", "value": "<image>\nWhat is 0?"},
-                                      {"from": "gpt", "value": "It is 0."}]
+    assert first["conversations"] == [
+        {"from": "human", "value": "<image>\nWhat is 0?"},
+        {"from": "gpt", "value": "It is 0."},
+    ]

@@ -28,26 +28,26 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
+import pytest
+from click.testing import CliRunner
 
-from energon_plugins import ConvertError, RecordError, convert_dataset  # noqa: E402
-from energon_plugins.cli import cli  # noqa: E402
-from energon_plugins.convert.checks import check_image  # noqa: E402
-from energon_plugins.convert.formats.json_stream import (  # noqa: E402
+from energon_plugins import ConvertError, RecordError, convert_dataset
+from energon_plugins.cli import cli
+from energon_plugins.convert.checks import check_image
+from energon_plugins.convert.formats.json_stream import (
     decode_payload,
     iter_json_records,
 )
-from energon_plugins.convert.formats.media import (  # noqa: E402
+from energon_plugins.convert.formats.media import (
     MediaLimits,
     current_media_limits,
     media_limits,
 )
-from energon_plugins.convert.records import REASONS  # noqa: E402
-from energon_plugins.convert.report import read_report  # noqa: E402
+from energon_plugins.convert.records import REASONS
+from energon_plugins.convert.report import read_report
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _convert_sources import image_bytes  # noqa: E402
+from _convert_sources import image_bytes
 
 TAG = "<image>"
 ONE_TURN = [{"from": "human", "value": f"{TAG}\nWhat is it?"}, {"from": "gpt", "value": "A box."}]
@@ -55,13 +55,18 @@ ONE_TURN = [{"from": "human", "value": f"{TAG}\nWhat is it?"}, {"from": "gpt", "
 
 def png_declaring(width: int, height: int) -> bytes:
     """A tiny PNG whose header declares ``width`` x ``height`` (its pixel data is not there)."""
+
     def chunk(kind: bytes, data: bytes) -> bytes:
         crc = struct.pack(">I", zlib.crc32(kind + data))
         return struct.pack(">I", len(data)) + kind + data + crc
 
     header = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit RGB
-    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header)
-            + chunk(b"IDAT", zlib.compress(b"\0" * 64)) + chunk(b"IEND", b""))
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + chunk(b"IHDR", header)
+        + chunk(b"IDAT", zlib.compress(b"\0" * 64))
+        + chunk(b"IEND", b"")
+    )
 
 
 def shard_images(output: Path) -> list[bytes]:
@@ -69,8 +74,11 @@ def shard_images(output: Path) -> list[bytes]:
     images = []
     for shard in sorted(output.glob("*.tar")):
         with tarfile.open(shard) as tar:
-            images += [tar.extractfile(member).read() for member in tar.getmembers()
-                       if not member.name.endswith(".json")]
+            images += [
+                tar.extractfile(member).read()
+                for member in tar.getmembers()
+                if not member.name.endswith(".json")
+            ]
     return images
 
 
@@ -103,9 +111,14 @@ def escapes(tmp_path_factory):
     images.mkdir()
     outside.mkdir()
     paths = {
-        "good": images / "good.jpg", "secret": outside / "secret.jpg", "fifo": images / "pipe.jpg",
-        "huge": images / "huge.jpg", "folder": images / "folder.jpg", "bomb": images / "bomb.png",
-        "tall": images / "tall.png", "link_out": images / "link.jpg",
+        "good": images / "good.jpg",
+        "secret": outside / "secret.jpg",
+        "fifo": images / "pipe.jpg",
+        "huge": images / "huge.jpg",
+        "folder": images / "folder.jpg",
+        "bomb": images / "bomb.png",
+        "tall": images / "tall.png",
+        "link_out": images / "link.jpg",
         "link_in": images / "alias.jpg",
     }
     paths["good"].write_bytes(image_bytes("jpg", (32, 24), 1))
@@ -140,21 +153,46 @@ def escapes(tmp_path_factory):
     ]
     records = []
     for reason, fields in cases:
-        turns = ONE_TURN if "image" in fields else [
-            {"from": "human", "value": f"{TAG}{TAG}\nCompare."}, {"from": "gpt", "value": "Same."}]
+        turns = (
+            ONE_TURN
+            if "image" in fields
+            else [{"from": "human", "value": f"{TAG}{TAG}\nCompare."}, {"from": "gpt", "value": "Same."}]
+        )
         record = {"id": f"r{len(records)}", **fields, "conversations": turns}
         records.append((reason, json.dumps(record)))
     records.append(("too_deep", '{"id": "deep", "conversations": ' + nested(200_000) + "}"))
-    records.append(("record_too_large", json.dumps({"id": "big", "conversations": [
-        {"from": "human", "value": "x" * (2 * 2**20)}, {"from": "gpt", "value": "y"}]})))
-    records.append((None, json.dumps({"id": "last", "image": "good.jpg",
-                                      "conversations": ONE_TURN})))
+    records.append(
+        (
+            "record_too_large",
+            json.dumps(
+                {
+                    "id": "big",
+                    "conversations": [
+                        {"from": "human", "value": "x" * (2 * 2**20)},
+                        {"from": "gpt", "value": "y"},
+                    ],
+                }
+            ),
+        )
+    )
+    records.append((None, json.dumps({"id": "last", "image": "good.jpg", "conversations": ONE_TURN})))
     source = root / "data.json"
     source.write_text("[\n" + ",\n".join(text for _, text in records) + "\n]\n")
     log = root / "log.json"
     options = {"image_folder": str(images), "max_record_bytes": "1MiB"}
-    subprocess.run([sys.executable, "-c", AUDITED_CONVERT, str(source), str(root / "out"),
-                    json.dumps(options), str(log)], check=True, timeout=240)
+    subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            AUDITED_CONVERT,
+            str(source),
+            str(root / "out"),
+            json.dumps(options),
+            str(log),
+        ],
+        check=True,
+        timeout=240,
+    )
     expected = {f"data.json:#{i}": reason for i, (reason, _) in enumerate(records)}
     rows = {row["location"]: row for row in read_report(root / "out" / "rejected.jsonl")}
     return paths, expected, rows, json.loads(log.read_text())
@@ -176,8 +214,10 @@ def test_messages_name_the_record_field_and_the_path(escapes):
     assert by_id["r8"].startswith("images[1]: '../../../../../etc/passwd'")
     assert by_id["r9"].startswith("image: '") and "pipe.jpg' is a FIFO" in by_id["r9"]
     assert "folder.jpg" in by_id["r10"] and "a directory" in by_id["r10"]
-    assert by_id["r11"] == ("image: 'http://example.com/cat.jpg' is a URL; convert reads local "
-                            "files only (download the media first)")
+    assert by_id["r11"] == (
+        "image: 'http://example.com/cat.jpg' is a URL; convert reads local "
+        "files only (download the media first)"
+    )
     assert by_id["r14"].startswith("image: '") and "huge.jpg' is 67108865 bytes" in by_id["r14"]
     assert "--max-image-size" in by_id["r14"]
     assert "9000x9000" in by_id["r16"] and "--max-image-pixels" in by_id["r16"]
@@ -206,10 +246,17 @@ def test_limits_are_back_to_the_defaults_after_a_conversion(tmp_path):
     folder.mkdir()
     (folder / "big.jpg").write_bytes(image_bytes("jpg", (20, 20), 3))
     (folder / "small.jpg").write_bytes(image_bytes("jpg", (10, 10), 4))
-    (folder / "data.json").write_text(json.dumps([{"image": name, "conversations": ONE_TURN}
-                                                  for name in ("big.jpg", "small.jpg")]))
-    result = convert_dataset(folder / "data.json", tmp_path / "out", "llava-json", workers=0,
-                             split_ratio="train=1", max_image_pixels=200)
+    (folder / "data.json").write_text(
+        json.dumps([{"image": name, "conversations": ONE_TURN} for name in ("big.jpg", "small.jpg")])
+    )
+    result = convert_dataset(
+        folder / "data.json",
+        tmp_path / "out",
+        "llava-json",
+        workers=0,
+        split_ratio="train=1",
+        max_image_pixels=200,
+    )
     assert result.rejected == {"too_many_pixels": 1} and result.written == {"train": 1}
     assert current_media_limits() == MediaLimits()
 
@@ -224,37 +271,79 @@ def test_allow_outside_admits_absolute_paths_but_keeps_every_other_check(tmp_pat
     (beyond / "hidden.jpg").write_bytes(image_bytes("jpg", (30, 30), 6))
     (elsewhere / "sneaky.jpg").symlink_to(beyond / "hidden.jpg")
     os.mkfifo(elsewhere / "pipe.jpg")
-    records = [{"id": name, "image": str(path), "conversations": ONE_TURN} for name, path in (
-        ("abs", elsewhere / "photo.jpg"), ("link", elsewhere / "sneaky.jpg"),
-        ("fifo", elsewhere / "pipe.jpg"), ("dev", Path("/dev/zero")))]
+    records = [
+        {"id": name, "image": str(path), "conversations": ONE_TURN}
+        for name, path in (
+            ("abs", elsewhere / "photo.jpg"),
+            ("link", elsewhere / "sneaky.jpg"),
+            ("fifo", elsewhere / "pipe.jpg"),
+            ("dev", Path("/dev/zero")),
+        )
+    ]
     (data / "data.json").write_text(json.dumps(records))
     runner = CliRunner()
-    base = ["convert", str(data / "data.json"), "--from", "llava-json", "--split-ratio", "train=1",
-            "--max-rejected", "100%", "--workers", "0"]
+    base = [
+        "convert",
+        str(data / "data.json"),
+        "--from",
+        "llava-json",
+        "--split-ratio",
+        "train=1",
+        "--max-rejected",
+        "100%",
+        "--workers",
+        "0",
+    ]
 
     refused = runner.invoke(cli, [*base[:2], str(tmp_path / "out0"), *base[2:]])
     assert refused.exit_code == 1, refused.output  # nothing reached train
     assert {r["id"]: r["reason"] for r in read_report(tmp_path / "out0" / "rejected.jsonl")} == {
-        "abs": "outside_folder", "link": "outside_folder", "fifo": "outside_folder",
-        "dev": "outside_folder"}
+        "abs": "outside_folder",
+        "link": "outside_folder",
+        "fifo": "outside_folder",
+        "dev": "outside_folder",
+    }
 
-    allowed = runner.invoke(cli, [*base[:2], str(tmp_path / "out1"), *base[2:],
-                                  "--allow-outside", str(elsewhere), "--allow-outside", "/dev"])
+    allowed = runner.invoke(
+        cli,
+        [
+            *base[:2],
+            str(tmp_path / "out1"),
+            *base[2:],
+            "--allow-outside",
+            str(elsewhere),
+            "--allow-outside",
+            "/dev",
+        ],
+    )
     assert allowed.exit_code == 0, allowed.output
     assert {r["id"]: r["reason"] for r in read_report(tmp_path / "out1" / "rejected.jsonl")} == {
-        "link": "outside_folder", "fifo": "not_a_file", "dev": "not_a_file"}
+        "link": "outside_folder",
+        "fifo": "not_a_file",
+        "dev": "not_a_file",
+    }
     assert shard_images(tmp_path / "out1") == [photo]
 
-    missing = runner.invoke(cli, [*base[:2], str(tmp_path / "out2"), *base[2:],
-                                  "--allow-outside", str(tmp_path / "nowhere")])
+    missing = runner.invoke(
+        cli, [*base[:2], str(tmp_path / "out2"), *base[2:], "--allow-outside", str(tmp_path / "nowhere")]
+    )
     assert missing.exit_code == 2 and "nowhere" in missing.output
     assert "Traceback" not in missing.output
 
 
 def test_the_cli_documents_the_new_options_and_reasons():
     result = CliRunner().invoke(cli, ["convert", "--help"])
-    for text in ("--allow-outside", "--max-image-size", "--max-image-pixels", "max_record_bytes",
-                 "max_depth", "outside_folder", "not_a_file", "too_many_pixels", "too_deep"):
+    for text in (
+        "--allow-outside",
+        "--max-image-size",
+        "--max-image-pixels",
+        "max_record_bytes",
+        "max_depth",
+        "outside_folder",
+        "not_a_file",
+        "too_many_pixels",
+        "too_deep",
+    ):
         assert text in result.output
 
 
@@ -285,20 +374,31 @@ def test_parquet_bytes_obey_the_image_cap(tmp_path):
     assert len(small) < 1024 < len(large)
     struct_type = pa.struct([("bytes", pa.binary()), ("path", pa.string())])
     chat = [{"role": "user", "content": f"{TAG} what?"}, {"role": "assistant", "content": "This."}]
-    rows = [{"id": "small", "pics": [{"bytes": small, "path": None}], "messages": chat},
-            {"id": "large", "pics": [{"bytes": large, "path": None}], "messages": chat},
-            {"id": "path", "pics": [{"bytes": None, "path": "../secret.png"}], "messages": chat}]
-    schema = pa.schema([("id", pa.string()), ("pics", pa.list_(struct_type)),
-                        ("messages", pa.list_(pa.struct([("role", pa.string()),
-                                                         ("content", pa.string())])))])
+    rows = [
+        {"id": "small", "pics": [{"bytes": small, "path": None}], "messages": chat},
+        {"id": "large", "pics": [{"bytes": large, "path": None}], "messages": chat},
+        {"id": "path", "pics": [{"bytes": None, "path": "../secret.png"}], "messages": chat},
+    ]
+    schema = pa.schema(
+        [
+            ("id", pa.string()),
+            ("pics", pa.list_(struct_type)),
+            ("messages", pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))),
+        ]
+    )
     pq.write_table(pa.Table.from_pylist(rows, schema=schema), folder / "train.parquet")
     (tmp_path / "secret.png").write_bytes(small)
-    result = convert_dataset(folder, tmp_path / "out", "hf-parquet",
-                             options={"images_column": "pics"}, split_ratio="train=1",
-                             max_image_size="1KiB", workers=0)
+    result = convert_dataset(
+        folder,
+        tmp_path / "out",
+        "hf-parquet",
+        options={"images_column": "pics"},
+        split_ratio="train=1",
+        max_image_size="1KiB",
+        workers=0,
+    )
     rows = {r["id"]: r for r in read_report(result.report)}
-    assert {i: r["reason"] for i, r in rows.items()} == {"large": "too_large",
-                                                         "path": "outside_folder"}
+    assert {i: r["reason"] for i, r in rows.items()} == {"large": "too_large", "path": "outside_folder"}
     assert rows["large"]["message"].startswith("pics[0]: the embedded image is")
     assert rows["path"]["message"].startswith("pics[0].path: '../secret.png'")
     assert shard_images(tmp_path / "out") == [small]
@@ -384,8 +484,11 @@ def test_record_caps_are_source_format_options(tmp_path):
     assert (reader.options.max_record_bytes, reader.options.max_depth) == (2048, 3)
     path = tmp_path / "chats.jsonl"
     chat = [{"role": "user", "content": "hi"}, {"role": "assistant", "content": "hello"}]
-    lines = [{"messages": chat}, {"messages": chat, "meta": {"a": {"b": [1]}}},
-             {"messages": chat, "pad": "p" * 4096}]
+    lines = [
+        {"messages": chat},
+        {"messages": chat, "meta": {"a": {"b": [1]}}},
+        {"messages": chat, "pad": "p" * 4096},
+    ]
     path.write_text("\n".join(json.dumps(line) for line in lines) + "\n")
     outcomes = []
     for _, payload in reader.scan(path):

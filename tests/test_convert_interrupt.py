@@ -74,10 +74,12 @@ class Stop:
 
     def describe(self) -> str:
         """What to quote when this run fails."""
-        return (f"seed {SEED}, chain {self.chain} run {self.step}: {self.mode}, "
-                f"{'pseudo-terminal' if self.terminal else 'pipes'}, delay {self.delay:.3f} s "
-                f"after {'indexing' if self.indexing else 'work'} began"
-                + (f", gap {self.gap:.3f} s" if self.mode == "sigint-twice" else ""))
+        return (
+            f"seed {SEED}, chain {self.chain} run {self.step}: {self.mode}, "
+            f"{'pseudo-terminal' if self.terminal else 'pipes'}, delay {self.delay:.3f} s "
+            f"after {'indexing' if self.indexing else 'work'} began"
+            + (f", gap {self.gap:.3f} s" if self.mode == "sigint-twice" else "")
+        )
 
 
 def plan() -> list[list[Stop]]:
@@ -90,10 +92,20 @@ def plan() -> list[list[Stop]]:
     rng.shuffle(picks)
     later = [(chain, step) for chain in range(CHAINS) for step in range(1, per_chain)]
     indexing = set(rng.sample(later, INDEXING))
-    return [[Stop(chain, step, *picks[chain * per_chain + step], (chain, step) in indexing,
-                  delay=rng.uniform(0.0, 0.3 if (chain, step) in indexing else 1.5),
-                  gap=rng.uniform(0.0, 0.3)) for step in range(per_chain)]
-            for chain in range(CHAINS)]
+    return [
+        [
+            Stop(
+                chain,
+                step,
+                *picks[chain * per_chain + step],
+                (chain, step) in indexing,
+                delay=rng.uniform(0.0, 0.3 if (chain, step) in indexing else 1.5),
+                gap=rng.uniform(0.0, 0.3),
+            )
+            for step in range(per_chain)
+        ]
+        for chain in range(CHAINS)
+    ]
 
 
 # ----------------------------------------------------------------------------- the data
@@ -107,19 +119,37 @@ def source(tmp_path_factory) -> pathlib.Path:
         buffer = io.BytesIO()
         Image.new("RGB", (8 + n, 6 + n), (15 * n, 90, 200 - 9 * n)).save(buffer, format="PNG")
         (images / f"{n}.png").write_bytes(buffer.getvalue())
-    records = [{"id": f"r{i}", "image": "missing.png" if i % 250 == 7 else f"{i % 16}.png",
-                "conversations": [{"from": "human", "value": f"<image>\nWhat is shape {i}?"},
-                                  {"from": "gpt", "value": f"Shape {i}, colour {i % 16}."}]}
-               for i in range(RECORDS)]
+    records = [
+        {
+            "id": f"r{i}",
+            "image": "missing.png" if i % 250 == 7 else f"{i % 16}.png",
+            "conversations": [
+                {"from": "human", "value": f"<image>\nWhat is shape {i}?"},
+                {"from": "gpt", "value": f"Shape {i}, colour {i % 16}."},
+            ],
+        }
+        for i in range(RECORDS)
+    ]
     (root / "data.json").write_text(json.dumps(records), encoding="utf-8")
     return root
 
 
 def command(source: pathlib.Path, output: pathlib.Path, *extra: str) -> list[str]:
     """The ``convert`` command line for ``source`` into ``output``."""
-    return [sys.executable, "-m", "energon_plugins", "convert", str(source / "data.json"),
-            str(output), "--from", "llava-json", "-o", f"image_folder={source / 'images'}",
-            *SETTINGS, *extra]
+    return [
+        sys.executable,
+        "-m",
+        "energon_plugins",
+        "convert",
+        str(source / "data.json"),
+        str(output),
+        "--from",
+        "llava-json",
+        "-o",
+        f"image_folder={source / 'images'}",
+        *SETTINGS,
+        *extra,
+    ]
 
 
 def environment() -> dict[str, str]:
@@ -131,8 +161,9 @@ def environment() -> dict[str, str]:
 
 def uninterrupted(source: pathlib.Path, output: pathlib.Path) -> dict[str, object]:
     """What a run that nobody stops writes (:func:`written`)."""
-    done = subprocess.run(command(source, output), capture_output=True, text=True,
-                          env=environment(), timeout=300)
+    done = subprocess.run(
+        command(source, output), capture_output=True, text=True, env=environment(), timeout=300
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return written(output)
 
@@ -140,12 +171,18 @@ def uninterrupted(source: pathlib.Path, output: pathlib.Path) -> dict[str, objec
 def written(output: pathlib.Path) -> dict[str, object]:
     """SHA-256 of every shard, shard index, the report and ``.nv-meta``'s files (not the
     SQLite file itself: its pages need not repeat), plus the index's sample list."""
-    names = [*output.glob("*.tar"), *output.glob("*.tar.idx"), output / "rejected.jsonl",
-             *(output / ".nv-meta" / name for name in ("split.yaml", "dataset.yaml", ".info.json"))]
+    names = [
+        *output.glob("*.tar"),
+        *output.glob("*.tar.idx"),
+        output / "rejected.jsonl",
+        *(output / ".nv-meta" / name for name in ("split.yaml", "dataset.yaml", ".info.json")),
+    ]
     hashes = {path.name: hashlib.sha256(path.read_bytes()).hexdigest() for path in names}
     with sqlite3.connect(output / ".nv-meta" / "index.sqlite") as db:
-        samples = db.execute("SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size"
-                             " FROM samples ORDER BY tar_file_id, sample_index").fetchall()
+        samples = db.execute(
+            "SELECT tar_file_id, sample_key, sample_index, byte_offset, byte_size"
+            " FROM samples ORDER BY tar_file_id, sample_index"
+        ).fetchall()
     return {"files": hashes, "samples": samples}
 
 
@@ -167,14 +204,24 @@ class Run:
         if terminal:
             reader, child_side = os.openpty()
             fcntl.ioctl(child_side, termios.TIOCSWINSZ, struct.pack("HHHH", 30, 100, 0, 0))
-            self.process = subprocess.Popen(args, stdin=child_side, stdout=child_side,
-                                            stderr=child_side, env=environment(),
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                args,
+                stdin=child_side,
+                stdout=child_side,
+                stderr=child_side,
+                env=environment(),
+                start_new_session=True,
+            )
             os.close(child_side)
         else:
-            self.process = subprocess.Popen(args, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                            stderr=subprocess.STDOUT, env=environment(),
-                                            start_new_session=True)
+            self.process = subprocess.Popen(
+                args,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env=environment(),
+                start_new_session=True,
+            )
             reader = self.process.stdout.fileno()
         self._drain = threading.Thread(target=self._read, args=(reader, terminal), daemon=True)
         self._drain.start()
@@ -228,8 +275,8 @@ class Run:
                 text = stat.read_text()
             except OSError:
                 continue
-            name = text[text.index("(") + 1:text.rindex(")")]
-            fields = text[text.rindex(")") + 2:].split()
+            name = text[text.index("(") + 1 : text.rindex(")")]
+            fields = text[text.rindex(")") + 2 :].split()
             if int(fields[3]) == self.process.pid and fields[0] != "Z":
                 left.append(f"{stat.parent.name} {name} {fields[0]}")
         return left
@@ -303,8 +350,7 @@ def interrupt(run: Run, stop: Stop, seconds: list[float]) -> str:
     return "; ".join(problems) + f"\n--- its output:\n{text[-3000:]}"
 
 
-def run_chain(chain: list[Stop], source: pathlib.Path, output: pathlib.Path
-              ) -> tuple[list[str], list[float]]:
+def run_chain(chain: list[Stop], source: pathlib.Path, output: pathlib.Path) -> tuple[list[str], list[float]]:
     """Each interrupt of ``chain`` on one output folder, then a completing ``--resume``: the
     failures, and the seconds from each signal to the end of its run.
 
@@ -326,11 +372,18 @@ def run_chain(chain: list[Stop], source: pathlib.Path, output: pathlib.Path
             extra = ["--overwrite"]
         if problem:
             failures.append(f"{stop.describe()}: {problem}")
-    done = subprocess.run(command(source, output, "--resume", "--json"), capture_output=True,
-                          text=True, env=environment(), timeout=300)
+    done = subprocess.run(
+        command(source, output, "--resume", "--json"),
+        capture_output=True,
+        text=True,
+        env=environment(),
+        timeout=300,
+    )
     if done.returncode != 0:
-        failures.append(f"seed {SEED}, chain {chain[0].chain}: the completing --resume failed "
-                        f"(exit {done.returncode}):\n{done.stderr[-3000:]}")
+        failures.append(
+            f"seed {SEED}, chain {chain[0].chain}: the completing --resume failed "
+            f"(exit {done.returncode}):\n{done.stderr[-3000:]}"
+        )
     return failures, seconds
 
 
@@ -338,18 +391,25 @@ def run_chain(chain: list[Stop], source: pathlib.Path, output: pathlib.Path
 def test_every_interrupt_stops_at_once_and_resume_is_exact(source, tmp_path):
     chains = plan()
     assert sum(map(len, chains)) == INTERRUPTS
-    assert {(s.mode, s.terminal) for c in chains for s in c} == {
-        (m, t) for m in MODES for t in (True, False)}
+    assert {(s.mode, s.terminal) for c in chains for s in c} == {(m, t) for m in MODES for t in (True, False)}
     reference = uninterrupted(source, tmp_path / "reference")
     with concurrent.futures.ThreadPoolExecutor(len(chains)) as pool:
-        outcomes = list(pool.map(run_chain, chains, [source] * len(chains),
-                                 [tmp_path / f"chain-{n}" for n in range(len(chains))]))
+        outcomes = list(
+            pool.map(
+                run_chain,
+                chains,
+                [source] * len(chains),
+                [tmp_path / f"chain-{n}" for n in range(len(chains))],
+            )
+        )
     failures = [failure for found, _ in outcomes for failure in found]
     seconds = sorted(took for _, found in outcomes for took in found)
-    print(f"seed {SEED}: {len(seconds)} interrupts, from the signal to the end: median "
-          f"{seconds[len(seconds) // 2]:.2f} s, longest {seconds[-1]:.2f} s")
-    assert not failures, f"{len(failures)} of {INTERRUPTS} interrupts failed:\n\n" + \
-        "\n\n".join(failures)
+    print(
+        f"seed {SEED}: {len(seconds)} interrupts, from the signal to the end: median "
+        f"{seconds[len(seconds) // 2]:.2f} s, longest {seconds[-1]:.2f} s"
+    )
+    assert not failures, f"{len(failures)} of {INTERRUPTS} interrupts failed:\n\n" + "\n\n".join(failures)
     for n in range(len(chains)):
-        assert written(tmp_path / f"chain-{n}") == reference, \
+        assert written(tmp_path / f"chain-{n}") == reference, (
             f"seed {SEED}, chain {n}: the resumed output differs from an uninterrupted run's"
+        )

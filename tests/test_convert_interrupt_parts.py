@@ -78,14 +78,18 @@ def test_a_worker_exception_is_raised_with_its_traceback():
 
 
 def test_a_dead_worker_is_a_clear_error():
-    with pytest.raises(ConvertError, match=r"worker process .* ended while loading records "
-                                           r"\(killed by SIGKILL"):
+    with pytest.raises(
+        ConvertError,
+        match=r"worker process .* ended while loading records "
+        r"\(killed by SIGKILL",
+    ):
         list(ordered_map(_die_on_three, range(10), workers=2, initializer=_no_setup))
 
 
 def test_closing_early_kills_the_workers_at_once():
-    results = ordered_map(_pid_and_square, [(n, 0.0 if n < 2 else 30.0) for n in range(6)],
-                          workers=2, initializer=_no_setup)
+    results = ordered_map(
+        _pid_and_square, [(n, 0.0 if n < 2 else 30.0) for n in range(6)], workers=2, initializer=_no_setup
+    )
     pids = {next(results)[0], next(results)[0]}
     started = time.monotonic()
     results.close()  # what a KeyboardInterrupt in the consumer does

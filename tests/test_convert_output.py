@@ -19,17 +19,17 @@ from pathlib import Path
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import megatron.energon  # noqa: E402, F401 - imported once: each conversion's forked indexing inherits it
-import pytest  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
+import megatron.energon  # noqa: F401 - imported once: each conversion's forked indexing inherits it
+import pytest
+from click.testing import CliRunner
 
-from energon_plugins import ConvertError, convert_dataset  # noqa: E402
-from energon_plugins.cli import cli  # noqa: E402
-from energon_plugins.convert.progress import ConvertProgress, RecordCounter  # noqa: E402
-from energon_plugins.convert.report import read_report  # noqa: E402
+from energon_plugins import ConvertError, convert_dataset
+from energon_plugins.cli import cli
+from energon_plugins.convert.progress import ConvertProgress, RecordCounter
+from energon_plugins.convert.report import read_report
 
 sys.path.insert(0, str(Path(__file__).parent))
-from _convert_sources import (  # noqa: E402
+from _convert_sources import (
     image_bytes,
     write_llava_source,
     write_parquet_source,
@@ -69,9 +69,22 @@ def tree_bytes(output: Path) -> dict[str, bytes]:
 
 
 def llava_args(source, out, *extra):
-    return ["convert", str(source.path), str(out), "--from", "llava-json", "-o",
-            f"image_folder={source.options['image_folder']}", "--split-ratio", SPLITS,
-            "--shard-size", SHARD, "--workers", "0", *extra]
+    return [
+        "convert",
+        str(source.path),
+        str(out),
+        "--from",
+        "llava-json",
+        "-o",
+        f"image_folder={source.options['image_folder']}",
+        "--split-ratio",
+        SPLITS,
+        "--shard-size",
+        SHARD,
+        "--workers",
+        "0",
+        *extra,
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -83,58 +96,109 @@ def llava(tmp_path_factory):
 @pytest.fixture(scope="module")
 def uninterrupted(llava, tmp_path_factory):
     """``llava`` converted in one go: what every resumed run must equal byte for byte."""
-    return convert_dataset(llava.path, tmp_path_factory.mktemp("whole") / "out", "llava-json",
-                           options=llava.options, split_ratio=SPLITS, shard_size=SHARD, workers=0)
+    return convert_dataset(
+        llava.path,
+        tmp_path_factory.mktemp("whole") / "out",
+        "llava-json",
+        options=llava.options,
+        split_ratio=SPLITS,
+        shard_size=SHARD,
+        workers=0,
+    )
 
 
 # ----------------------------------------------------------------------------- --overwrite
 def test_overwrite_removes_only_what_the_earlier_conversion_wrote(llava, uninterrupted, tmp_path):
     out = tmp_path / "out"
-    first = convert_dataset(llava.path, out, "llava-json", options=llava.options,
-                            split_ratio="train=0.5,val=0.25,test=0.25", shard_size=SHARD, workers=0)
+    first = convert_dataset(
+        llava.path,
+        out,
+        "llava-json",
+        options=llava.options,
+        split_ratio="train=0.5,val=0.25,test=0.25",
+        shard_size=SHARD,
+        workers=0,
+    )
     tars = sum(len(names) for names in first.shards.values())
     assert first.shards["test"] and list(out.glob("test-*.tar.idx"))  # Energon's .tar.idx too
-    mine = {"README.md": b"# my data\n", "blend.yaml": b"__module__: megatron.energon\n",
-            "notes/todo.txt": b"check val\n", ".nv-meta/extra.txt": b"mine\n"}
+    mine = {
+        "README.md": b"# my data\n",
+        "blend.yaml": b"__module__: megatron.energon\n",
+        "notes/todo.txt": b"check val\n",
+        ".nv-meta/extra.txt": b"mine\n",
+    }
     for name, data in mine.items():
         (out / name).parent.mkdir(exist_ok=True)
         (out / name).write_bytes(data)
     seen = Recorder()
-    again = convert_dataset(llava.path, out, "llava-json", options=llava.options, split_ratio=SPLITS,
-                            shard_size=SHARD, workers=0, overwrite=True, progress=seen)
+    again = convert_dataset(
+        llava.path,
+        out,
+        "llava-json",
+        options=llava.options,
+        split_ratio=SPLITS,
+        shard_size=SHARD,
+        workers=0,
+        overwrite=True,
+        progress=seen,
+    )
     [notice] = seen.notices
-    assert notice.startswith(f"--overwrite: removing {tars} shards, the report and the index of "
-                             f"the earlier conversion in {out} (kept: ")
+    assert notice.startswith(
+        f"--overwrite: removing {tars} shards, the report and the index of "
+        f"the earlier conversion in {out} (kept: "
+    )
     for name in ("README.md", "blend.yaml", "notes", ".nv-meta/extra.txt"):
         assert name in notice
     assert {name: (out / name).read_bytes() for name in mine} == mine
     # nothing of the first conversion is left: the folder equals a fresh conversion's
     assert tree_bytes(out) == tree_bytes(uninterrupted.output)
     assert sorted(p.name for p in out.glob("*.tar")) == sorted(
-        name for names in again.shards.values() for name in names)
+        name for names in again.shards.values() for name in names
+    )
     assert sorted(p.name[:-4] for p in out.glob("*.tar.idx")) == sorted(p.name for p in out.glob("*.tar"))
 
     (out / "convert.json").write_text("{broken")  # unreadable: its files are known by their names
     with pytest.raises(ConvertError, match="unreadable"):
         convert_dataset(llava.path, out, "llava-json", options=llava.options, resume=True)
-    convert_dataset(llava.path, out, "llava-json", options=llava.options, split_ratio=SPLITS,
-                    shard_size=SHARD, workers=0, overwrite=True)
+    convert_dataset(
+        llava.path,
+        out,
+        "llava-json",
+        options=llava.options,
+        split_ratio=SPLITS,
+        shard_size=SHARD,
+        workers=0,
+        overwrite=True,
+    )
     assert {name: (out / name).read_bytes() for name in mine} == mine
     assert tree_bytes(out) == tree_bytes(uninterrupted.output)
 
 
 def test_a_source_inside_the_output_folder_is_refused(llava, tmp_path):
     out = tmp_path / "out"
-    convert_dataset(llava.path, out, "llava-json", options=llava.options, split_ratio=SPLITS,
-                    shard_size=SHARD, workers=0)
+    convert_dataset(
+        llava.path, out, "llava-json", options=llava.options, split_ratio=SPLITS, shard_size=SHARD, workers=0
+    )
     before = {p.name: p.read_bytes() for p in out.iterdir() if p.is_file()}
     inner = out / "incoming"
     shutil.copytree(llava.path.parent, inner)  # data.json and images/ dropped into the output
     runner = CliRunner()
     for flag in ("--overwrite", "--resume"):
-        result = runner.invoke(cli, ["convert", str(inner / "data.json"), str(out), "--from",
-                                     "llava-json", "-o", f"image_folder={inner / 'images'}",
-                                     "--workers", "0", flag])
+        result = runner.invoke(
+            cli,
+            [
+                "convert",
+                str(inner / "data.json"),
+                str(out),
+                "--from",
+                "llava-json",
+                "-o",
+                f"image_folder={inner / 'images'}",
+                "--workers",
+                "0",
+                flag,
+            ],
+        )
         assert result.exit_code == 1, result.output
         assert f"the source is inside the output folder {out}" in result.output
         assert "Traceback" not in result.output
@@ -164,21 +228,32 @@ def _run_limited(tmp_path, limit, args):
     script = tmp_path / "limited.py"
     script.write_text(_LIMITED_RUN)
     env = {**os.environ, "PYTHONPATH": "", "PYTHONDONTWRITEBYTECODE": "1"}
-    return subprocess.run([sys.executable, str(script), str(limit), *args], capture_output=True,
-                          text=True, timeout=300, env=env, check=False)
+    return subprocess.run(
+        [sys.executable, str(script), str(limit), *args],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=env,
+        check=False,
+    )
 
 
 def _mount_tmpfs(folder: Path, size: str) -> bool:
     folder.mkdir()
     if shutil.which("mount") is None:
         return False
-    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
-                          capture_output=True, check=False).returncode == 0
+    return (
+        subprocess.run(
+            ["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(folder)],
+            capture_output=True,
+            check=False,
+        ).returncode
+        == 0
+    )
 
 
 @pytest.mark.parametrize("limit", ["tmpfs", "file-size"])
-def test_a_full_disk_is_one_message_and_resume_finishes_the_same(llava, uninterrupted, tmp_path,
-                                                                 limit):
+def test_a_full_disk_is_one_message_and_resume_finishes_the_same(llava, uninterrupted, tmp_path, limit):
     disk = tmp_path / "disk"
     if limit == "tmpfs":
         if not _mount_tmpfs(disk, "40k"):
@@ -200,8 +275,9 @@ def test_a_full_disk_is_one_message_and_resume_finishes_the_same(llava, uninterr
         assert state["status"] == "running" and checkpoint > 0  # what was checkpointed is kept
         if limit == "tmpfs":  # space freed
             subprocess.run(["mount", "-o", "remount,size=8m", str(disk)], check=True)
-        resumed = CliRunner().invoke(cli, llava_args(llava, out, "--max-rejected", "100%",
-                                                     "--resume", "--json"))
+        resumed = CliRunner().invoke(
+            cli, llava_args(llava, out, "--max-rejected", "100%", "--resume", "--json")
+        )
         assert resumed.exit_code == 0, resumed.output
         assert json.loads(resumed.stdout)["resumed_from"] == checkpoint
         assert tree_bytes(out) == tree_bytes(uninterrupted.output)
@@ -215,8 +291,17 @@ def _sharegpt_with_ids(path: Path, ids: list[str], bad: set[int]) -> Path:
     lines = []
     for i, ident in enumerate(ids):
         answer = "" if i in bad else f"Answer {i}."  # an empty answer is rejected
-        lines.append(json.dumps({"id": ident, "messages": [
-            {"role": "user", "content": f"Question {i}?"}, {"role": "assistant", "content": answer}]}))
+        lines.append(
+            json.dumps(
+                {
+                    "id": ident,
+                    "messages": [
+                        {"role": "user", "content": f"Question {i}?"},
+                        {"role": "assistant", "content": answer},
+                    ],
+                }
+            )
+        )
     path.write_text("\n".join(lines) + "\n")
     return path
 
@@ -232,8 +317,21 @@ def test_repeated_ids_are_counted_and_reported_also_across_a_resume(tmp_path):
     out = tmp_path / "stopped"  # stopped at the rejected record, after 1 repeat, then resumed
     with pytest.raises(ConvertError, match="more than --max-rejected 0 allows"):
         convert_dataset(source, out, "sharegpt", split_ratio="train=1", workers=0, max_rejected=0)
-    args = ["convert", str(source), str(out), "--from", "sharegpt", "--split-ratio", "train=1",
-            "--workers", "0", "--max-rejected", "100%", "--resume", "--json"]
+    args = [
+        "convert",
+        str(source),
+        str(out),
+        "--from",
+        "sharegpt",
+        "--split-ratio",
+        "train=1",
+        "--workers",
+        "0",
+        "--max-rejected",
+        "100%",
+        "--resume",
+        "--json",
+    ]
     result = CliRunner().invoke(cli, args)
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
@@ -250,11 +348,23 @@ def _llava_in_subfolder(root: Path, with_images: int, text_only: int) -> Path:
     records = []
     for i in range(with_images):
         (root / "images" / f"{i:03d}.png").write_bytes(image_bytes("png", (20, 16), i))
-        records.append({"id": str(i), "image": f"{i:03d}.png", "conversations": [
-            {"from": "human", "value": f"<image>\nWhat is {i}?"}, {"from": "gpt", "value": f"It is {i}."}]})
+        records.append(
+            {
+                "id": str(i),
+                "image": f"{i:03d}.png",
+                "conversations": [
+                    {"from": "human", "value": f"<image>\nWhat is {i}?"},
+                    {"from": "gpt", "value": f"It is {i}."},
+                ],
+            }
+        )
     for i in range(with_images, with_images + text_only):
-        records.append({"id": str(i), "conversations": [
-            {"from": "human", "value": f"Say {i}."}, {"from": "gpt", "value": f"{i}."}]})
+        records.append(
+            {
+                "id": str(i),
+                "conversations": [{"from": "human", "value": f"Say {i}."}, {"from": "gpt", "value": f"{i}."}],
+            }
+        )
     (root / "data.json").write_text(json.dumps(records))
     return root / "data.json"
 
@@ -265,14 +375,29 @@ def test_most_records_rejected_fails_with_the_likely_fix(tmp_path, monkeypatch):
     runner = CliRunner()
 
     def convert(out, *extra):
-        return runner.invoke(cli, ["convert", "data.json", str(out), "--from", "llava-json",
-                                   "--workers", "0", "--split-ratio", "train=1", *extra])
+        return runner.invoke(
+            cli,
+            [
+                "convert",
+                "data.json",
+                str(out),
+                "--from",
+                "llava-json",
+                "--workers",
+                "0",
+                "--split-ratio",
+                "train=1",
+                *extra,
+            ],
+        )
 
     out = tmp_path / "out"
     failed = convert(out)  # the default: at most 10%
     assert failed.exit_code == 1 and "Traceback" not in failed.output
-    assert "28 of 30 records read (93%) were rejected (missing_image: 28), more than " \
-           "--max-rejected 10% allows" in failed.output
+    assert (
+        "28 of 30 records read (93%) were rejected (missing_image: 28), more than "
+        "--max-rejected 10% allows" in failed.output
+    )
     assert "28 of 30 records (93%) were rejected as missing_image" in failed.output
     assert f"are under {tmp_path / 'src' / 'images'}: pass -o image_folder=images" in failed.output
     # left inspectable and resumable: the report, no index, the state at the end
@@ -288,8 +413,7 @@ def test_most_records_rejected_fails_with_the_likely_fix(tmp_path, monkeypatch):
 
     counted = convert(tmp_path / "counted", "--max-rejected", "5")  # a number stops at once
     assert counted.exit_code == 1 and "6 of 6 records read" in counted.output
-    assert json.loads((tmp_path / "counted" / "convert.json").read_text())[
-        "checkpoint"]["next_index"] == 6
+    assert json.loads((tmp_path / "counted" / "convert.json").read_text())["checkpoint"]["next_index"] == 6
     bad = convert(tmp_path / "bad", "--max-rejected", "0.1")
     assert bad.exit_code == 1 and "max_rejected" in bad.output and "10%" in bad.output
 
@@ -301,8 +425,7 @@ def test_a_stopped_run_resumes_to_the_same_bytes(llava, uninterrupted, tmp_path)
         stopped = runner.invoke(cli, llava_args(llava, out, "--max-rejected", limit))
         assert stopped.exit_code == 1 and f"more than --max-rejected {limit} allows" in stopped.output
         assert json.loads((out / "convert.json").read_text())["checkpoint"]["next_index"] == stopped_at
-        resumed = runner.invoke(cli, llava_args(llava, out, "--resume", "--max-rejected", "30%",
-                                                "--json"))
+        resumed = runner.invoke(cli, llava_args(llava, out, "--resume", "--max-rejected", "30%", "--json"))
         assert resumed.exit_code == 0, resumed.output
         assert json.loads(resumed.stdout)["resumed_from"] == stopped_at
         assert tree_bytes(out) == tree_bytes(uninterrupted.output)
@@ -310,8 +433,18 @@ def test_a_stopped_run_resumes_to_the_same_bytes(llava, uninterrupted, tmp_path)
 
 # ----------------------------------------------------------------------------- split shares
 def test_split_shares_must_sum_to_one(llava, tmp_path):
-    result = CliRunner().invoke(cli, ["convert", str(llava.path), str(tmp_path / "out"), "--from",
-                                      "llava-json", "--split-ratio", "train=0.9,val=0.2"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "convert",
+            str(llava.path),
+            str(tmp_path / "out"),
+            "--from",
+            "llava-json",
+            "--split-ratio",
+            "train=0.9,val=0.2",
+        ],
+    )
     assert result.exit_code == 1 and "Traceback" not in result.output
     assert "--split-ratio 'train=0.9,val=0.2': the shares sum to 1.1, not 1" in result.output
     assert "--split-ratio train=0.8182,val=0.1818" in result.output
@@ -323,17 +456,14 @@ def test_split_shares_must_sum_to_one(llava, tmp_path):
 # ----------------------------------------------------------------------------- resume and the source
 def test_a_touched_source_resumes_and_a_changed_one_is_refused(tmp_path):
     source = write_sharegpt_source(tmp_path / "src")  # 15 lines, the first bad one on line 3
-    whole = convert_dataset(source.path, tmp_path / "whole", "sharegpt", split_ratio="train=1",
-                            workers=0)
+    whole = convert_dataset(source.path, tmp_path / "whole", "sharegpt", split_ratio="train=1", workers=0)
 
     def stop(out):
         with pytest.raises(ConvertError, match="--max-rejected 0"):
-            convert_dataset(source.path, out, "sharegpt", split_ratio="train=1", workers=0,
-                            max_rejected=0)
+            convert_dataset(source.path, out, "sharegpt", split_ratio="train=1", workers=0, max_rejected=0)
 
     def resume(out):
-        return convert_dataset(source.path, out, "sharegpt", split_ratio="train=1", workers=0,
-                               resume=True)
+        return convert_dataset(source.path, out, "sharegpt", split_ratio="train=1", workers=0, resume=True)
 
     stop(tmp_path / "a")
     later = time.time_ns() + 5 * 10**9
@@ -379,21 +509,35 @@ def test_progress_has_a_total_and_shows_each_step(llava, tmp_path):
     from energon_plugins.host.api import create
     from energon_plugins.host.kinds import SOURCE_FORMAT
 
-    sources = {"llava-json": llava, "sharegpt": write_sharegpt_source(tmp_path / "sg"),
-               "hf-parquet": write_parquet_source(tmp_path / "pq")}
+    sources = {
+        "llava-json": llava,
+        "sharegpt": write_sharegpt_source(tmp_path / "sg"),
+        "hf-parquet": write_parquet_source(tmp_path / "pq"),
+    }
     for name, source in sources.items():  # a JSON array, JSON Lines, parquet footers
         reader = create(SOURCE_FORMAT, name, source.options)
         files = reader.source_files(source.path)
-        assert _wait_for_count(RecordCounter(reader, source.path, files)) == \
-            len(source.good) + len(source.bad), name
+        assert _wait_for_count(RecordCounter(reader, source.path, files)) == len(source.good) + len(
+            source.bad
+        ), name
 
     seen = Recorder()
-    result = convert_dataset(llava.path, tmp_path / "out", "llava-json", options=llava.options,
-                             split_ratio=SPLITS, shard_size=SHARD, workers=0, max_rejected="30%",
-                             progress=seen)
+    result = convert_dataset(
+        llava.path,
+        tmp_path / "out",
+        "llava-json",
+        options=llava.options,
+        split_ratio=SPLITS,
+        shard_size=SHARD,
+        workers=0,
+        max_rejected="30%",
+        progress=seen,
+    )
     shards = sum(len(names) for names in result.shards.values())
-    assert seen.phases == ["hashing the source files (what --resume checks)",
-                           f"indexing {shards} shards with Energon's prepare API"]
+    assert seen.phases == [
+        "hashing the source files (what --resume checks)",
+        f"indexing {shards} shards with Energon's prepare API",
+    ]
     assert seen.advances[0] == (0, 0) and seen.advances[-1] == (27, 7)
     assert seen.totals in ([], [27])  # the count may finish after so small a conversion
 

@@ -10,8 +10,8 @@ import torch
 
 import energon_plugins
 from energon_plugins import ConfigError, DatasetError, EnergonDataloader, cyclic_iter
-from energon_plugins.loading.dataloader import LoaderStateError
 from energon_plugins.errors import PluginNotFoundError, PluginOptionsError
+from energon_plugins.loading.dataloader import LoaderStateError
 
 SEQ = 300
 IGNORE = -100
@@ -25,8 +25,7 @@ def make_dm(info, tokenizer, processor, **kwargs):
 
 def batch_tensors(batch):
     """What Megatron-Bridge's vlm_step reads from the default (megatron-bridge) batch."""
-    return (batch["tokens"], batch["labels"], batch["loss_mask"],
-            batch["visual_inputs"].pixel_values)
+    return (batch["tokens"], batch["labels"], batch["loss_mask"], batch["visual_inputs"].pixel_values)
 
 
 def same_batches(a, b):
@@ -116,9 +115,7 @@ def test_metadataset_blend(data_root, tokenizer, clip_processor):
 
 # ---------------------------------------------------------------- save and restore
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
-def test_restore_in_a_fresh_datamodule_continues_exactly(
-    vqa_dataset, tokenizer, clip_processor, workers
-):
+def test_restore_in_a_fresh_datamodule_continues_exactly(vqa_dataset, tokenizer, clip_processor, workers):
     dm = make_dm(vqa_dataset, tokenizer, clip_processor, num_workers=workers)
     loader = dm.train_dataloader()
     for _ in range(5):
@@ -134,9 +131,7 @@ def test_restore_in_a_fresh_datamodule_continues_exactly(
         same_batches(next(resumed), want)
 
 
-def test_restoring_leaves_the_state_unchanged_so_it_restores_again(
-    vqa_dataset, tokenizer, clip_processor
-):
+def test_restoring_leaves_the_state_unchanged_so_it_restores_again(vqa_dataset, tokenizer, clip_processor):
     """Energon adopts the state objects it restores from (its buffers consume them); the
     loader hands it a copy, so one in-memory state restores any number of loaders alike."""
     dm = make_dm(vqa_dataset, tokenizer, clip_processor)
@@ -245,7 +240,9 @@ def test_unknown_encoder_and_bad_options_fail_in_the_constructor(vqa_dataset, to
         make_dm(vqa_dataset, tokenizer, clip_processor, task_encoder="multimodl")
     with pytest.raises(PluginOptionsError, match="image_tokens"):
         make_dm(
-            vqa_dataset, tokenizer, clip_processor,
+            vqa_dataset,
+            tokenizer,
+            clip_processor,
             task_encoder={"name": "multimodal", "options": {"image_tokens": "lots"}},
         )
     with pytest.raises(PluginNotFoundError):
@@ -291,13 +288,17 @@ def test_constructor_is_light_and_encoders_see_final_values(vqa_dataset, tokeniz
 
 
 def test_sample_config_mapping_and_encoder_object(vqa_dataset, tokenizer, clip_processor):
-    dm = make_dm(vqa_dataset, tokenizer, clip_processor, multimodal_sample_config={"ignore_index": -1},
-                 batch_format=None)  # the task encoder's own batch
+    dm = make_dm(
+        vqa_dataset,
+        tokenizer,
+        clip_processor,
+        multimodal_sample_config={"ignore_index": -1},
+        batch_format=None,
+    )  # the task encoder's own batch
     batch = next(dm.train_dataloader())
     assert int((batch.labels == -1).sum()) > 0 and int((batch.labels == IGNORE).sum()) == 0
     # the loops' formats read the sample config's ignore index and write -100
-    dm_bridge = make_dm(vqa_dataset, tokenizer, clip_processor,
-                        multimodal_sample_config={"ignore_index": -1})
+    dm_bridge = make_dm(vqa_dataset, tokenizer, clip_processor, multimodal_sample_config={"ignore_index": -1})
     labels = next(dm_bridge.train_dataloader())["labels"]
     assert int((labels == -1).sum()) == 0 and int((labels == IGNORE).sum()) > 0
     encoder = dm.task_encoder
@@ -308,8 +309,9 @@ def test_sample_config_mapping_and_encoder_object(vqa_dataset, tokenizer, clip_p
 def test_packing_buffer_without_a_packing_encoder_is_named(vqa_dataset, tokenizer, clip_processor):
     from megatron.energon import DefaultTaskEncoder
 
-    dm = make_dm(vqa_dataset, tokenizer, clip_processor, packing_buffer_size=8,
-                 task_encoder=DefaultTaskEncoder())
+    dm = make_dm(
+        vqa_dataset, tokenizer, clip_processor, packing_buffer_size=8, task_encoder=DefaultTaskEncoder()
+    )
     with pytest.raises(ConfigError, match="packing_buffer_size=8 .*select_samples_to_pack"):
         dm.train_dataloader()
     assert dm.train_dataloader_object is None
@@ -326,7 +328,10 @@ def test_a_split_where_every_sample_is_skipped_fails_instead_of_spinning(
     from megatron.energon.errors import FatalSampleError
 
     dm = make_dm(
-        vqa_dataset, tokenizer, clip_processor, seq_length=64,
+        vqa_dataset,
+        tokenizer,
+        clip_processor,
+        seq_length=64,
         task_encoder={"name": "multimodal", "options": {"truncation": "drop"}},
     )
     with pytest.raises(FatalSampleError, match="too_long"):

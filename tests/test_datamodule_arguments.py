@@ -52,48 +52,94 @@ BAD_CALLS = [
     ({"packing_buffer_size": 0}, ConfigError, "packing_buffer_size: Input should be"),
     ({"sequence_parallel": 1}, ConfigError, "sequence_parallel: must be true or false, got 1"),
     ({"val_batches_per_evaluation": 0}, ConfigError, "val_batches_per_evaluation: Input should be"),
-    ({"checkpoint_every_sec": -1}, ConfigError,
-     "checkpoint_every_sec: Input should be greater than or equal to 0"),
+    (
+        {"checkpoint_every_sec": -1},
+        ConfigError,
+        "checkpoint_every_sec: Input should be greater than or equal to 0",
+    ),
     ({"checkpoint_every_sec": "5"}, ConfigError, "checkpoint_every_sec: must be a number, got '5'"),
     ({"checkpoint_every_min_n_samples": 0}, ConfigError, "checkpoint_every_min_n_samples: Input"),
     ({"n_checkpoints": True}, ConfigError, "n_checkpoints: must be an integer, got True"),
-    ({"n_checkpoints": 3, "num_workers": 2}, ConfigError,
-     "n_checkpoints: 3 is too few for num_workers=2: Energon keeps at least 2 x max(num_workers, "
-     "1) + 1 = 5"),
-    ({"global_batch_size": 3, "micro_batch_size": 2}, ConfigError,
-     "global_batch_size: 3 must be a multiple of micro_batch_size (2)"),
-    ({"global_batch_size": 6, "micro_batch_size": 2, "pg_collection": DP2}, ConfigError,
-     "global_batch_size: 6 must be a multiple of micro_batch_size x data-parallel size (2 x 2 = 4)"),
-    ({"validation_mode": "sometimes"}, ConfigError,
-     "validation_mode: must be 'finite' or 'infinite', got 'sometimes'"),
-    ({"multimodal_sample_config": 3}, ConfigError,
-     "multimodal_sample_config: must be a MultiModalSampleConfig or a mapping, got int"),
-    ({"multimodal_sample_config": {"ignore_index": "x"}}, ConfigError,
-     "multimodal_sample_config: ignore_index"),
+    (
+        {"n_checkpoints": 3, "num_workers": 2},
+        ConfigError,
+        "n_checkpoints: 3 is too few for num_workers=2: Energon keeps at least 2 x max(num_workers, "
+        "1) + 1 = 5",
+    ),
+    (
+        {"global_batch_size": 3, "micro_batch_size": 2},
+        ConfigError,
+        "global_batch_size: 3 must be a multiple of micro_batch_size (2)",
+    ),
+    (
+        {"global_batch_size": 6, "micro_batch_size": 2, "pg_collection": DP2},
+        ConfigError,
+        "global_batch_size: 6 must be a multiple of micro_batch_size x data-parallel size (2 x 2 = 4)",
+    ),
+    (
+        {"validation_mode": "sometimes"},
+        ConfigError,
+        "validation_mode: must be 'finite' or 'infinite', got 'sometimes'",
+    ),
+    (
+        {"multimodal_sample_config": 3},
+        ConfigError,
+        "multimodal_sample_config: must be a MultiModalSampleConfig or a mapping, got int",
+    ),
+    (
+        {"multimodal_sample_config": {"ignore_index": "x"}},
+        ConfigError,
+        "multimodal_sample_config: ignore_index",
+    ),
     ({"image_processor": 2048}, ConfigError, "image_processor: must be callable"),
     ({"image_processor": 2048}, ConfigError, "seq_length passed positionally"),
     ({"packing": 3}, ConfigError, "packing: expected a registered packing strategy name"),
-    ({"packing": "ffd"}, ConfigError,
-     "packing_buffer_size: a packing strategy is selected but packing_buffer_size is not set"),
-    ({"packing_buffer_size": 8}, ConfigError,
-     "packing: packing_buffer_size is 8 but no packing strategy is selected"),
+    (
+        {"packing": "ffd"},
+        ConfigError,
+        "packing_buffer_size: a packing strategy is selected but packing_buffer_size is not set",
+    ),
+    (
+        {"packing_buffer_size": 8},
+        ConfigError,
+        "packing: packing_buffer_size is 8 but no packing strategy is selected",
+    ),
     ({"packing": "fdd", "packing_buffer_size": 8}, PluginNotFoundError, "fdd"),
-    ({"packing": {"name": "ffd", "option": {}}, "packing_buffer_size": 8}, ConfigError,
-     "packing: expected {name, options}"),
+    (
+        {"packing": {"name": "ffd", "option": {}}, "packing_buffer_size": 8},
+        ConfigError,
+        "packing: expected {name, options}",
+    ),
     ({"task_encoder": "multimodl"}, PluginNotFoundError, "multimodl"),
-    ({"checkpoint_every_secs": 5}, ConfigError,
-     "checkpoint_every_secs: unknown keyword argument (did you mean 'checkpoint_every_sec'?)"),
-    ({"micro_batchsize": 2}, ConfigError,
-     "micro_batchsize: unknown keyword argument (did you mean 'micro_batch_size'?)"),
+    (
+        {"checkpoint_every_secs": 5},
+        ConfigError,
+        "checkpoint_every_secs: unknown keyword argument (did you mean 'checkpoint_every_sec'?)",
+    ),
+    (
+        {"micro_batchsize": 2},
+        ConfigError,
+        "micro_batchsize: unknown keyword argument (did you mean 'micro_batch_size'?)",
+    ),
     ({"batch_size": 4}, ConfigError, "batch_size: is set by the datamodule itself; use 'micro_batch_size'"),
     ({"limit": 4}, ConfigError, "limit: is set by the datamodule itself; use 'val_batches_per_evaluation'"),
     ({"handler": print}, ConfigError, "handler: not accepted: Energon 7.4 ignores it"),
     ({"image_decode": "pil"}, ConfigError, "image_decode: not accepted: deprecated by Energon"),
-    ({"shuffle_over_epochs": 2}, ConfigError, "shuffle_over_epochs: not accepted: named shuffle_over_epochs_multiplier"),
-    ({"pg_collection": types.SimpleNamespace(dp=Broken())}, ConfigError,
-     "pg_collection.dp: expected a process group answering rank() and size(), got Broken"),
-    ({"pg_collection": types.SimpleNamespace(dp=Group(3, 2))}, ConfigError,
-     "pg_collection.dp: rank 3 of size 2 is not valid"),
+    (
+        {"shuffle_over_epochs": 2},
+        ConfigError,
+        "shuffle_over_epochs: not accepted: named shuffle_over_epochs_multiplier",
+    ),
+    (
+        {"pg_collection": types.SimpleNamespace(dp=Broken())},
+        ConfigError,
+        "pg_collection.dp: expected a process group answering rank() and size(), got Broken",
+    ),
+    (
+        {"pg_collection": types.SimpleNamespace(dp=Group(3, 2))},
+        ConfigError,
+        "pg_collection.dp: rank 3 of size 2 is not valid",
+    ),
 ]
 
 
@@ -103,10 +149,10 @@ def make(info, tokenizer, processor, **kwargs):
     return energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, **args)
 
 
-@pytest.mark.parametrize("kwargs, error, words", BAD_CALLS,
-                         ids=[f"{i}-{next(iter(r[0]))}" for i, r in enumerate(BAD_CALLS)])
-def test_a_bad_call_is_refused_naming_the_field(vqa_dataset, tokenizer, clip_processor, kwargs,
-                                                error, words):
+@pytest.mark.parametrize(
+    "kwargs, error, words", BAD_CALLS, ids=[f"{i}-{next(iter(r[0]))}" for i, r in enumerate(BAD_CALLS)]
+)
+def test_a_bad_call_is_refused_naming_the_field(vqa_dataset, tokenizer, clip_processor, kwargs, error, words):
     with pytest.raises(error) as info:
         make(vqa_dataset, tokenizer, clip_processor, **kwargs)
     message = str(info.value)
@@ -120,8 +166,7 @@ def test_the_table_is_large_enough():
 
 def test_every_problem_is_named_at_once(vqa_dataset, tokenizer, clip_processor):
     with pytest.raises(ConfigError) as info:
-        make(vqa_dataset, tokenizer, clip_processor, seq_length=True, num_workers=-1,
-             checkpoint_every_secs=1)
+        make(vqa_dataset, tokenizer, clip_processor, seq_length=True, num_workers=-1, checkpoint_every_secs=1)
     message = str(info.value)
     assert message.startswith("EnergonMultiModalDataModule: ")
     for field in ("seq_length:", "num_workers:", "checkpoint_every_secs:"):
@@ -129,8 +174,9 @@ def test_every_problem_is_named_at_once(vqa_dataset, tokenizer, clip_processor):
 
 
 def test_a_missing_image_processor_is_named_when_the_encoder_needs_one(vqa_dataset, tokenizer):
-    dm = energon_plugins.EnergonMultiModalDataModule(path=str(vqa_dataset.path),
-                                                     tokenizer=tokenizer, num_workers=0)
+    dm = energon_plugins.EnergonMultiModalDataModule(
+        path=str(vqa_dataset.path), tokenizer=tokenizer, num_workers=0
+    )
     with pytest.raises(ConfigError, match=r"^image_processor: the multimodal task encoder needs"):
         dm.train_dataloader()
 
@@ -138,8 +184,13 @@ def test_a_missing_image_processor_is_named_when_the_encoder_needs_one(vqa_datas
 def test_packing_by_name_resolves_through_the_registry(vqa_dataset, tokenizer, clip_processor):
     dm = make(vqa_dataset, tokenizer, clip_processor, packing="ffd", packing_buffer_size=4)
     assert type(dm.packing).__name__ == "FirstFitDecreasing"
-    dm = make(vqa_dataset, tokenizer, clip_processor, packing_buffer_size=4,
-              packing={"name": "best-fit-decreasing", "options": {"carry_over": True}})
+    dm = make(
+        vqa_dataset,
+        tokenizer,
+        clip_processor,
+        packing_buffer_size=4,
+        packing={"name": "best-fit-decreasing", "options": {"carry_over": True}},
+    )
     assert type(dm.packing).__name__ == "BestFitDecreasing" and dm.packing.options.carry_over
     assert dm.task_encoder.packing is dm.packing
 
@@ -148,8 +199,17 @@ def test_global_batch_size_defaults_to_micro_batch_times_dp(vqa_dataset, tokeniz
     assert make(vqa_dataset, tokenizer, clip_processor, micro_batch_size=3).global_batch_size == 3
     dm = make(vqa_dataset, tokenizer, clip_processor, micro_batch_size=3, pg_collection=DP2)
     assert dm.global_batch_size == 6
-    assert make(vqa_dataset, tokenizer, clip_processor, micro_batch_size=3, pg_collection=DP2,
-                global_batch_size=12).global_batch_size == 12
+    assert (
+        make(
+            vqa_dataset,
+            tokenizer,
+            clip_processor,
+            micro_batch_size=3,
+            pg_collection=DP2,
+            global_batch_size=12,
+        ).global_batch_size
+        == 12
+    )
 
 
 def test_numpy_integers_are_integers(vqa_dataset, tokenizer, clip_processor):
@@ -158,10 +218,16 @@ def test_numpy_integers_are_integers(vqa_dataset, tokenizer, clip_processor):
     assert make(vqa_dataset, tokenizer, clip_processor, seq_length=np.int64(96)).seq_length == 96
 
 
-def test_loader_checkpoint_options_reach_energons_savable_loader(vqa_dataset, tokenizer,
-                                                                 clip_processor):
-    dm = make(vqa_dataset, tokenizer, clip_processor, num_workers=2, checkpoint_every_sec=7.5,
-              checkpoint_every_min_n_samples=9, n_checkpoints=6)
+def test_loader_checkpoint_options_reach_energons_savable_loader(vqa_dataset, tokenizer, clip_processor):
+    dm = make(
+        vqa_dataset,
+        tokenizer,
+        clip_processor,
+        num_workers=2,
+        checkpoint_every_sec=7.5,
+        checkpoint_every_min_n_samples=9,
+        n_checkpoints=6,
+    )
     wrapper = dm.train_dataloader().dataloader.dataset  # Energon's worker-side wrapper
     assert wrapper.checkpoint_every_sec == 7.5
     assert wrapper.checkpoint_every_min_n_samples == 9
@@ -184,8 +250,9 @@ SHARED = [
 def test_config_and_constructor_say_the_same(vqa_dataset, tokenizer, clip_processor, field, value):
     from energon_plugins.config import check_config
 
-    _, issues = check_config({"path": str(vqa_dataset.path), field: value,
-                              "tokenizer": {"path": "tok"}}, check_paths=False)
+    _, issues = check_config(
+        {"path": str(vqa_dataset.path), field: value, "tokenizer": {"path": "tok"}}, check_paths=False
+    )
     assert [i.path for i in issues] == [field]
     with pytest.raises(ConfigError) as info:
         make(vqa_dataset, tokenizer, clip_processor, **{field: value})
@@ -195,8 +262,9 @@ def test_config_and_constructor_say_the_same(vqa_dataset, tokenizer, clip_proces
 def test_energon_section_and_keywords_say_the_same(vqa_dataset, tokenizer, clip_processor):
     from energon_plugins.config import check_config
 
-    _, issues = check_config({"path": "x", "tokenizer": {"path": "t"},
-                              "energon": {"virtual_epoch_lenght": 2}}, check_paths=False)
+    _, issues = check_config(
+        {"path": "x", "tokenizer": {"path": "t"}, "energon": {"virtual_epoch_lenght": 2}}, check_paths=False
+    )
     assert [i.path for i in issues] == ["energon.virtual_epoch_lenght"]
     assert "did you mean 'virtual_epoch_length'" in issues[0].message
     with pytest.raises(ConfigError, match="did you mean 'virtual_epoch_length'"):
@@ -219,23 +287,35 @@ def test_the_argument_table_covers_energons_signatures():
 
     known = set(ENERGON_DATASET_ARGUMENTS) | set(ENERGON_RESERVED) | set(ENERGON_REFUSED)
     names = set()
-    for fn in (get_train_dataset, get_val_dataset, BaseWebdatasetFactory.__init__,
-               DatasetLoaderInterface.get_datasets):
-        names |= {n for n, p in inspect.signature(fn).parameters.items()
-                  if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD}
+    for fn in (
+        get_train_dataset,
+        get_val_dataset,
+        BaseWebdatasetFactory.__init__,
+        DatasetLoaderInterface.get_datasets,
+    ):
+        names |= {
+            n
+            for n, p in inspect.signature(fn).parameters.items()
+            if n != "self" and p.kind is not inspect.Parameter.VAR_KEYWORD
+        }
     assert names - known == set(), "an Energon parameter the table does not know"
-    assert set(ENERGON_DATASET_ARGUMENTS) <= names | {"dataset_config", "split_config",
-                                                       "part_filter"}
+    assert set(ENERGON_DATASET_ARGUMENTS) <= names | {"dataset_config", "split_config", "part_filter"}
 
 
-def test_every_accepted_argument_reaches_energons_factories(vqa_dataset, tokenizer,
-                                                            clip_processor):
+def test_every_accepted_argument_reaches_energons_factories(vqa_dataset, tokenizer, clip_processor):
     """No accepted name comes back as a TypeError from inside Energon's dataset factory."""
-    values = {"batch_drop_last": False, "virtual_epoch_length": 0,
-              "shuffle_over_epochs_multiplier": 1, "repeat": True,
-              "dataset_config": "dataset.yaml", "split_config": "split.yaml",
-              "subflavors": {"source": "test"}, "subset": None, "parallel_shard_iters": 1,
-              "part_filter": None}
+    values = {
+        "batch_drop_last": False,
+        "virtual_epoch_length": 0,
+        "shuffle_over_epochs_multiplier": 1,
+        "repeat": True,
+        "dataset_config": "dataset.yaml",
+        "split_config": "split.yaml",
+        "subflavors": {"source": "test"},
+        "subset": None,
+        "parallel_shard_iters": 1,
+        "part_filter": None,
+    }
     from energon_plugins.config.energon_arguments import ENERGON_DATASET_ARGUMENTS
 
     assert set(values) == set(ENERGON_DATASET_ARGUMENTS)
@@ -245,8 +325,8 @@ def test_every_accepted_argument_reaches_energons_factories(vqa_dataset, tokeniz
 
 
 def test_the_shared_settings_are_constructor_keywords():
-    from energon_plugins.loading.datamodule import _KEYWORDS
     from energon_plugins.config.settings import SETTING_NAMES
+    from energon_plugins.loading.datamodule import _KEYWORDS
 
     assert set(SETTING_NAMES) <= set(_KEYWORDS)
 
@@ -259,8 +339,10 @@ def test_loading_never_imports_config():
 
     import energon_plugins.loading
 
-    code = ("import sys, energon_plugins.loading.datamodule, energon_plugins.loading.checkpoint;"
-            "print(sorted(m for m in sys.modules if m.startswith('energon_plugins.config')))")
+    code = (
+        "import sys, energon_plugins.loading.datamodule, energon_plugins.loading.checkpoint;"
+        "print(sorted(m for m in sys.modules if m.startswith('energon_plugins.config')))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     import ast

@@ -42,9 +42,11 @@ class CrudeView(Sample):
 
 @stateless
 def _cook(sample: dict) -> CrudeView:
-    images = [sample["png"]] if "png" in sample else [
-        sample[f"{i}.png"] for i in range(sum(1 for k in sample if k.endswith(".png")))
-    ]
+    images = (
+        [sample["png"]]
+        if "png" in sample
+        else [sample[f"{i}.png"] for i in range(sum(1 for k in sample if k.endswith(".png")))]
+    )
     meta = sample["json"]
     meta["conversations"]  # a cooker needs it: a sample without it fails here, as in a plugin
     return CrudeView(**basic_sample_keys(sample), meta=meta, images=images)
@@ -59,9 +61,7 @@ class _PassEncoder(DefaultTaskEncoder):
 def _worker_config(errors: list | None = None) -> WorkerConfig:
     kwargs = {}
     if errors is not None:
-        kwargs["global_error_handler"] = lambda exc, sample, sources: errors.append(
-            (exc, sample, sources)
-        )
+        kwargs["global_error_handler"] = lambda exc, sample, sources: errors.append((exc, sample, sources))
     return WorkerConfig(rank=0, world_size=1, num_workers=0, **kwargs)
 
 
@@ -116,8 +116,9 @@ def _check_fields(kind: str, sample, record: dict) -> None:
 @pytest.mark.parametrize("kind", KINDS)
 def test_every_kind_reads_back_through_energon(tmp_path, kind):
     image_size = ((16, 20), (40, 36)) if kind == "chatml" else (24, 24)
-    info = write_dataset(tmp_path / kind, kind=kind, num_samples=30, samples_per_shard=5,
-                         image_size=image_size, seed=3)
+    info = write_dataset(
+        tmp_path / kind, kind=kind, num_samples=30, samples_per_shard=5, image_size=image_size, seed=3
+    )
     assert isinstance(info, DatasetInfo) and set(info.split_keys) == {"train", "val"}
     assert sorted(k for keys in info.split_keys.values() for k in keys) == sorted(info.samples)
     assert len(info.shards) == 6 and all(s.exists() for s in info.shards)
@@ -155,8 +156,11 @@ def test_vqa_answers_describe_the_image(tmp_path):
 def test_savable_train_loader_reads_the_train_split(tmp_path):
     info = write_dataset(tmp_path / "ds", num_samples=20, samples_per_shard=5)
     dataset = get_train_dataset(
-        info.path, worker_config=_worker_config(), batch_size=None,
-        shuffle_buffer_size=None, max_samples_per_sequence=None,
+        info.path,
+        worker_config=_worker_config(),
+        batch_size=None,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
     )
     loader = get_savable_loader(dataset)
     keys = [s.__key__ for s in itertools.islice(loader, 30)]
@@ -196,21 +200,36 @@ def _members(shard: pathlib.Path) -> list[tuple[str, bytes]]:
 
 @pytest.mark.parametrize("kind", ["vqa", "captioning", "chatml", "interleaved"])
 def test_corrupt_keys_are_exactly_the_failures(tmp_path, kind):
-    info = write_dataset(tmp_path / kind, kind=kind, num_samples=60, samples_per_shard=10,
-                         split_ratio=[("train", 0.5), ("val", 0.5)], seed=2,
-                         corrupt={"image": 3, "json": 2, "missing_field": 2, "truncated_shard": 1})
+    info = write_dataset(
+        tmp_path / kind,
+        kind=kind,
+        num_samples=60,
+        samples_per_shard=10,
+        split_ratio=[("train", 0.5), ("val", 0.5)],
+        seed=2,
+        corrupt={"image": 3, "json": 2, "missing_field": 2, "truncated_shard": 1},
+    )
     assert {k: len(v) for k, v in info.corrupt_keys.items()} == {
-        "image": 3, "json": 2, "missing_field": 2, "truncated_shard": 5}
+        "image": 3,
+        "json": 2,
+        "missing_field": 2,
+        "truncated_shard": 5,
+    }
     bad = {k for keys in info.corrupt_keys.values() for k in keys}
     assert len(bad) == 12
     errors: list = []
     arrived = []
     truncated_split = None
     for split in info.split_keys:
-        loader = get_loader(get_val_dataset(
-            info.path, split_part=split, worker_config=_worker_config(errors),
-            batch_size=None, task_encoder=_PassEncoder(),
-        ))
+        loader = get_loader(
+            get_val_dataset(
+                info.path,
+                split_part=split,
+                worker_config=_worker_config(errors),
+                batch_size=None,
+                task_encoder=_PassEncoder(),
+            )
+        )
         try:
             for sample in loader:
                 arrived.append(sample.__key__)
@@ -238,8 +257,13 @@ def _failed_key(sample) -> str:
 
 
 def test_truncated_shard_is_really_shorter(tmp_path):
-    info = write_dataset(tmp_path / "ds", num_samples=20, samples_per_shard=10,
-                         split_ratio=[("train", 0.5), ("val", 0.5)], corrupt={"truncated_shard": 1})
+    info = write_dataset(
+        tmp_path / "ds",
+        num_samples=20,
+        samples_per_shard=10,
+        split_ratio=[("train", 0.5), ("val", 0.5)],
+        corrupt={"truncated_shard": 1},
+    )
     assert info.shards[1].stat().st_size < info.shards[0].stat().st_size / 1.5
     counts = json.loads((info.path / ".nv-meta" / ".info.json").read_text())["shard_counts"]
     assert counts == {"shard-000000.tar": 10, "shard-000001.tar": 10}  # index made before the cut
@@ -254,8 +278,15 @@ def test_truncated_shard_is_really_shorter(tmp_path):
         (dict(corrupt={"pixels": 1}), "corrupt"),
         (dict(image_size=(2, 2)), "image_size"),
         (dict(num_samples=20, samples_per_shard=10, corrupt={"truncated_shard": 2}), "truncated_shard"),
-        (dict(num_samples=20, samples_per_shard=10, split_ratio=[("train", 0.5), ("val", 0.5)],
-              corrupt={"image": 8, "json": 3, "truncated_shard": 1}), "only 10 samples"),
+        (
+            dict(
+                num_samples=20,
+                samples_per_shard=10,
+                split_ratio=[("train", 0.5), ("val", 0.5)],
+                corrupt={"image": 8, "json": 3, "truncated_shard": 1},
+            ),
+            "only 10 samples",
+        ),
     ],
 )
 def test_bad_arguments_raise_clear_errors(tmp_path, kwargs, match):
@@ -266,15 +297,23 @@ def test_bad_arguments_raise_clear_errors(tmp_path, kwargs, match):
 
 def test_split_too_small_names_the_split_and_counts(tmp_path):
     with pytest.raises(ValueError) as excinfo:
-        write_dataset(tmp_path / "ds", num_samples=30, samples_per_shard=10,
-                      split_ratio=[("train", 0.8), ("val", 0.1), ("test", 0.1)])
+        write_dataset(
+            tmp_path / "ds",
+            num_samples=30,
+            samples_per_shard=10,
+            split_ratio=[("train", 0.8), ("val", 0.1), ("test", 0.1)],
+        )
     message = str(excinfo.value)
     assert "'val'" in message and "'test'" in message and "3 shard(s)" in message
 
 
 def test_three_splits_when_enough_shards(tmp_path):
-    info = write_dataset(tmp_path / "ds", num_samples=100, samples_per_shard=10,
-                         split_ratio=[("train", 0.8), ("val", 0.1), ("test", 0.1)])
+    info = write_dataset(
+        tmp_path / "ds",
+        num_samples=100,
+        samples_per_shard=10,
+        split_ratio=[("train", 0.8), ("val", 0.1), ("test", 0.1)],
+    )
     assert {k: len(v) for k, v in info.split_keys.items()} == {"train": 80, "val": 10, "test": 10}
     assert [s.__key__ for s in _read_split(info.path, "test")] == info.split_keys["test"]
 
@@ -286,8 +325,11 @@ def test_demo_metadataset_blends_both(tmp_path):
     assert sorted(s.__key__ for s in val) == sorted(info.split_keys["val"])
     assert {type(s).__name__ for s in val} == {"VQASample", "CaptioningSample"}
     train = get_train_dataset(
-        info.path, worker_config=_worker_config(), batch_size=None,
-        shuffle_buffer_size=None, max_samples_per_sequence=None,
+        info.path,
+        worker_config=_worker_config(),
+        batch_size=None,
+        shuffle_buffer_size=None,
+        max_samples_per_sequence=None,
     )
     seen = {type(s).__name__ for s in itertools.islice(get_loader(train), 40)}
     assert seen == {"VQASample", "CaptioningSample"}

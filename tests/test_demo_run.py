@@ -9,7 +9,9 @@ from energon_plugins.demo.run import collapse_sample, run_demo
 
 def test_run_demo_prints_and_returns_its_figures(tmp_path, capsys):
     out = io.StringIO()
-    result = run_demo(tmp_path / "cache", samples=24, micro_batch_size=4, console=Console(file=out, width=120))
+    result = run_demo(
+        tmp_path / "cache", samples=24, micro_batch_size=4, console=Console(file=out, width=120)
+    )
     assert result["samples"] == 24 and result["batches"] == 6
     assert result["samples_per_s"] > 0
     assert result["batch_shapes"]["input_ids"] == [4, 320]

@@ -136,7 +136,9 @@ def test_qwen2_chat_template():
     own_system = tokenizer.apply_chat_template(
         [{"role": "system", "content": "Hi."}] + messages, tokenize=False
     )
-    assert own_system.startswith("<|im_start|>system\nHi.<|im_end|>\n") and QWEN2_SYSTEM_PROMPT not in own_system
+    assert (
+        own_system.startswith("<|im_start|>system\nHi.<|im_end|>\n") and QWEN2_SYSTEM_PROMPT not in own_system
+    )
 
 
 @pytest.mark.parametrize("family", FAMILIES)

@@ -42,9 +42,19 @@ def distributed_run(tmp_path_factory):
     out.mkdir()
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run(
-        [sys.executable, str(WORKER), str(WORLD), str(root / "rendezvous"), str(big.path),
-         str(small.path), str(out)],
-        capture_output=True, text=True, env=env, timeout=300,
+        [
+            sys.executable,
+            str(WORKER),
+            str(WORLD),
+            str(root / "rendezvous"),
+            str(big.path),
+            str(small.path),
+            str(out),
+        ],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stderr[-5000:]
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
@@ -100,8 +110,9 @@ def test_save_and_restore_per_dp_rank(distributed_run):
 @pytest.mark.slow
 def test_val_split_smaller_than_ranks_times_workers(distributed_run):
     _, small, _, results = distributed_run
-    k0, k1 = keys_of([{"keys": b} for b in results[0]["small_val"]]), keys_of(
-        [{"keys": b} for b in results[2]["small_val"]]
+    k0, k1 = (
+        keys_of([{"keys": b} for b in results[0]["small_val"]]),
+        keys_of([{"keys": b} for b in results[2]["small_val"]]),
     )
     assert results[1]["small_val"] == results[0]["small_val"]
     assert sorted(k0 + k1) == sorted(small.split_keys["val"])
@@ -115,16 +126,20 @@ def test_a_state_saved_by_another_world_size_is_refused(distributed_run, tokeniz
 
     big, _, out, _ = distributed_run
     dm = EnergonMultiModalDataModule(
-        str(big.path), tokenizer, clip_processor, seq_length=300, micro_batch_size=2,
-        num_workers=0, shuffle_buffer_size=20,
+        str(big.path),
+        tokenizer,
+        clip_processor,
+        seq_length=300,
+        micro_batch_size=2,
+        num_workers=0,
+        shuffle_buffer_size=20,
     )
     with pytest.raises(StateMismatchError, match=r"dp_world_size: saved 2, now 1"):
         load_datamodule_state(dm, out / "ckpt")
 
 
 @pytest.mark.slow
-def test_a_rank_beyond_the_saved_world_is_told_why(distributed_run, tokenizer, clip_processor,
-                                                  tmp_path):
+def test_a_rank_beyond_the_saved_world_is_told_why(distributed_run, tokenizer, clip_processor, tmp_path):
     """DP rank 2 of a world of 4 finds no file in a checkpoint of world 2: the message says why."""
     import shutil
 
@@ -133,18 +148,29 @@ def test_a_rank_beyond_the_saved_world_is_told_why(distributed_run, tokenizer, c
 
     big, _, out, _ = distributed_run
     dm = EnergonMultiModalDataModule(
-        str(big.path), tokenizer, clip_processor, seq_length=300, micro_batch_size=2,
-        num_workers=0, shuffle_buffer_size=20,
+        str(big.path),
+        tokenizer,
+        clip_processor,
+        seq_length=300,
+        micro_batch_size=2,
+        num_workers=0,
+        shuffle_buffer_size=20,
     )
     from megatron.energon import WorkerConfig
 
     dm._build_worker_config = lambda n, split="train", **kw: WorkerConfig(
-        rank=2, world_size=4, num_workers=n, **({"global_error_handler": kw["error_handler"]}
-                                                 if kw.get("error_handler") else {}))
+        rank=2,
+        world_size=4,
+        num_workers=n,
+        **({"global_error_handler": kw["error_handler"]} if kw.get("error_handler") else {}),
+    )
     ckpt = tmp_path / "ckpt"
     shutil.copytree(out / "ckpt", ckpt)
-    with pytest.raises(StateMismatchError, match=r"no loader state for DP rank 2.*dp_world_size: "
-                                                 r"saved 2, now 4"):
+    with pytest.raises(
+        StateMismatchError,
+        match=r"no loader state for DP rank 2.*dp_world_size: "
+        r"saved 2, now 4",
+    ):
         load_datamodule_state(dm, ckpt)
 
 
@@ -175,8 +201,9 @@ def test_every_validation_sample_is_evaluated_exactly_once_per_pass(distributed_
     big, small, _, results = distributed_run
     split = sorted((big if case.endswith("big") else small).split_keys["val"])
     for evaluation in range(3):
-        keys = [k for rep in replicas(results, case)
-                for batch in rep["runs"][evaluation]["keys"] for k in batch]
+        keys = [
+            k for rep in replicas(results, case) for batch in rep["runs"][evaluation]["keys"] for k in batch
+        ]
         assert sorted(keys) == split, f"evaluation {evaluation}"
 
 

@@ -56,7 +56,11 @@ def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     mkdocs = str(MKDOCS) if MKDOCS.exists() else str(Path(sys.executable).parent / "mkdocs")
     proc = subprocess.run(
         [mkdocs, "build", "--strict", "--site-dir", str(out)],
-        cwd=REPO, env=_env(), capture_output=True, text=True, timeout=300,
+        cwd=REPO,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
     )
     assert proc.returncode == 0, f"mkdocs build --strict failed:\n{proc.stdout}\n{proc.stderr}"
     return out
@@ -80,10 +84,7 @@ def hand_written() -> str:
 
 def missing_in(names: list[str], text: str, pattern: str = "{name}") -> list[str]:
     """The names for which ``pattern`` (with ``{name}`` escaped) does not occur in ``text``."""
-    return [
-        name for name in names
-        if not re.search(pattern.replace("{name}", re.escape(name)), text)
-    ]
+    return [name for name in names if not re.search(pattern.replace("{name}", re.escape(name)), text)]
 
 
 def config_top_keys() -> list[str]:
@@ -103,12 +104,24 @@ def cli_verbs() -> list[str]:
 # ----------------------------------------------------------------------------- the build
 def test_mkdocs_build_strict_passes(site: Path) -> None:
     """The build succeeded (the fixture asserts it) and produced every page of the nav."""
-    for name in ("quickstart", "concepts", "troubleshooting", "guides/plugin-contract",
-                 "guides/task-encoder", "guides/image-processor", "guides/packing-strategy",
-                 "guides/batch-format", "loops/megatron-bridge", "loops/megatron-lm",
-                 "loops/hugging-face",
-                 "reference/hooks", "reference/config", "reference/builtins", "reference/cli",
-                 "reference/api"):
+    for name in (
+        "quickstart",
+        "concepts",
+        "troubleshooting",
+        "guides/plugin-contract",
+        "guides/task-encoder",
+        "guides/image-processor",
+        "guides/packing-strategy",
+        "guides/batch-format",
+        "loops/megatron-bridge",
+        "loops/megatron-lm",
+        "loops/hugging-face",
+        "reference/hooks",
+        "reference/config",
+        "reference/builtins",
+        "reference/cli",
+        "reference/api",
+    ):
         assert (site / f"{name}.html").is_file(), name
 
 
@@ -147,7 +160,6 @@ def test_every_config_key_is_in_the_config_reference(site: Path) -> None:
 def test_every_builtin_option_is_in_the_builtins_reference(site: Path) -> None:
     from energon_plugins.host.kinds import KINDS
     from energon_plugins.host.manager import load_registry
-
     from energon_plugins.host.registry import canonical_distribution
 
     registry = load_registry()
@@ -157,12 +169,11 @@ def test_every_builtin_option_is_in_the_builtins_reference(site: Path) -> None:
     # the distributions under plugins/ that are installed here are documented too
     ours = references.repo_distributions()
     bundled = [
-        s for kind in KINDS for s in registry.specs(kind)
-        if canonical_distribution(s.distribution) in ours
+        s for kind in KINDS for s in registry.specs(kind) if canonical_distribution(s.distribution) in ours
     ]
     for spec in core + bundled:
         assert re.search(rf'id="{re.escape(spec.name)}(_\d+)?"', html), spec.name
-        for field in (spec.options.model_fields if spec.options else {}):
+        for field in spec.options.model_fields if spec.options else {}:
             assert f"<code>options.{field}</code>" in html, (spec.name, field)
 
 
@@ -172,7 +183,8 @@ def test_every_public_class_and_function_is_in_the_api_reference(site: Path) -> 
     import energon_plugins
 
     names = [
-        name for name in energon_plugins.__all__
+        name
+        for name in energon_plugins.__all__
         if inspect.isclass(getattr(energon_plugins, name))
         or inspect.isfunction(getattr(energon_plugins, name))
     ]
@@ -219,12 +231,8 @@ def test_the_rule_catches_a_missing_name(site: Path) -> None:
     assert missing_in(["register_widgets"], page(site, "reference/hooks"), 'id="{name}"') == [
         "register_widgets"
     ]
-    assert missing_in(["frobnicate"], hand_written(), r"energon-plugins {name}(?![\w-])") == [
-        "frobnicate"
-    ]
-    assert missing_in(["bogus_key"], hand_written(), r"(`{name}`|(?<![\w.]){name}:)") == [
-        "bogus_key"
-    ]
+    assert missing_in(["frobnicate"], hand_written(), r"energon-plugins {name}(?![\w-])") == ["frobnicate"]
+    assert missing_in(["bogus_key"], hand_written(), r"(`{name}`|(?<![\w.]){name}:)") == ["bogus_key"]
     assert missing_in(["frobnicate"], page(site, "reference/api"), 'id="energon_plugins.{name}"') == [
         "frobnicate"
     ]
@@ -240,7 +248,8 @@ def test_the_site_opens_from_disk(site: Path) -> None:
     for html_file in site.rglob("*.html"):
         text = html_file.read_text(encoding="utf-8")
         folder_links = [
-            href for href in re.findall(r'href="([^"#:]*)"', text)
+            href
+            for href in re.findall(r'href="([^"#:]*)"', text)
             if href.endswith("/") or href in ("", ".", "..")
         ]
         assert folder_links == [], (html_file.relative_to(site), folder_links[:5])
@@ -293,9 +302,7 @@ def test_contract_page_matches_the_code() -> None:
     from energon_plugins.host.registry import Registry
 
     contract = (DOCS / "guides" / "plugin-contract.md").read_text(encoding="utf-8")
-    register = Registry().register_callback(
-        "task_encoder", distribution="d", version="0", module="m"
-    )
+    register = Registry().register_callback("task_encoder", distribution="d", version="0", module="m")
     parts = []
     for param in inspect.signature(register).parameters.values():
         if param.kind is param.KEYWORD_ONLY and "*" not in parts:
@@ -399,9 +406,23 @@ def test_example_distributions_pass_their_tests(tmp_path: Path) -> None:
     """The tests of every example distribution, in one interpreter (torch is imported once)."""
     env = _env() | {"PYTHONPATH": os.pathsep.join(map(str, EXAMPLE_DIRS))}
     proc = subprocess.run(  # cwd: a temporary folder, so hypothesis leaves nothing in docs/
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         "-rA", *(str(example / "tests") for example in EXAMPLE_DIRS)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        [
+            sys.executable,
+            "-m",
+            "pytest",
+            "-q",
+            "-p",
+            "no:cacheprovider",
+            "-p",
+            "no:xdist",
+            "-rA",
+            *(str(example / "tests") for example in EXAMPLE_DIRS),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-6000:] + proc.stderr[-2000:]
     for example in EXAMPLE_DIRS:  # each example's tests ran
@@ -482,9 +503,12 @@ def test_examples_pass_the_conformance_kit(tmp_path: Path) -> None:
     )
     env = _env() | {"PYTHONPATH": os.pathsep.join([str(site_dir), *map(str, EXAMPLE_DIRS)])}
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
-         str(test_file)],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600,
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist", str(test_file)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
 

@@ -10,13 +10,13 @@ import transformers
 from PIL import Image
 
 import energon_plugins
-from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
-from energon_plugins.errors import ConfigError, PluginLoadError, PluginOptionsError
 from energon_plugins.encoding.image_processors.hf import (
     HFImageProcessor,
     energon_image_to_pil,
     wrap_image_processor,
 )
+from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
+from energon_plugins.errors import ConfigError, PluginLoadError, PluginOptionsError
 
 
 def _png_images(info, n=3):
@@ -73,13 +73,20 @@ def test_energon_image_to_pil_round_trips_8_bit_images(vqa_dataset):
 
 
 def test_kwargs_reach_the_class():
-    proc = _build({"class_name": "CLIPImageProcessorPil", "kwargs": {"crop_size": {"height": 64, "width": 64}, "size": {"shortest_edge": 64}}})
+    proc = _build(
+        {
+            "class_name": "CLIPImageProcessorPil",
+            "kwargs": {"crop_size": {"height": 64, "width": 64}, "size": {"shortest_edge": 64}},
+        }
+    )
     out = proc(images=[torch.rand(3, 32, 48)], return_tensors="pt")
     assert out["pixel_values"].shape == (1, 3, 64, 64)
 
 
 def test_from_a_local_directory(tmp_path, clip_processor):
-    clip_processor.__class__(size={"shortest_edge": 96}, crop_size={"height": 96, "width": 96}).save_pretrained(tmp_path)
+    clip_processor.__class__(
+        size={"shortest_edge": 96}, crop_size={"height": 96, "width": 96}
+    ).save_pretrained(tmp_path)
     proc = _build({"path": str(tmp_path)})
     out = proc(images=[torch.rand(3, 40, 40)], return_tensors="pt")
     assert out["pixel_values"].shape == (1, 3, 96, 96)

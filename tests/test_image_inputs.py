@@ -35,8 +35,14 @@ from energon_plugins.encoding.task_encoders.multimodal import MultimodalTaskEnco
 from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 
 # (format, mode, height, width)
-IMAGES = [("JPEG", "RGB", 301, 517), ("JPEG", "L", 240, 180), ("PNG", "RGB", 97, 143),
-          ("PNG", "RGBA", 64, 300), ("JPEG", "RGB", 700, 420), ("PNG", "L", 33, 41)]
+IMAGES = [
+    ("JPEG", "RGB", 301, 517),
+    ("JPEG", "L", 240, 180),
+    ("PNG", "RGB", 97, 143),
+    ("PNG", "RGBA", 64, 300),
+    ("JPEG", "RGB", 700, 420),
+    ("PNG", "L", 33, 41),
+]
 
 
 def _encoded(rng, fmt, mode, h, w):
@@ -61,11 +67,17 @@ def mixed_dataset(tmp_path_factory):
         with wds.ShardWriter(str(root / "shard-%06d.tar"), maxcount=3, verbose=0) as sink:
             for i, (fmt, mode, h, w) in enumerate(IMAGES):
                 meta = {"question": f"<image>\nWhat is in picture {i}?", "answers": ["A pattern."]}
-                sink.write({"__key__": f"s{i}", "jpg": _encoded(rng, fmt, mode, h, w),
-                            "json": json.dumps(meta).encode()})
+                sink.write(
+                    {
+                        "__key__": f"s{i}",
+                        "jpg": _encoded(rng, fmt, mode, h, w),
+                        "json": json.dumps(meta).encode(),
+                    }
+                )
         shards = sorted(p.name for p in root.glob("*.tar"))
-        BaseWebdatasetFactory.prepare_dataset(root, shards, split_parts_ratio=[("train", 1.0)],
-                                              shuffle_seed=None, workers=1)
+        BaseWebdatasetFactory.prepare_dataset(
+            root, shards, split_parts_ratio=[("train", 1.0)], shuffle_seed=None, workers=1
+        )
     (root / ".nv-meta" / "dataset.yaml").write_text(
         "sample_type:\n  __module__: megatron.energon\n  __class__: VQASample\n"
         "field_map:\n  image: jpg\n  context: json[question]\n"
@@ -80,8 +92,13 @@ def _read(path, decoder):
 
     encoder = Read()
     encoder.decoder = decoder
-    dataset = get_val_dataset(str(path), split_part="train", batch_size=None, task_encoder=encoder,
-                              worker_config=WorkerConfig.default_worker_config(0))
+    dataset = get_val_dataset(
+        str(path),
+        split_part="train",
+        batch_size=None,
+        task_encoder=encoder,
+        worker_config=WorkerConfig.default_worker_config(0),
+    )
     return {s.__key__: s.image for s in get_loader(dataset)}
 
 
@@ -116,12 +133,11 @@ def test_decoder_follows_the_declared_input():
 
 def test_the_encoder_sets_the_decoder_its_processor_asks_for(tokenizer, clip_processor):
     def build(processor, cls=MultimodalTaskEncoder):
-        ctx = energon_plugins.BuildContext(tokenizer=tokenizer, image_processor=processor,
-                                           seq_length=256)
+        ctx = energon_plugins.BuildContext(tokenizer=tokenizer, image_processor=processor, seq_length=256)
         return cls(ctx, MultimodalOptions(image_tokens=4))
 
     assert build(wrap_image_processor(clip_processor)).decoder.config()["image_decode"] == "raw"
-    legacy = lambda images=None, **kw: {"pixel_values": torch.zeros(1, 3, 4, 4)}  # noqa: E731
+    legacy = lambda images=None, **kw: {"pixel_values": torch.zeros(1, 3, 4, 4)}
     assert build(legacy).decoder is TaskEncoder.decoder  # float decode, converted back as before
 
     class OwnDecoder(MultimodalTaskEncoder):
@@ -131,15 +147,20 @@ def test_the_encoder_sets_the_decoder_its_processor_asks_for(tokenizer, clip_pro
 
 
 def _encoder(tokenizer, processor, **options):
-    ctx = energon_plugins.BuildContext(tokenizer=tokenizer, seq_length=4096,
-                                       image_processor=wrap_image_processor(processor))
+    ctx = energon_plugins.BuildContext(
+        tokenizer=tokenizer, seq_length=4096, image_processor=wrap_image_processor(processor)
+    )
     return MultimodalTaskEncoder(ctx, MultimodalOptions(**options))
 
 
-@pytest.mark.parametrize("processor, options", [
-    (transformers.CLIPImageProcessor(crop_size={"height": 112, "width": 112}), {"patch_size": 14}),
-    (transformers.Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 64), {}),
-], ids=["clip", "qwen2-vl"])
+@pytest.mark.parametrize(
+    "processor, options",
+    [
+        (transformers.CLIPImageProcessor(crop_size={"height": 112, "width": 112}), {"patch_size": 14}),
+        (transformers.Qwen2VLImageProcessor(min_pixels=28 * 28 * 4, max_pixels=28 * 28 * 64), {}),
+    ],
+    ids=["clip", "qwen2-vl"],
+)
 def test_lengths_planned_from_headers_are_exact(mixed_dataset, tokenizer, processor, options):
     """In the loader's stage the pixels wait; the finished samples equal direct encoding."""
     encoder = _encoder(tokenizer, processor, **options)
@@ -147,9 +168,18 @@ def test_lengths_planned_from_headers_are_exact(mixed_dataset, tokenizer, proces
     keys = sorted(samples)
     from megatron.energon import VQASample
 
-    inputs = [VQASample(__key__=k, __restore_key__=(), __subflavors__={}, __sources__=(),
-                        image=samples[k], context="<image>\nWhat is it?", answers=["A pattern."])
-              for k in keys]
+    inputs = [
+        VQASample(
+            __key__=k,
+            __restore_key__=(),
+            __subflavors__={},
+            __sources__=(),
+            image=samples[k],
+            context="<image>\nWhat is it?",
+            answers=["A pattern."],
+        )
+        for k in keys
+    ]
     pending = [encoder.encode_sample_deferring(s) for s in inputs]
     assert all(isinstance(p, PendingImagesSample) and p.pixel_values is None for p in pending)
     finished, together = encoder.complete_samples(pending)
@@ -169,8 +199,15 @@ def test_a_wrong_plan_stops_the_loader_naming_the_sample(mixed_dataset, tokenize
 
     encoder = _encoder(tokenizer, transformers.CLIPImageProcessor(), patch_size=14)
     image = next(iter(_read(mixed_dataset, encoder.decoder).values()))
-    sample = VQASample(__key__="k", __restore_key__=(), __subflavors__={}, __sources__=(),
-                       image=image, context="<image>\nWhat?", answers=["A."])
+    sample = VQASample(
+        __key__="k",
+        __restore_key__=(),
+        __subflavors__={},
+        __sources__=(),
+        image=image,
+        context="<image>\nWhat?",
+        answers=["A."],
+    )
     pending = encoder.encode_sample_deferring(sample)
     pending.image_token_counts = [pending.image_token_counts[0] + 1]
     with pytest.raises(FatalSampleError, match="'k'.*planned"):
@@ -207,8 +244,13 @@ def test_decoding_modules_are_imported_before_energon_freezes_the_heap(mixed_dat
     script = tmp_path / "frozen_heap.py"
     script.write_text(FROZEN_HEAP_SCRIPT)
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
-    proc = subprocess.run([sys.executable, str(script), str(mixed_dataset)], env=env,
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, str(script), str(mixed_dataset)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     assert result["late"] == []

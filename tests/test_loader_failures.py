@@ -57,9 +57,16 @@ class FailingEncoder(DefaultTaskEncoder):
 
 def datamodule(dataset, encoder, *, workers=0, **kwargs):
     return energon_plugins.EnergonMultiModalDataModule(
-        str(dataset.path), None, task_encoder=encoder, validation_task_encoder=encoder,
-        seq_length=64, micro_batch_size=2, num_workers=workers, shuffle_buffer_size=None,
-        **kwargs)
+        str(dataset.path),
+        None,
+        task_encoder=encoder,
+        validation_task_encoder=encoder,
+        seq_length=64,
+        micro_batch_size=2,
+        num_workers=workers,
+        shuffle_buffer_size=None,
+        **kwargs,
+    )
 
 
 def chain(exc):
@@ -84,8 +91,12 @@ def check(error, stage, split_keys, words):
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("stage", ["encode_sample", "pack", "batch", "encode_batch"])
 def test_a_fatal_sample_error_names_key_stage_and_reason(vqa_dataset, stage, workers):
-    dm = datamodule(vqa_dataset, FailingEncoder(stage), workers=workers,
-                    packing_buffer_size=4 if stage == "pack" else None)
+    dm = datamodule(
+        vqa_dataset,
+        FailingEncoder(stage),
+        workers=workers,
+        packing_buffer_size=4 if stage == "pack" else None,
+    )
     with pytest.raises(SampleFailedError) as info:
         next(dm.train_dataloader())
     assert isinstance(info.value, FatalSampleError), "code catching Energon's error still works"
@@ -123,8 +134,7 @@ def test_energon_giving_up_after_failures_in_a_row_says_so(vqa_dataset):
     dm = datamodule(vqa_dataset, FailingEncoder("encode_batch", "value"))
     with pytest.raises(SampleFailedError) as info:
         next(dm.train_dataloader())
-    check(info.value, "encode_batch", vqa_dataset.split_keys["train"],
-          "ValueError: boom in encode_batch")
+    check(info.value, "encode_batch", vqa_dataset.split_keys["train"], "ValueError: boom in encode_batch")
     assert "Energon stopped after 100 failures in a row" in str(info.value)
 
 
@@ -133,8 +143,9 @@ def test_a_validation_pass_names_the_failing_sample_too(vqa_dataset, workers):
     dm = datamodule(vqa_dataset, FailingEncoder("encode_sample"), num_val_workers=workers)
     with pytest.raises(SampleFailedError) as info:
         list(dm.val_dataloader().one_pass())
-    check(info.value, "encode_sample", vqa_dataset.split_keys["val"],
-          "FatalSampleError: boom in encode_sample")
+    check(
+        info.value, "encode_sample", vqa_dataset.split_keys["val"], "FatalSampleError: boom in encode_sample"
+    )
     dm.close()
 
 
@@ -144,13 +155,23 @@ def test_a_failing_batch_format_names_the_batch(vqa_dataset, tokenizer, clip_pro
         raise KeyError("nope")
 
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(vqa_dataset.path), tokenizer, clip_processor, seq_length=400, micro_batch_size=2,
-        num_workers=workers, batch_format=broken)
+        str(vqa_dataset.path),
+        tokenizer,
+        clip_processor,
+        seq_length=400,
+        micro_batch_size=2,
+        num_workers=workers,
+        batch_format=broken,
+    )
     with pytest.raises(BatchFormatError) as info:
         next(dm.train_dataloader())
     assert isinstance(info.value, SampleFailedError)
-    check(info.value, "batch format", vqa_dataset.split_keys["train"],
-          "broken failed on a batch of task encoder MultimodalTaskEncoder")
+    check(
+        info.value,
+        "batch format",
+        vqa_dataset.split_keys["train"],
+        "broken failed on a batch of task encoder MultimodalTaskEncoder",
+    )
     assert "KeyError: 'nope'" in str(info.value)
     dm.close()
 
@@ -164,17 +185,23 @@ def test_the_cli_names_key_and_stage_for_energons_own_loader_too(vqa_dataset, ca
     from energon_plugins.cli.main import report_error
 
     dataset = get_val_dataset(
-        str(vqa_dataset.path), split_part="val", batch_size=2,
+        str(vqa_dataset.path),
+        split_part="val",
+        batch_size=2,
         task_encoder=FailingEncoder("encode_batch"),
-        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0))
+        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+    )
     with pytest.raises(FatalSampleError) as info:
         next(iter(get_loader(dataset)))
     assert not isinstance(info.value, SampleFailedError), "Energon's own error reaches the CLI"
     report_error(info.value)
     lines = capsys.readouterr().err.splitlines()
     assert len(lines) == 2 and lines[1] == "(run with --debug for the traceback)"
-    assert re.match(r"Error: batch of samples 'vqa-\d+', 'vqa-\d+' failed in stage encode_batch: "
-                    r"FatalSampleError: boom in encode_batch$", lines[0]), lines[0]
+    assert re.match(
+        r"Error: batch of samples 'vqa-\d+', 'vqa-\d+' failed in stage encode_batch: "
+        r"FatalSampleError: boom in encode_batch$",
+        lines[0],
+    ), lines[0]
 
 
 @pytest.fixture(scope="module")
@@ -188,26 +215,31 @@ def failing_config(tmp_path_factory):
     config.write_text(
         f"path: {paths['path']}\ntokenizer:\n  path: {paths['tokenizer']}\n"
         "seq_length: 16\nnum_workers: 0\ntask_encoder:\n  name: multimodal\n",
-        encoding="utf-8")
+        encoding="utf-8",
+    )
     return config
 
 
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
 @pytest.mark.parametrize("verb", ["bench", "preview"])
 def test_cli_prints_one_message_for_a_failing_sample(failing_config, verb, workers):
-    args = [verb, str(failing_config), "--set", "task_encoder.options.truncation=drop",
-            "--set", f"num_workers={workers}"]
+    args = [
+        verb,
+        str(failing_config),
+        "--set",
+        "task_encoder.options.truncation=drop",
+        "--set",
+        f"num_workers={workers}",
+    ]
     result = CliRunner().invoke(cli, args)
     output = result.output
     assert result.exit_code == 1, output
     assert "Traceback" not in output and "Original" not in output, output
     assert len(output.strip().splitlines()) <= 4, output
     error = next(line for line in output.splitlines() if line.startswith("Error: "))
-    assert re.match(r"Error: sample '(vqa|captioning)-\d+' failed in stage encode_sample: ",
-                    error), error
+    assert re.match(r"Error: sample '(vqa|captioning)-\d+' failed in stage encode_sample: ", error), error
     assert "too_long" in error and "seq_length 16" in error
 
     debug = CliRunner().invoke(cli, ["--debug", *args])
     assert isinstance(debug.exception, SampleFailedError)
     assert debug.exception.__cause__ is not None
-

@@ -22,11 +22,17 @@ SEQ = 128
 
 
 def make_dm(info, tokenizer, processor, *, packing=False, **kwargs):
-    args = dict(seq_length=SEQ, micro_batch_size=2, num_workers=0, shuffle_buffer_size=10,
-                task_encoder={"name": "multimodal", "options": {"image_tokens": 6}})
+    args = dict(
+        seq_length=SEQ,
+        micro_batch_size=2,
+        num_workers=0,
+        shuffle_buffer_size=10,
+        task_encoder={"name": "multimodal", "options": {"image_tokens": 6}},
+    )
     if packing:
-        args.update(packing_buffer_size=6,
-                    packing=energon_plugins.create("packing_strategy", "first-fit-decreasing"))
+        args.update(
+            packing_buffer_size=6, packing=energon_plugins.create("packing_strategy", "first-fit-decreasing")
+        )
     args.update(kwargs)
     return energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
 
@@ -48,8 +54,12 @@ def test_energon_alone_warns_on_cpu_so_the_pinning_test_can_fail(vqa_dataset):
         pytest.skip("the warning only exists without CUDA")
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
 
-    dataset = get_val_dataset(str(vqa_dataset.path), split_part="val", batch_size=2,
-                              worker_config=WorkerConfig.default_worker_config(0))
+    dataset = get_val_dataset(
+        str(vqa_dataset.path),
+        split_part="val",
+        batch_size=2,
+        worker_config=WorkerConfig.default_worker_config(0),
+    )
     loader = get_loader(dataset)
     assert loader.pin_memory is True
     with warnings.catch_warnings():
@@ -60,10 +70,10 @@ def test_energon_alone_warns_on_cpu_so_the_pinning_test_can_fail(vqa_dataset):
 
 @pytest.mark.parametrize("pin", [True, False])
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
-def test_pin_memory_setting_is_applied_and_quiet(vqa_dataset, tokenizer, clip_processor, pin,
-                                                 workers):
-    dm = make_dm(vqa_dataset, tokenizer, clip_processor, pin_memory=pin, num_workers=workers,
-                 num_val_workers=0)
+def test_pin_memory_setting_is_applied_and_quiet(vqa_dataset, tokenizer, clip_processor, pin, workers):
+    dm = make_dm(
+        vqa_dataset, tokenizer, clip_processor, pin_memory=pin, num_workers=workers, num_val_workers=0
+    )
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         train = dm.train_dataloader()
@@ -97,11 +107,12 @@ def test_device_prefetch_yields_the_same_stream(vqa_dataset, tokenizer, clip_pro
 @pytest.mark.parametrize("before", [0, 1, 4])
 @pytest.mark.parametrize("packing", [False, True], ids=["unpacked", "packed"])
 @pytest.mark.parametrize("device", [None, "cpu"], ids=["host", "prefetch"])
-def test_resume_continues_batch_for_batch(vqa_dataset, tokenizer, clip_processor, before,
-                                          packing, device):
+def test_resume_continues_batch_for_batch(vqa_dataset, tokenizer, clip_processor, before, packing, device):
     after = 4
-    reference = take(make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing,
-                             device=device).train_dataloader(), before + after)
+    reference = take(
+        make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing, device=device).train_dataloader(),
+        before + after,
+    )
     first = make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing, device=device)
     loader = first.train_dataloader()
     for got, want in zip(take(loader, before), reference[:before], strict=True):
@@ -121,15 +132,17 @@ def test_resume_continues_batch_for_batch(vqa_dataset, tokenizer, clip_processor
 @pytest.mark.parametrize("device", [None, "cpu"], ids=["host", "prefetch"])
 def test_resume_with_two_workers(vqa_dataset, tokenizer, clip_processor, packing, device):
     before, after = 5, 5
-    reference = take(make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing,
-                             num_workers=2, device=device).train_dataloader(), before + after)
-    first = make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing, num_workers=2,
-                    device=device)
+    reference = take(
+        make_dm(
+            vqa_dataset, tokenizer, clip_processor, packing=packing, num_workers=2, device=device
+        ).train_dataloader(),
+        before + after,
+    )
+    first = make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing, num_workers=2, device=device)
     loader = first.train_dataloader()
     take(loader, before)
     state = loader.save_state()
-    second = make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing, num_workers=2,
-                     device=device)
+    second = make_dm(vqa_dataset, tokenizer, clip_processor, packing=packing, num_workers=2, device=device)
     second.train_dataloader().restore_state(state)
     for got, want in zip(take(second.train_dataloader(), after), reference[before:], strict=True):
         assert_same(got, want)
@@ -167,8 +180,7 @@ _FRESH_PROCESS = textwrap.dedent(
 
 @pytest.mark.slow
 @pytest.mark.parametrize("workers,packing", [(0, True), (2, True)])
-def test_resume_in_a_fresh_process(vqa_dataset, tokenizer, clip_processor, tmp_path, workers,
-                                   packing):
+def test_resume_in_a_fresh_process(vqa_dataset, tokenizer, clip_processor, tmp_path, workers, packing):
     import json
 
     before, after = 3, 4
@@ -177,23 +189,39 @@ def test_resume_in_a_fresh_process(vqa_dataset, tokenizer, clip_processor, tmp_p
     take(loader, before)
     path = dm.save_checkpoint(tmp_path / "ckpt")
     assert path.name == "train_dataloader_dprank000.pt"
-    expected = [[list(b["__keys__"]), int(b["tokens"].sum()), int(b["labels"].sum()),
-                 round(float(b["visual_inputs"].pixel_values.double().sum()), 3)]
-                for b in take(loader, after)]
+    expected = [
+        [
+            list(b["__keys__"]),
+            int(b["tokens"].sum()),
+            int(b["labels"].sum()),
+            round(float(b["visual_inputs"].pixel_values.double().sum()), 3),
+        ]
+        for b in take(loader, after)
+    ]
     script = tmp_path / "resume.py"
     script.write_text(_FRESH_PROCESS)
     proc = subprocess.run(
-        [sys.executable, str(script), str(vqa_dataset.path), str(tmp_path / "ckpt"),
-         str(workers), "1" if packing else "0", str(after)],
-        capture_output=True, text=True, timeout=240,
+        [
+            sys.executable,
+            str(script),
+            str(vqa_dataset.path),
+            str(tmp_path / "ckpt"),
+            str(workers),
+            "1" if packing else "0",
+            str(after),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=240,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert json.loads(proc.stdout.strip().splitlines()[-1]) == expected
 
 
 # ---------------------------------------------------------------------------- fingerprints
-def test_a_checkpoint_of_another_setup_names_the_difference(vqa_dataset, captioning_dataset,
-                                                           tokenizer, clip_processor, tmp_path):
+def test_a_checkpoint_of_another_setup_names_the_difference(
+    vqa_dataset, captioning_dataset, tokenizer, clip_processor, tmp_path
+):
     dm = make_dm(vqa_dataset, tokenizer, clip_processor)
     take(dm.train_dataloader(), 2)
     dm.save_checkpoint(tmp_path)
@@ -202,15 +230,18 @@ def test_a_checkpoint_of_another_setup_names_the_difference(vqa_dataset, caption
     with pytest.raises(StateMismatchError, match=r"dataset: saved 'uuid:"):
         other_dataset.load_checkpoint(tmp_path)
 
-    other_encoder = make_dm(vqa_dataset, tokenizer, clip_processor, task_encoder={
-        "name": "multimodal", "options": {"image_tokens": 6, "on_error": "raise"}})
+    other_encoder = make_dm(
+        vqa_dataset,
+        tokenizer,
+        clip_processor,
+        task_encoder={"name": "multimodal", "options": {"image_tokens": 6, "on_error": "raise"}},
+    )
     with pytest.raises(StateMismatchError) as info:
         other_encoder.load_checkpoint(tmp_path)
     assert "task_encoder_options" in str(info.value) and "on_error" in str(info.value)
     assert "dataset:" not in str(info.value)
 
-    other_batch = make_dm(vqa_dataset, tokenizer, clip_processor, micro_batch_size=3,
-                          num_workers=1)
+    other_batch = make_dm(vqa_dataset, tokenizer, clip_processor, micro_batch_size=3, num_workers=1)
     with pytest.raises(StateMismatchError) as info:
         other_batch.load_checkpoint(tmp_path)
     assert "micro_batch_size: saved 2, now 3" in str(info.value)
@@ -236,8 +267,9 @@ def test_an_energon_state_alone_still_restores(vqa_dataset, tokenizer, clip_proc
 @pytest.fixture(scope="module")
 def tiny_val_dataset(tmp_path_factory):
     """Val split: one shard of 3 samples (fewer than workers); train: 4 shards."""
-    info = write_dataset(tmp_path_factory.mktemp("tiny-val") / "d", kind="vqa", num_samples=23,
-                         samples_per_shard=5)
+    info = write_dataset(
+        tmp_path_factory.mktemp("tiny-val") / "d", kind="vqa", num_samples=23, samples_per_shard=5
+    )
     assert len(info.split_keys["val"]) == 3
     return info
 
@@ -246,8 +278,7 @@ def tiny_val_dataset(tmp_path_factory):
 def test_val_split_smaller_than_workers_is_complete_and_reproducible(
     tiny_val_dataset, tokenizer, clip_processor
 ):
-    dm = make_dm(tiny_val_dataset, tokenizer, clip_processor, num_val_workers=4,
-                 micro_batch_size=2)
+    dm = make_dm(tiny_val_dataset, tokenizer, clip_processor, num_val_workers=4, micro_batch_size=2)
     passes = [[list(b["__keys__"]) for b in dm.val_dataloader().one_pass()] for _ in range(2)]
     keys = [k for batch in passes[0] for k in batch]
     assert sorted(keys) == sorted(tiny_val_dataset.split_keys["val"])
@@ -255,12 +286,10 @@ def test_val_split_smaller_than_workers_is_complete_and_reproducible(
 
 
 @pytest.mark.slow
-def test_infinite_validation_on_a_tiny_split_explains_itself(tiny_val_dataset, tokenizer,
-                                                             clip_processor):
+def test_infinite_validation_on_a_tiny_split_explains_itself(tiny_val_dataset, tokenizer, clip_processor):
     from energon_plugins.errors import DatasetError
 
-    dm = make_dm(tiny_val_dataset, tokenizer, clip_processor, num_val_workers=4,
-                 validation_mode="infinite")
+    dm = make_dm(tiny_val_dataset, tokenizer, clip_processor, num_val_workers=4, validation_mode="infinite")
     loader = dm.val_dataloader()
     with pytest.raises(DatasetError, match=r"validation_mode='finite'.*") as info:
         for _ in range(8):  # the worker without samples fails on its turn
@@ -271,15 +300,20 @@ def test_infinite_validation_on_a_tiny_split_explains_itself(tiny_val_dataset, t
 # ---------------------------------------------------------------------------- other setups
 def carry_dm(info, tokenizer, processor, carry_over, **kwargs):
     packing = {"name": "first-fit-decreasing", "options": {"carry_over": carry_over}}
-    args = dict(seq_length=SEQ, micro_batch_size=2, num_workers=0, shuffle_buffer_size=10,
-                task_encoder={"name": "multimodal", "options": {"image_tokens": 6}},
-                packing_buffer_size=6, packing=packing)
+    args = dict(
+        seq_length=SEQ,
+        micro_batch_size=2,
+        num_workers=0,
+        shuffle_buffer_size=10,
+        task_encoder={"name": "multimodal", "options": {"image_tokens": 6}},
+        packing_buffer_size=6,
+        packing=packing,
+    )
     args.update(kwargs)
     return energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
 
 
-def test_toggling_carry_over_is_named_on_every_restore_path(vqa_dataset, tokenizer,
-                                                           clip_processor, tmp_path):
+def test_toggling_carry_over_is_named_on_every_restore_path(vqa_dataset, tokenizer, clip_processor, tmp_path):
     dm = carry_dm(vqa_dataset, tokenizer, clip_processor, carry_over=True)
     take(dm.train_dataloader(), 2)
     dm.save_checkpoint(tmp_path)
@@ -306,14 +340,13 @@ def test_a_bare_state_of_another_setup_is_explained(vqa_dataset, tokenizer, clip
     """Energon's bare state carries no fingerprint: what Energon would assert is named."""
     bare = make_dm(vqa_dataset, tokenizer, clip_processor).train_dataloader().save_state()["energon"]
     with pytest.raises(StateMismatchError, match=r"num_workers: saved 0, now 1"):
-        make_dm(vqa_dataset, tokenizer, clip_processor, num_workers=1).train_dataloader() \
-            .restore_state(bare)
+        make_dm(vqa_dataset, tokenizer, clip_processor, num_workers=1).train_dataloader().restore_state(bare)
     with pytest.raises(StateMismatchError, match=r"micro_batch_size: saved 2, now 3"):
-        make_dm(vqa_dataset, tokenizer, clip_processor, micro_batch_size=3).train_dataloader() \
-            .restore_state(bare)
+        make_dm(vqa_dataset, tokenizer, clip_processor, micro_batch_size=3).train_dataloader().restore_state(
+            bare
+        )
     with pytest.raises(StateMismatchError, match=r"not a loader state: .* got a dict with keys"):
-        make_dm(vqa_dataset, tokenizer, clip_processor).train_dataloader().restore_state(
-            {"weights": 1})
+        make_dm(vqa_dataset, tokenizer, clip_processor).train_dataloader().restore_state({"weights": 1})
     # the encoder's structure differs (carry-over packing stage): Energon's assertion is wrapped
     with pytest.raises(StateMismatchError, match=r"restoring the loader state failed.*setup"):
         other = carry_dm(vqa_dataset, tokenizer, clip_processor, carry_over=True).train_dataloader()
@@ -321,8 +354,7 @@ def test_a_bare_state_of_another_setup_is_explained(vqa_dataset, tokenizer, clip
         next(other)
 
 
-def test_checkpoint_files_hold_no_repr_of_the_config(vqa_dataset, tokenizer, clip_processor,
-                                                     tmp_path):
+def test_checkpoint_files_hold_no_repr_of_the_config(vqa_dataset, tokenizer, clip_processor, tmp_path):
     from energon_plugins.loading.checkpoint import read_state_file
 
     dm = make_dm(vqa_dataset, tokenizer, clip_processor, subflavors={"note": "x" * 500})
@@ -410,8 +442,7 @@ def test_a_discarded_loader_leaves_no_watchdog_thread_holding_its_chain(
 
 
 # ---------------------------------------------------------------------------- garbage collector
-def test_a_validation_pass_leaves_the_training_loaders_heap_frozen(vqa_dataset, tokenizer,
-                                                                   clip_processor):
+def test_a_validation_pass_leaves_the_training_loaders_heap_frozen(vqa_dataset, tokenizer, clip_processor):
     """Energon's ``GcDataset`` freezes the garbage collector when an iteration starts and
     unfreezes it when one ends, for the whole process: at 0 workers a validation pass unfroze
     the heap under the training loader, whose collections every 10 batches then scanned every
@@ -434,9 +465,7 @@ def test_a_validation_pass_leaves_the_training_loaders_heap_frozen(vqa_dataset, 
     assert gc.get_freeze_count() > frozen // 2
 
 
-
-def test_an_evaluation_only_pass_freezes_the_heap_and_gives_it_back(vqa_dataset, tokenizer,
-                                                                   clip_processor):
+def test_an_evaluation_only_pass_freezes_the_heap_and_gives_it_back(vqa_dataset, tokenizer, clip_processor):
     """With no training loader iterating (an evaluation-only script), a validation pass at 0
     workers freezes the heap for the pass, so Energon's collections every 10 batches skip all
     that was alive before it (without: each scans the whole process); the pass ends it."""
@@ -450,8 +479,7 @@ def test_an_evaluation_only_pass_freezes_the_heap_and_gives_it_back(vqa_dataset,
     assert gc.get_freeze_count() == 0
 
 
-def test_a_training_loader_started_during_a_pass_keeps_its_freeze(vqa_dataset, tokenizer,
-                                                                  clip_processor):
+def test_a_training_loader_started_during_a_pass_keeps_its_freeze(vqa_dataset, tokenizer, clip_processor):
     """A pass that froze the heap (nothing else had) and ends after a training loader started
     leaves the heap frozen: the training loader's freeze covers the same objects."""
     import gc

@@ -39,8 +39,7 @@ def processor(small_clip_processor):
 
 
 def make_dm(info, tokenizer, processor, **kwargs):
-    return loop_datamodule(info, tokenizer, processor, seq=SEQ, image_tokens=IMAGE_TOKENS,
-                           **kwargs)
+    return loop_datamodule(info, tokenizer, processor, seq=SEQ, image_tokens=IMAGE_TOKENS, **kwargs)
 
 
 def logits_table(vocab, seed=0):
@@ -62,15 +61,19 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize(("dataset", "packing", "mbs"), CASES,
-                         ids=[f"{d}-{'packed' if p else 'unpacked'}-mbs{m}" for d, p, m in CASES])
+@pytest.mark.parametrize(
+    ("dataset", "packing", "mbs"),
+    CASES,
+    ids=[f"{d}-{'packed' if p else 'unpacked'}-mbs{m}" for d, p, m in CASES],
+)
 def test_vlm_step_reads_the_batch_and_its_loss_is_next_token(
     request, tokenizer, processor, dataset, packing, mbs
 ):
     info = request.getfixturevalue(f"{dataset}_dataset")
     bridge = iter(make_dm(info, tokenizer, processor, packing=packing, mbs=mbs).train_dataloader())
-    reference = iter(make_dm(info, tokenizer, processor, packing=packing, mbs=mbs,
-                             batch_format=None).train_dataloader())
+    reference = iter(
+        make_dm(info, tokenizer, processor, packing=packing, mbs=mbs, batch_format=None).train_dataloader()
+    )
     table = logits_table(len(tokenizer))
     for _ in range(3):
         step = bridge_get_batch(bridge)
@@ -107,8 +110,9 @@ def test_attention_mask_and_pipeline_stages(vqa_dataset, tokenizer, processor):
     """With the dataset's attention mask requested, it is the padding mask; a middle pipeline
     stage keeps the image grid metadata and drops the pixels, on its own copy."""
     loader = make_dm(vqa_dataset, tokenizer, processor, packing=False, mbs=2).train_dataloader()
-    ref = next(make_dm(vqa_dataset, tokenizer, processor, packing=False, mbs=2,
-                       batch_format=None).train_dataloader())
+    ref = next(
+        make_dm(vqa_dataset, tokenizer, processor, packing=False, mbs=2, batch_format=None).train_dataloader()
+    )
     step = bridge_get_batch(loader, skip_attention_mask=False)
     attention_mask = step[3]
     assert torch.equal(attention_mask.bool(), ref.attention_mask)
@@ -121,10 +125,20 @@ def test_attention_mask_and_pipeline_stages(vqa_dataset, tokenizer, processor):
     assert set(middle["visual_inputs"].__dict__) == set(visual.__dict__)
 
 
-@pytest.mark.parametrize(("cp", "tp", "sp", "multiple"), [
-    (1, 1, False, 1), (1, 4, False, 1), (1, 4, True, 4), (2, 1, False, 4), (2, 2, True, 4),
-    (2, 4, True, 8), (4, 2, True, 8), (3, 2, True, 6), (2, 4, None, 8),
-])
+@pytest.mark.parametrize(
+    ("cp", "tp", "sp", "multiple"),
+    [
+        (1, 1, False, 1),
+        (1, 4, False, 1),
+        (1, 4, True, 4),
+        (2, 1, False, 4),
+        (2, 2, True, 4),
+        (2, 4, True, 8),
+        (4, 2, True, 8),
+        (3, 2, True, 6),
+        (2, 4, None, 8),
+    ],
+)
 def test_parallel_pad_multiple(cp, tp, sp, multiple):
     """Megatron-Bridge's rule: lcm(2*CP if CP > 1, CP*TP with sequence parallel and TP > 1)."""
     assert parallel_pad_multiple(cp, tp, sp) == multiple
@@ -134,10 +148,14 @@ def test_context_parallel_pads_every_sub_sequence(vqa_dataset, tokenizer, proces
     """CP 2 x TP 4 with sequence parallel: each packed sub-sequence is padded to a multiple of
     lcm(4, 8) = 8, reflected in cu_seqlens_*_padded; the loss is unchanged by the padding."""
     context = {"cp_size": 2, "tp_size": 4, "sequence_parallel": True}
-    bridge = iter(make_dm(vqa_dataset, tokenizer, processor, packing=True, mbs=1,
-                          context=context).train_dataloader())
-    reference = iter(make_dm(vqa_dataset, tokenizer, processor, packing=True, mbs=1,
-                             context=context, batch_format=None).train_dataloader())
+    bridge = iter(
+        make_dm(vqa_dataset, tokenizer, processor, packing=True, mbs=1, context=context).train_dataloader()
+    )
+    reference = iter(
+        make_dm(
+            vqa_dataset, tokenizer, processor, packing=True, mbs=1, context=context, batch_format=None
+        ).train_dataloader()
+    )
     table = logits_table(len(tokenizer), seed=1)
     for _ in range(3):
         step = bridge_get_batch(bridge)
@@ -151,8 +169,7 @@ def test_context_parallel_pads_every_sub_sequence(vqa_dataset, tokenizer, proces
         assert int(padded[-1]) == step[0].shape[1] == SEQ
         assert params.max_seqlen_q == int(widths.max())
         tokens, labels, loss_mask = step[0], step[1], step[2]
-        loss_sum, num = bridge_masked_next_token_loss(
-            loss_mask, megatron_token_losses(table[tokens], labels))
+        loss_sum, num = bridge_masked_next_token_loss(loss_mask, megatron_token_losses(table[tokens], labels))
         want_sum, want_count = reference_loss(ref, table_logits(table, ref))
         assert int(num) == want_count and torch.allclose(loss_sum, want_sum, rtol=1e-5)
 
@@ -160,15 +177,17 @@ def test_context_parallel_pads_every_sub_sequence(vqa_dataset, tokenizer, proces
 def test_build_context_reads_cp_and_tp_from_pg_collection(vqa_dataset, tokenizer, processor):
     """``cp.size()`` and ``tp.size()`` of the process groups reach every factory's context."""
     group = types.SimpleNamespace  # what megatron-core's groups answer: rank() and size()
-    pgs = types.SimpleNamespace(cp=group(rank=lambda: 0, size=lambda: 2),
-                                tp=group(rank=lambda: 0, size=lambda: 4))
+    pgs = types.SimpleNamespace(
+        cp=group(rank=lambda: 0, size=lambda: 2), tp=group(rank=lambda: 0, size=lambda: 4)
+    )
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(vqa_dataset.path), tokenizer, processor, seq_length=SEQ, num_workers=0,
-        pg_collection=pgs)
+        str(vqa_dataset.path), tokenizer, processor, seq_length=SEQ, num_workers=0, pg_collection=pgs
+    )
     context = dm.build_context()
     assert (context.cp_size, context.tp_size, context.sequence_parallel) == (2, 4, None)
-    assert parallel_pad_multiple(context.cp_size, context.tp_size, context.sequence_parallel) \
-        == math.lcm(4, 8)
+    assert parallel_pad_multiple(context.cp_size, context.tp_size, context.sequence_parallel) == math.lcm(
+        4, 8
+    )
 
 
 class _SameName:
@@ -176,22 +195,26 @@ class _SameName:
 
     @energon_plugins.hookimpl
     def register_batch_formats(self, register):
-        register("megatron-bridge", lambda options, context: (lambda batch: "theirs"))
+        register("megatron-bridge", lambda options, context: lambda batch: "theirs")
 
 
-def test_the_default_is_the_builtin_even_when_a_plugin_takes_its_name(
-    vqa_dataset, tokenizer, processor
-):
+def test_the_default_is_the_builtin_even_when_a_plugin_takes_its_name(vqa_dataset, tokenizer, processor):
     with energon_plugins.isolated_registry(_SameName(), distribution="energon-plugin-other"):
         dm = energon_plugins.EnergonMultiModalDataModule(
-            str(vqa_dataset.path), tokenizer, processor, seq_length=SEQ, num_workers=0)
+            str(vqa_dataset.path), tokenizer, processor, seq_length=SEQ, num_workers=0
+        )
         batch = next(dm.train_dataloader())
         assert batch["tokens"].shape[1] == SEQ and "visual_inputs" in batch
         with pytest.raises(PluginConflictError, match="energon-plugin-other:megatron-bridge"):
             energon_plugins.EnergonMultiModalDataModule(
-                str(vqa_dataset.path), tokenizer, processor, num_workers=0,
-                batch_format="megatron-bridge")
+                str(vqa_dataset.path), tokenizer, processor, num_workers=0, batch_format="megatron-bridge"
+            )
         theirs = energon_plugins.EnergonMultiModalDataModule(
-            str(vqa_dataset.path), tokenizer, processor, seq_length=SEQ, num_workers=0,
-            batch_format="energon-plugin-other:megatron-bridge")
+            str(vqa_dataset.path),
+            tokenizer,
+            processor,
+            seq_length=SEQ,
+            num_workers=0,
+            batch_format="energon-plugin-other:megatron-bridge",
+        )
         assert next(theirs.train_dataloader()) == "theirs"

@@ -26,16 +26,29 @@ def processor(small_clip_processor):
 @pytest.fixture(scope="module")
 def model(tokenizer):
     torch.manual_seed(0)
-    vision = transformers.CLIPVisionConfig(hidden_size=16, intermediate_size=32,
-                                           num_hidden_layers=1, num_attention_heads=2,
-                                           image_size=28, patch_size=14)
-    text = transformers.LlamaConfig(vocab_size=len(tokenizer), hidden_size=32,
-                                    intermediate_size=64, num_hidden_layers=2,
-                                    num_attention_heads=4, num_key_value_heads=2,
-                                    max_position_embeddings=SEQ)
-    config = transformers.LlavaConfig(vision_config=vision, text_config=text,
-                                      image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
-                                      vision_feature_layer=-1)
+    vision = transformers.CLIPVisionConfig(
+        hidden_size=16,
+        intermediate_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        image_size=28,
+        patch_size=14,
+    )
+    text = transformers.LlamaConfig(
+        vocab_size=len(tokenizer),
+        hidden_size=32,
+        intermediate_size=64,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        num_key_value_heads=2,
+        max_position_embeddings=SEQ,
+    )
+    config = transformers.LlavaConfig(
+        vision_config=vision,
+        text_config=text,
+        image_token_id=tokenizer.convert_tokens_to_ids("<image>"),
+        vision_feature_layer=-1,
+    )
     return transformers.LlavaForConditionalGeneration(config).eval()
 
 
@@ -47,15 +60,19 @@ def make_dm(info, tokenizer, processor, **kwargs):
 CASES = [("vqa", False, 2), ("vqa", True, 1), ("interleaved", True, 1)]
 
 
-@pytest.mark.parametrize(("dataset", "packing", "mbs"), CASES,
-                         ids=[f"{d}-{'packed' if p else 'unpacked'}-mbs{m}" for d, p, m in CASES])
+@pytest.mark.parametrize(
+    ("dataset", "packing", "mbs"),
+    CASES,
+    ids=[f"{d}-{'packed' if p else 'unpacked'}-mbs{m}" for d, p, m in CASES],
+)
 def test_model_loss_is_the_next_token_loss_of_the_aligned_labels(
     request, tokenizer, processor, model, dataset, packing, mbs
 ):
     info = request.getfixturevalue(f"{dataset}_dataset")
     loader = iter(make_dm(info, tokenizer, processor, packing=packing, mbs=mbs).train_dataloader())
-    reference = iter(make_dm(info, tokenizer, processor, packing=packing, mbs=mbs,
-                             batch_format=None).train_dataloader())
+    reference = iter(
+        make_dm(info, tokenizer, processor, packing=packing, mbs=mbs, batch_format=None).train_dataloader()
+    )
     image_id = model.config.image_token_id
     for _ in range(2):
         batch = next(loader)
@@ -79,9 +96,9 @@ def test_model_loss_is_the_next_token_loss_of_the_aligned_labels(
                 first_image += images
                 continue  # the padding tail
             with torch.no_grad():
-                alone = model(input_ids=ids[None],
-                              pixel_values=ref.pixel_values[first_image:first_image + images]
-                              if images else None).logits
+                alone = model(
+                    input_ids=ids[None],
+                    pixel_values=ref.pixel_values[first_image : first_image + images] if images else None,
+                ).logits
             first_image += images
             assert torch.allclose(alone[0], logits[row, start:end], atol=1e-5)
-

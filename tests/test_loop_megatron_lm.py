@@ -34,29 +34,35 @@ def processor(small_clip_processor):
 
 def make_dm(info, tokenizer, processor, *, image_tokens=IMAGE_TOKENS, **kwargs):
     kwargs.setdefault("batch_format", "megatron-lm")
-    return loop_datamodule(info, tokenizer, processor, seq=SEQ, image_tokens=image_tokens,
-                           pad_to_multiple_of=4, **kwargs)
+    return loop_datamodule(
+        info, tokenizer, processor, seq=SEQ, image_tokens=image_tokens, pad_to_multiple_of=4, **kwargs
+    )
 
 
 CASES = [("vqa", False, 3), ("vqa", True, 1), ("interleaved", True, 1), ("interleaved", False, 1)]
 
 
-@pytest.mark.parametrize(("dataset", "packing", "mbs"), CASES,
-                         ids=[f"{d}-{'packed' if p else 'unpacked'}-mbs{m}" for d, p, m in CASES])
+@pytest.mark.parametrize(
+    ("dataset", "packing", "mbs"),
+    CASES,
+    ids=[f"{d}-{'packed' if p else 'unpacked'}-mbs{m}" for d, p, m in CASES],
+)
 def test_get_batch_and_llava_expansion_give_next_token_targets(
     request, tokenizer, processor, dataset, packing, mbs
 ):
     info = request.getfixturevalue(f"{dataset}_dataset")
     image_id = tokenizer.convert_tokens_to_ids("<image>")
     loader = iter(make_dm(info, tokenizer, processor, packing=packing, mbs=mbs).train_dataloader())
-    reference = iter(make_dm(info, tokenizer, processor, packing=packing, mbs=mbs,
-                             batch_format=None).train_dataloader())
+    reference = iter(
+        make_dm(info, tokenizer, processor, packing=packing, mbs=mbs, batch_format=None).train_dataloader()
+    )
     for _ in range(3):
         data = next(loader)
         ref = next(reference)
         assert data["labels"].shape[1] == data["tokens"].shape[1] + 1, "one wider, unshifted"
         tokens, labels, loss_mask, _, imgs, num_tiles, packed = mlm_get_batch(
-            data, pad_id=tokenizer.pad_token_id)
+            data, pad_id=tokenizer.pad_token_id
+        )
         images = int(ref.num_images.sum())
         assert int((tokens == image_id).sum()) == images, "one image token per image"
         assert imgs.shape == (images, 3, 28, 28) and num_tiles.tolist() == [1] * images
@@ -68,12 +74,15 @@ def test_get_batch_and_llava_expansion_give_next_token_targets(
         else:
             assert packed is None
         ids, final_labels, final_mask = llava_preprocess(
-            tokens, labels, loss_mask, num_tiles, image_token_index=image_id,
-            img_seq_len=IMAGE_TOKENS)
+            tokens, labels, loss_mask, num_tiles, image_token_index=image_id, img_seq_len=IMAGE_TOKENS
+        )
         want = reference_next_token(ref)
         for row in range(ref.input_ids.shape[0]):
-            real = int(ref.attention_mask[row].sum()) if ref.attention_mask is not None \
+            real = (
+                int(ref.attention_mask[row].sum())
+                if ref.attention_mask is not None
                 else ref.input_ids.shape[1]
+            )
             expanded = ids[row, :real].clone()
             expanded[expanded == -1.0] = image_id
             assert torch.equal(expanded.long(), ref.input_ids[row, :real]), "same sequence"
@@ -90,16 +99,22 @@ def test_get_batch_and_llava_expansion_give_next_token_targets(
 
 def test_text_only_batches_carry_the_dummy_image():
     """A batch without images has imgs [1, 1] and num_tiles [[0]], which get_batch empties."""
-    from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
     from energon_plugins.encoding.samples import EncodedSample
+    from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
 
     encoder = PluginTaskEncoder(energon_plugins.BuildContext(seq_length=8))
     ids = torch.tensor([5, 6, 7, 8])
-    sample = EncodedSample(__key__="t", __restore_key__=(), __subflavors__=None, __sources__=None,
-                           input_ids=ids, labels=torch.tensor([-100, -100, 7, 8]),
-                           loss_mask=torch.tensor([0.0, 0.0, 1.0, 1.0]), seq_lengths=[4])
-    fmt = energon_plugins.create("batch_format", "megatron-lm",
-                                 {"source_image_token_id": 3})
+    sample = EncodedSample(
+        __key__="t",
+        __restore_key__=(),
+        __subflavors__=None,
+        __sources__=None,
+        input_ids=ids,
+        labels=torch.tensor([-100, -100, 7, 8]),
+        loss_mask=torch.tensor([0.0, 0.0, 1.0, 1.0]),
+        seq_lengths=[4],
+    )
+    fmt = energon_plugins.create("batch_format", "megatron-lm", {"source_image_token_id": 3})
     data = fmt(encoder.batch([sample]))
     assert data["imgs"].shape == (1, 1) and data["imgs"].dtype == torch.float32
     assert data["num_tiles"].tolist() == [[0]] and data["num_tiles"].dtype == torch.int32
@@ -112,17 +127,28 @@ def test_text_only_batches_carry_the_dummy_image():
 
 def test_image_token_id_option_writes_llavas_default_index(vqa_dataset, tokenizer, processor):
     """``image_token_id: -200`` writes LLaVAModel's default image_token_index, which it expands."""
-    dm = make_dm(vqa_dataset, tokenizer, processor, packing=False, mbs=2,
-                 batch_format={"name": "megatron-lm",
-                               "options": {"image_token_id": LLAVA_DEFAULT_IMAGE_TOKEN_INDEX}})
-    ref = next(make_dm(vqa_dataset, tokenizer, processor, packing=False, mbs=2,
-                       batch_format=None).train_dataloader())
+    dm = make_dm(
+        vqa_dataset,
+        tokenizer,
+        processor,
+        packing=False,
+        mbs=2,
+        batch_format={"name": "megatron-lm", "options": {"image_token_id": LLAVA_DEFAULT_IMAGE_TOKEN_INDEX}},
+    )
+    ref = next(
+        make_dm(vqa_dataset, tokenizer, processor, packing=False, mbs=2, batch_format=None).train_dataloader()
+    )
     data = next(dm.train_dataloader())
     tokens, labels, loss_mask, _, imgs, num_tiles, _ = mlm_get_batch(data, pad_id=0)
     assert int((tokens == LLAVA_DEFAULT_IMAGE_TOKEN_INDEX).sum()) == 2
-    ids, _, _ = llava_preprocess(tokens, labels, loss_mask, num_tiles,
-                                 image_token_index=LLAVA_DEFAULT_IMAGE_TOKEN_INDEX,
-                                 img_seq_len=IMAGE_TOKENS)
+    ids, _, _ = llava_preprocess(
+        tokens,
+        labels,
+        loss_mask,
+        num_tiles,
+        image_token_index=LLAVA_DEFAULT_IMAGE_TOKEN_INDEX,
+        img_seq_len=IMAGE_TOKENS,
+    )
     image_id = tokenizer.convert_tokens_to_ids("<image>")
     for row in range(2):
         real = int(ref.attention_mask[row].sum())
@@ -137,17 +163,24 @@ def _patch_processor(images, return_tensors="pt"):
     return {"pixel_values": torch.rand(4 * n, 12), "image_grid_thw": torch.tensor([[1, 2, 2]] * n)}
 
 
-@pytest.mark.parametrize(("setup", "words"), [
-    ("patches", "batch format 'megatron-lm'.*patches.*task encoder MultimodalTaskEncoder"),
-    ("packed-rows", "batch format 'megatron-lm'.*2 rows.*micro_batch_size 1"),
-])
-def test_batches_it_cannot_express_are_refused_by_name(vqa_dataset, tokenizer, processor, setup,
-                                                       words):
+@pytest.mark.parametrize(
+    ("setup", "words"),
+    [
+        ("patches", "batch format 'megatron-lm'.*patches.*task encoder MultimodalTaskEncoder"),
+        ("packed-rows", "batch format 'megatron-lm'.*2 rows.*micro_batch_size 1"),
+    ],
+)
+def test_batches_it_cannot_express_are_refused_by_name(vqa_dataset, tokenizer, processor, setup, words):
     if setup == "patches":
         dm = energon_plugins.EnergonMultiModalDataModule(
-            str(vqa_dataset.path), tokenizer, _patch_processor, seq_length=SEQ, num_workers=0,
+            str(vqa_dataset.path),
+            tokenizer,
+            _patch_processor,
+            seq_length=SEQ,
+            num_workers=0,
             batch_format="megatron-lm",
-            task_encoder={"name": "multimodal", "options": {"merge_size": 1}})
+            task_encoder={"name": "multimodal", "options": {"merge_size": 1}},
+        )
     else:
         dm = make_dm(vqa_dataset, tokenizer, processor, packing=True, mbs=2)
     with pytest.raises(BatchFormatError, match=words):

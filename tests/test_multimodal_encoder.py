@@ -11,11 +11,11 @@ from PIL import Image
 
 import energon_plugins
 from energon_plugins import BuildContext, ConfigError, MultiModalSampleConfig
-from energon_plugins.errors import PluginOptionsError
-from energon_plugins.encoding.samples import EncodedSample
-from energon_plugins.encoding.sample_config import ConversationTemplate
-from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
 from energon_plugins.encoding.chat.conversation import build_messages, tokenize_conversation
+from energon_plugins.encoding.sample_config import ConversationTemplate
+from energon_plugins.encoding.samples import EncodedSample
+from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
+from energon_plugins.errors import PluginOptionsError
 
 IGNORE = -100
 
@@ -70,8 +70,13 @@ def image_id(tokenizer):
 
 def test_vqa_batch_from_the_real_loader(vqa_dataset, tokenizer, clip_processor, image_id):
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(vqa_dataset.path), tokenizer, clip_processor, seq_length=400, micro_batch_size=3,
-        num_workers=0, batch_format=None,  # the task encoder's own batch
+        str(vqa_dataset.path),
+        tokenizer,
+        clip_processor,
+        seq_length=400,
+        micro_batch_size=3,
+        num_workers=0,
+        batch_format=None,  # the task encoder's own batch
     )
     loader = dm.train_dataloader()
     for _ in range(3):
@@ -105,8 +110,13 @@ def test_vqa_batch_from_the_real_loader(vqa_dataset, tokenizer, clip_processor, 
 
 def test_captioning_labels_are_the_caption(captioning_dataset, tokenizer, clip_processor, image_id):
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(captioning_dataset.path), tokenizer, clip_processor, seq_length=400,
-        micro_batch_size=2, num_workers=0, batch_format=None,
+        str(captioning_dataset.path),
+        tokenizer,
+        clip_processor,
+        seq_length=400,
+        micro_batch_size=2,
+        num_workers=0,
+        batch_format=None,
     )
     batch = next(dm.train_dataloader())
     for row, key in enumerate(batch.__key__):
@@ -118,8 +128,12 @@ def test_captioning_labels_are_the_caption(captioning_dataset, tokenizer, clip_p
 
 def test_interleaved_loss_on_all_text(interleaved_dataset, tokenizer, clip_processor, image_id):
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(interleaved_dataset.path), tokenizer, clip_processor, seq_length=2048,
-        micro_batch_size=1, num_workers=0,
+        str(interleaved_dataset.path),
+        tokenizer,
+        clip_processor,
+        seq_length=2048,
+        micro_batch_size=1,
+        num_workers=0,
         task_encoder={"name": "multimodal", "options": {"padding": "longest"}},
         batch_format=None,  # the task encoder's own batch
     )
@@ -181,14 +195,19 @@ def test_truncation_never_cuts_inside_an_image(tokenizer, hf_proc, image_id, vqa
         enc.encode_sample(sample)
     assert enc.error_counts() == {"truncated_no_labels": 1}
     # ... unless on_error is "raise": then the lost sample is an error naming it
-    enc = make_encoder(tokenizer, hf_proc, seq_length=inside,
-                       options={"image_tokens": 20, "on_error": "raise"})
+    enc = make_encoder(
+        tokenizer, hf_proc, seq_length=inside, options={"image_tokens": 20, "on_error": "raise"}
+    )
     with pytest.raises(FatalSampleError, match=r"'k' \(truncated_no_labels\)"):
         enc.encode_sample(sample)
     # drop and error policies; "drop" is the user's choice, so it skips even under "raise"
     for on_error in ("skip", "raise"):
-        enc = make_encoder(tokenizer, hf_proc, seq_length=inside,
-                           options={"image_tokens": 20, "truncation": "drop", "on_error": on_error})
+        enc = make_encoder(
+            tokenizer,
+            hf_proc,
+            seq_length=inside,
+            options={"image_tokens": 20, "truncation": "drop", "on_error": on_error},
+        )
         with pytest.raises(SkipSample):
             enc.encode_sample(sample)
         assert enc.error_counts() == {"too_long": 1}
@@ -202,7 +221,10 @@ def test_truncation_never_cuts_inside_an_image(tokenizer, hf_proc, image_id, vqa
 def test_truncation_keeps_whole_images_only(tokenizer, hf_proc, image_id, vqa_dataset):
     img = to_tensor(read_png(vqa_dataset, vqa_dataset.split_keys["train"][0]))
     sample = InterleavedSample(
-        __key__="il", __restore_key__=(), __subflavors__=None, __sources__=None,
+        __key__="il",
+        __restore_key__=(),
+        __subflavors__=None,
+        __sources__=None,
         sequence=["A red", img, "and then", img, "the end"],
     )
     full = make_encoder(tokenizer, hf_proc, options={"image_tokens": 10}).encode_sample(sample)
@@ -218,8 +240,13 @@ def test_truncation_keeps_whole_images_only(tokenizer, hf_proc, image_id, vqa_da
 def test_tag_and_image_count_mismatch_is_counted(tokenizer, hf_proc, vqa_dataset):
     img = read_png(vqa_dataset, vqa_dataset.split_keys["train"][0])
     sample = VQASample(
-        __key__="two", __restore_key__=(), __subflavors__=None, __sources__=None,
-        image=to_tensor(img), context="<image> and <image>?", answers=["yes"],
+        __key__="two",
+        __restore_key__=(),
+        __subflavors__=None,
+        __sources__=None,
+        image=to_tensor(img),
+        context="<image> and <image>?",
+        answers=["yes"],
     )
     enc = make_encoder(tokenizer, hf_proc, options={"image_tokens": 3})
     with pytest.raises(SkipSample):
@@ -296,8 +323,9 @@ def test_prefix_property_fallback_and_plain_rendering(tokenizer):
         def __call__(self, *a, **k):
             return self._inner(*a, **k)
 
-    plain = MultiModalSampleConfig(conversation_template=ConversationTemplate(
-        chat_template="plain", stop_string="<|im_end|>"))
+    plain = MultiModalSampleConfig(
+        conversation_template=ConversationTemplate(chat_template="plain", stop_string="<|im_end|>")
+    )
     messages = build_messages(plain.conversation_template, [("user", "Q?"), ("assistant", "blue")])
     ids, labels = tokenize_conversation(NoTemplate(tokenizer), messages, plain)
     assert tokenizer.decode(ids) == "user: Q?\nassistant: blue<|im_end|>\n"
@@ -324,13 +352,19 @@ class _Pairs(PluginTaskEncoder):
         if sample.caption == "bad":
             raise KeyError("broken")
         ids = torch.tensor([5, 6, 7][: len(sample.caption)])
-        return EncodedSample.derive_from(sample, input_ids=ids, labels=ids.clone(), loss_mask=torch.ones(len(ids)))
+        return EncodedSample.derive_from(
+            sample, input_ids=ids, labels=ids.clone(), loss_mask=torch.ones(len(ids))
+        )
 
 
 def _cap(key, caption):
     return CaptioningSample(
-        __key__=key, __restore_key__=(), __subflavors__=None, __sources__=None,
-        image=torch.zeros(3, 2, 2), caption=caption,
+        __key__=key,
+        __restore_key__=(),
+        __subflavors__=None,
+        __sources__=None,
+        image=torch.zeros(3, 2, 2),
+        caption=caption,
     )
 
 
@@ -347,12 +381,18 @@ def test_base_wraps_subclass_encode_sample_with_the_policy(tokenizer):
 def test_batch_of_packed_and_plain_rows(tokenizer):
     enc = _Pairs(BuildContext(tokenizer=tokenizer, seq_length=8))
     a = EncodedSample.derive_from(
-        _cap("a", ""), input_ids=torch.arange(1, 6), labels=torch.arange(1, 6),
-        loss_mask=torch.ones(5), seq_lengths=[3, 2],
+        _cap("a", ""),
+        input_ids=torch.arange(1, 6),
+        labels=torch.arange(1, 6),
+        loss_mask=torch.ones(5),
+        seq_lengths=[3, 2],
     )
     b = EncodedSample.derive_from(
-        _cap("b", ""), input_ids=torch.arange(1, 5), labels=torch.arange(1, 5),
-        loss_mask=torch.ones(4), seq_lengths=[4],
+        _cap("b", ""),
+        input_ids=torch.arange(1, 5),
+        labels=torch.arange(1, 5),
+        loss_mask=torch.ones(4),
+        seq_lengths=[4],
     )
     batch = enc.batch([a, b])
     assert batch.input_ids.shape == (2, 8)
@@ -375,7 +415,10 @@ def test_grid_processor_sets_tokens_from_image_grid_thw(tokenizer, image_id, vqa
     img = to_tensor(read_png(vqa_dataset, vqa_dataset.split_keys["train"][0]))
     enc = make_encoder(tokenizer, proc)
     sample = InterleavedSample(
-        __key__="q", __restore_key__=(), __subflavors__=None, __sources__=None,
+        __key__="q",
+        __restore_key__=(),
+        __subflavors__=None,
+        __sources__=None,
         sequence=["first", img, "second", img, "end"],
     )
     out = enc.encode_sample(sample)

@@ -23,8 +23,7 @@ from energon_plugins.scaffold import ScaffoldError, plugin_names, render
 
 KINDS = {
     "task-encoder": ("task_encoder", "encoder", "check_task_encoder", "task_encoder"),
-    "image-processor": ("image_processor", "processor", "check_image_processor",
-                        "image_processor"),
+    "image-processor": ("image_processor", "processor", "check_image_processor", "image_processor"),
     "packing-strategy": ("packing_strategy", "strategy", "check_packing_strategy", "packing"),
     "batch-format": ("batch_format", "batch_format", "check_batch_format", "batch_format"),
     "source-format": ("source_format", "reader", "check_source_format", None),
@@ -69,11 +68,17 @@ def test_writes_a_complete_distribution(tmp_path, kind):
     package = root / "energon_plugin_my_thing"
     assert package.name.isidentifier()
     files = sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
-    assert files == sorted([
-        "README.md", "pyproject.toml", "tests/test_plugin.py",
-        "energon_plugin_my_thing/__init__.py", "energon_plugin_my_thing/plugin.py",
-        "energon_plugin_my_thing/options.py", f"energon_plugin_my_thing/{module}.py",
-    ])
+    assert files == sorted(
+        [
+            "README.md",
+            "pyproject.toml",
+            "tests/test_plugin.py",
+            "energon_plugin_my_thing/__init__.py",
+            "energon_plugin_my_thing/plugin.py",
+            "energon_plugin_my_thing/options.py",
+            f"energon_plugin_my_thing/{module}.py",
+        ]
+    )
     for path in root.rglob("*.py"):
         compile(path.read_text(), str(path), "exec")  # every module is valid Python
 
@@ -91,7 +96,7 @@ def test_writes_a_complete_distribution(tmp_path, kind):
 
 def test_task_encoder_example_subclasses_the_plugin_base(tmp_path):
     run_verb("vqa-demo", "--kind", "task-encoder", "-o", str(tmp_path))
-    source = (tmp_path / "energon-plugin-vqa-demo" / "energon_plugin_vqa_demo" / "encoder.py")
+    source = tmp_path / "energon-plugin-vqa-demo" / "energon_plugin_vqa_demo" / "encoder.py"
     text = source.read_text()
     assert "class VqaDemoTaskEncoder(PluginTaskEncoder[VQASample])" in text
     assert "@stateless\n    def encode_sample" in text
@@ -130,15 +135,19 @@ def test_name_suggestion_and_derived_names():
         plugin_names("My Thing!")
     names = plugin_names("fast_vqa2")
     assert (names.distribution, names.package, names.class_name, names.entry_point) == (
-        "energon-plugin-fast-vqa2", "energon_plugin_fast_vqa2", "FastVqa2", "fast_vqa2"
+        "energon-plugin-fast-vqa2",
+        "energon_plugin_fast_vqa2",
+        "FastVqa2",
+        "fast_vqa2",
     )
 
 
 def test_builtin_names_are_refused_for_their_kind_only(tmp_path):
     result = CliRunner().invoke(new_plugin_command, ["multimodal", "-o", str(tmp_path)])
     assert result.exit_code == 1 and "built-in task_encoder 'multimodal'" in result.output
-    result = CliRunner().invoke(new_plugin_command, ["ffd", "--kind", "packing-strategy",
-                                                     "-o", str(tmp_path)])
+    result = CliRunner().invoke(
+        new_plugin_command, ["ffd", "--kind", "packing-strategy", "-o", str(tmp_path)]
+    )
     assert result.exit_code == 1 and "built-in packing_strategy" in result.output
     ok = run_verb("multimodal", "--kind", "packing_strategy", "-o", str(tmp_path))
     assert ok.exit_code == 0
@@ -156,14 +165,15 @@ def test_output_that_is_a_file_and_unknown_kind(tmp_path):
 def test_description_lands_in_the_registration(tmp_path):
     files = render("image-processor", plugin_names("pretty"), 'Fast "square" images')
     assert "description=\"Fast 'square' images\"" in files["energon_plugin_pretty/plugin.py"]
-    assert 'description = "Fast \'square\' images"' in files["pyproject.toml"]
+    assert "description = \"Fast 'square' images\"" in files["pyproject.toml"]
 
 
 def test_the_verb_is_part_of_the_cli(tmp_path):
     result = CliRunner().invoke(cli, ["--help"])
     assert "new-plugin" in result.output
-    result = CliRunner().invoke(cli, ["new-plugin", "via-group", "--kind", "packing-strategy",
-                                      "-o", str(tmp_path)])
+    result = CliRunner().invoke(
+        cli, ["new-plugin", "via-group", "--kind", "packing-strategy", "-o", str(tmp_path)]
+    )
     assert result.exit_code == 0, result.output
     assert (tmp_path / "energon-plugin-via-group" / "pyproject.toml").exists()
 
@@ -181,8 +191,7 @@ def _env(site: Path) -> dict:
 def _run(args, **kwargs):
     proc = subprocess.run(args, capture_output=True, text=True, timeout=600, **kwargs)
     assert proc.returncode == 0, (
-        f"{' '.join(map(str, args))} exited {proc.returncode}\n"
-        f"{proc.stdout[-4000:]}\n{proc.stderr[-3000:]}"
+        f"{' '.join(map(str, args))} exited {proc.returncode}\n{proc.stdout[-4000:]}\n{proc.stderr[-3000:]}"
     )
     return proc
 
@@ -195,21 +204,39 @@ def test_new_plugin_installs_is_listed_and_passes_its_own_tests(tmp_path, kind):
     _run([str(BIN / "energon-plugins"), "new-plugin", name, "--kind", kind, "-o", str(tmp_path)])
     root = tmp_path / f"energon-plugin-{name}"
     site = tmp_path / "site"
-    _run([sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-          "--no-index", "--target", str(site), str(root)])
+    _run(
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(site),
+            str(root),
+        ]
+    )
     package = plugin_names(name).package
     assert (site / package / "plugin.py").exists()
-    assert not any(
-        Path(p, package).exists() for p in sys.path if p and "site-packages" in p
-    ), "the venv must stay untouched"
+    assert not any(Path(p, package).exists() for p in sys.path if p and "site-packages" in p), (
+        "the venv must stay untouched"
+    )
 
     env = _env(site)
     listing = _run([str(BIN / "energon-plugins"), "list", "--json"], env=env, cwd=tmp_path)
     rows = [r for r in json.loads(listing.stdout) if r["name"] == name]
-    assert rows == [{
-        **rows[0], "kind": canonical, "distribution": f"energon-plugin-{name}",
-        "version": "0.1.0", "status": "ok",
-    }]
+    assert rows == [
+        {
+            **rows[0],
+            "kind": canonical,
+            "distribution": f"energon-plugin-{name}",
+            "version": "0.1.0",
+            "status": "ok",
+        }
+    ]
 
     # the README's options validate against the plugin's own options model
     options = readme_selection((root / "README.md").read_text(), KINDS[kind][3])[1]
@@ -218,11 +245,11 @@ def test_new_plugin_installs_is_listed_and_passes_its_own_tests(tmp_path, kind):
         f"spec = energon_plugins.resolve({canonical!r}, {name!r}); "
         "print(json.dumps(spec.validate_options(json.loads(sys.argv[1])).model_dump(mode='json')))"
     )
-    validated = json.loads(_run([sys.executable, "-c", probe, json.dumps(options)],
-                                env=env, cwd=tmp_path).stdout)
+    validated = json.loads(
+        _run([sys.executable, "-c", probe, json.dumps(options)], env=env, cwd=tmp_path).stdout
+    )
     assert {k: validated[k] for k in options} == options
 
-    tests = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"],
-                 env=env, cwd=root)
+    tests = _run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider"], env=env, cwd=root)
     assert " passed" in tests.stdout and "failed" not in tests.stdout
     assert "skipped" not in tests.stdout

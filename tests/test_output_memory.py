@@ -47,7 +47,9 @@ def test_a_much_smaller_request_does_not_take_a_large_array_and_free_arrays_are_
     del held, small
     gc.collect()
     # the two largest free arrays are kept (the first, and the last of the four), no more
-    assert pool.free_bytes == int(64 * POOL_MIN_BYTES * POOL_HEADROOM) + int(5 * POOL_MIN_BYTES * POOL_HEADROOM)
+    assert pool.free_bytes == int(64 * POOL_MIN_BYTES * POOL_HEADROOM) + int(
+        5 * POOL_MIN_BYTES * POOL_HEADROOM
+    )
 
 
 def test_new_output_in_the_main_process_is_writable_contiguous_and_sized():
@@ -98,8 +100,9 @@ class _Concatenated(Dataset):
 def test_concatenated_in_a_loader_worker_is_shared_memory():
     """A worker's concatenation is born in shared memory (torch.cat's is not: it is copied
     there on the way to the main process), and arrives intact."""
-    for index, (out, shared, cat_shared) in enumerate(DataLoader(_Concatenated(), batch_size=None,
-                                                                 num_workers=1)):
+    for index, (out, shared, cat_shared) in enumerate(
+        DataLoader(_Concatenated(), batch_size=None, num_workers=1)
+    ):
         assert shared and not cat_shared
         assert float(out[0, 0]) == index and float(out[-1, -1]) == -1.0
 

@@ -6,8 +6,8 @@ Also: overlong policies counted, every sample exactly once over a finite pass wi
 carry-over, fill ratio with carry-over, and configuration errors.
 """
 
-from collections import Counter
 import dataclasses
+from collections import Counter
 
 import pytest
 import torch
@@ -34,12 +34,20 @@ def pass_length_read(dm):
     return Counter(dm.validation_task_encoder.error_counts())
 
 
-def make_dm(info, tokenizer, processor, packing, *, buffer=6, seq=SEQ, enc_cls=None,
-            enc_options=None, **kwargs):
+def make_dm(
+    info, tokenizer, processor, packing, *, buffer=6, seq=SEQ, enc_cls=None, enc_options=None, **kwargs
+):
     """A datamodule whose train and val encoders pack with ``packing``; its loaders yield the
     encoder's own batches (``batch_format=None``), which these tests are about."""
-    args = dict(seq_length=seq, micro_batch_size=2, num_workers=0, shuffle_buffer_size=10,
-                packing_buffer_size=buffer, packing=packing, batch_format=None)
+    args = dict(
+        seq_length=seq,
+        micro_batch_size=2,
+        num_workers=0,
+        shuffle_buffer_size=10,
+        packing_buffer_size=buffer,
+        packing=packing,
+        batch_format=None,
+    )
     args.update(kwargs)
     dm = energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, processor, **args)
     cls = enc_cls or MultimodalTaskEncoder
@@ -58,14 +66,16 @@ def unpacked(vqa_dataset, tokenizer, clip_processor):
 
     processor = wrap_image_processor(clip_processor)  # as the datamodule does
     encoder = MultimodalTaskEncoder(
-        energon_plugins.BuildContext(tokenizer=tokenizer, image_processor=processor,
-                                     seq_length=SEQ),
+        energon_plugins.BuildContext(tokenizer=tokenizer, image_processor=processor, seq_length=SEQ),
         MultimodalOptions(image_tokens=IMAGE_TOKENS),
     )
     out = {}
     for split in ("train", "val"):
         dataset = get_val_dataset(
-            str(vqa_dataset.path), split_part=split, batch_size=None, task_encoder=encoder,
+            str(vqa_dataset.path),
+            split_part=split,
+            batch_size=None,
+            task_encoder=encoder,
             worker_config=WorkerConfig.default_worker_config(0),
         )
         for sample in get_loader(dataset):
@@ -103,9 +113,9 @@ def check_packed_batch(batch, unpacked, multiple, capacity=SEQ):
             assert torch.equal(batch.input_ids[row, offset:end], want.input_ids), key
             assert torch.equal(batch.labels[row, offset:end], want.labels), key
             assert torch.equal(batch.loss_mask[row, offset:end], want.loss_mask), key
-            assert torch.equal(batch.position_ids[row, offset:offset + laid], torch.arange(laid))
-            assert (batch.labels[row, end:offset + laid] == IGNORE).all()
-            assert (batch.loss_mask[row, end:offset + laid] == 0).all()
+            assert torch.equal(batch.position_ids[row, offset : offset + laid], torch.arange(laid))
+            assert (batch.labels[row, end : offset + laid] == IGNORE).all()
+            assert (batch.loss_mask[row, end : offset + laid] == 0).all()
             # the flattened THD offsets of this sub-sequence
             assert cu_laid[len(expected_laid) - 1] == row * width + offset
             expected_real.append(expected_real[-1] + n)
@@ -126,10 +136,10 @@ def check_packed_batch(batch, unpacked, multiple, capacity=SEQ):
 
 
 @pytest.mark.parametrize("multiple", [1, 8])
-def test_packed_batches_match_the_unpacked_samples(vqa_dataset, tokenizer, clip_processor,
-                                                   unpacked, multiple):
-    dm = make_dm(vqa_dataset, tokenizer, clip_processor,
-                 strategy(pad_to_multiple_of=multiple))
+def test_packed_batches_match_the_unpacked_samples(
+    vqa_dataset, tokenizer, clip_processor, unpacked, multiple
+):
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(pad_to_multiple_of=multiple))
     loader = dm.train_dataloader()
     subsequences = 0
     for _ in range(4):
@@ -144,8 +154,7 @@ def test_packed_batches_match_the_unpacked_samples(vqa_dataset, tokenizer, clip_
 
 
 def test_packed_sample_fields(vqa_dataset, tokenizer, clip_processor, unpacked):
-    encoder = make_dm(vqa_dataset, tokenizer, clip_processor,
-                      strategy(pad_to_multiple_of=4)).task_encoder
+    encoder = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(pad_to_multiple_of=4)).task_encoder
     keys = sorted(unpacked)[:3]
     pack = encoder.pack_selected_samples([unpacked[k] for k in keys])
     assert isinstance(pack, PackedSample)
@@ -161,8 +170,7 @@ def test_visual_and_token_fields_follow_packing_and_batching(
     vqa_dataset, tokenizer, clip_processor, unpacked
 ):
     """Model-specific vision inputs are concatenated per image; per-token fields stay aligned."""
-    encoder = make_dm(vqa_dataset, tokenizer, clip_processor,
-                      strategy(pad_to_multiple_of=4)).task_encoder
+    encoder = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(pad_to_multiple_of=4)).task_encoder
     keys = sorted(unpacked)[:4]
     samples = [
         dataclasses.replace(
@@ -183,28 +191,36 @@ def test_visual_and_token_fields_follow_packing_and_batching(
     types = batch.token_fields["token_type_ids"]
     assert types.shape == batch.input_ids.shape
     assert torch.equal(types.bool(), batch.input_ids == encoder.image_token_id)
-    assert batch.image_token_counts.tolist() == [
-        c for s in samples for c in s.image_token_counts
-    ]
+    assert batch.image_token_counts.tolist() == [c for s in samples for c in s.image_token_counts]
 
 
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
-def test_every_val_sample_once_per_finite_pass(vqa_dataset, tokenizer, clip_processor, unpacked,
-                                               workers):
+def test_every_val_sample_once_per_finite_pass(vqa_dataset, tokenizer, clip_processor, unpacked, workers):
     for carry in (False, True):
-        dm = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(carry_over=carry),
-                     buffer=4, num_val_workers=workers)
+        dm = make_dm(
+            vqa_dataset,
+            tokenizer,
+            clip_processor,
+            strategy(carry_over=carry),
+            buffer=4,
+            num_val_workers=workers,
+        )
         for _ in range(2):
-            keys = [k for batch in dm.val_dataloader().one_pass() for keys in row_keys(batch)
-                    for k in keys]
+            keys = [k for batch in dm.val_dataloader().one_pass() for keys in row_keys(batch) for k in keys]
             assert sorted(keys) == sorted(vqa_dataset.split_keys["val"]), f"carry_over={carry}"
 
 
 def test_finite_train_pass_with_carry_over_delivers_every_sample_once(
     vqa_dataset, tokenizer, clip_processor, unpacked
 ):
-    dm = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(carry_over=True, max_carries=3),
-                 buffer=5, repeat=False)
+    dm = make_dm(
+        vqa_dataset,
+        tokenizer,
+        clip_processor,
+        strategy(carry_over=True, max_carries=3),
+        buffer=5,
+        repeat=False,
+    )
     keys = []
     from energon_plugins.encoding.packing.carry_dataset import CarryOverPackingDataset
     from energon_plugins.loading.errors_policy import SkipCounts
@@ -256,8 +272,7 @@ def test_overlong_samples_follow_the_policy_and_are_counted(
     capacity, cls = small_capacity(unpacked, val)
     overlong = {k for k in val if unpacked[k].length > capacity}
     assert overlong and len(overlong) < len(val), "the dataset has samples on both sides"
-    dm = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(overlong=policy), buffer=4,
-                 enc_cls=cls)
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(overlong=policy), buffer=4, enc_cls=cls)
     seen = []
     before = pass_length_read(dm)
     for batch in dm.val_dataloader().one_pass():
@@ -288,16 +303,14 @@ def test_truncated_sample_keeps_its_images_only_when_they_fit(
     assert cut.length == int(image.min()) and cut.num_images == 0 and cut.pixel_values is None
 
 
-def test_overlong_error_stops_the_loader_naming_the_sample(
-    vqa_dataset, tokenizer, clip_processor, unpacked
-):
+def test_overlong_error_stops_the_loader_naming_the_sample(vqa_dataset, tokenizer, clip_processor, unpacked):
     from megatron.energon.errors import FatalSampleError
 
     capacity, cls = small_capacity(unpacked, vqa_dataset.split_keys["val"])
-    dm = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(overlong="error"), buffer=12,
-                 enc_cls=cls)
-    with pytest.raises(FatalSampleError,
-                       match=rf"more than the capacity {capacity}.*vqa-\d+ \({capacity + 1}\)"):
+    dm = make_dm(vqa_dataset, tokenizer, clip_processor, strategy(overlong="error"), buffer=12, enc_cls=cls)
+    with pytest.raises(
+        FatalSampleError, match=rf"more than the capacity {capacity}.*vqa-\d+ \({capacity + 1}\)"
+    ):
         list(dm.val_dataloader().one_pass())
 
 
@@ -316,12 +329,21 @@ def test_buffer_without_a_strategy_is_a_config_error(vqa_dataset, tokenizer, cli
     from energon_plugins.encoding.image_processors.hf import wrap_image_processor
 
     context = energon_plugins.BuildContext(
-        tokenizer=tokenizer, image_processor=wrap_image_processor(clip_processor),
-        seq_length=SEQ, packing_buffer_size=6)
+        tokenizer=tokenizer,
+        image_processor=wrap_image_processor(clip_processor),
+        seq_length=SEQ,
+        packing_buffer_size=6,
+    )
     encoder = MultimodalTaskEncoder(context, MultimodalOptions(image_tokens=IMAGE_TOKENS))
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(vqa_dataset.path), tokenizer, clip_processor, seq_length=SEQ, num_workers=0,
-        packing_buffer_size=6, task_encoder=encoder)
+        str(vqa_dataset.path),
+        tokenizer,
+        clip_processor,
+        seq_length=SEQ,
+        num_workers=0,
+        packing_buffer_size=6,
+        task_encoder=encoder,
+    )
     with pytest.raises(ConfigError, match="packing_buffer_size is set but no packing strategy"):
         dm.train_dataloader()
 
@@ -331,24 +353,34 @@ def test_packing_options_from_a_config(vqa_dataset):
     from energon_plugins.config.load import load_config
 
     base = {"path": str(vqa_dataset.path), "tokenizer": {"path": "unused"}}
-    config = load_config({**base, "packing_buffer_size": 8, "packing": {
-        "name": "first-fit-decreasing",
-        "options": {"carry_over": True, "pad_to_multiple_of": 4, "max_carries": 3}}},
-        check_paths=False)
+    config = load_config(
+        {
+            **base,
+            "packing_buffer_size": 8,
+            "packing": {
+                "name": "first-fit-decreasing",
+                "options": {"carry_over": True, "pad_to_multiple_of": 4, "max_carries": 3},
+            },
+        },
+        check_paths=False,
+    )
     built = energon_plugins.create("packing_strategy", config.packing.name, config.packing.options)
     assert built.options.carry_over and built.options.pad_to_multiple_of == 4
     assert built.options.max_carries == 3 and built.options.min_fill == 0.995
     with pytest.raises(ConfigValidationError, match="packing_buffer_size"):
         load_config({**base, "packing": {"name": "ffd"}}, check_paths=False)
     with pytest.raises(ConfigValidationError, match=r"packing\.options\.pad_to_multiple_of"):
-        load_config({**base, "packing_buffer_size": 8,
-                     "packing": {"name": "ffd", "options": {"pad_to_multiple_of": 0}}},
-                    check_paths=False)
+        load_config(
+            {
+                **base,
+                "packing_buffer_size": 8,
+                "packing": {"name": "ffd", "options": {"pad_to_multiple_of": 0}},
+            },
+            check_paths=False,
+        )
 
 
-def test_packing_selected_in_a_config_file_packs_the_builtin_encoder(
-    vqa_dataset, tmp_path, unpacked
-):
+def test_packing_selected_in_a_config_file_packs_the_builtin_encoder(vqa_dataset, tmp_path, unpacked):
     from energon_plugins.synthetic import save_demo_tokenizer
 
     save_demo_tokenizer(tmp_path / "tok")
@@ -387,9 +419,7 @@ class SelectOnly:
         return [[i] for i in range(0, len(lengths), 2)]
 
 
-def test_select_only_strategy_left_out_samples_are_counted(
-    vqa_dataset, tokenizer, clip_processor
-):
+def test_select_only_strategy_left_out_samples_are_counted(vqa_dataset, tokenizer, clip_processor):
     dm = make_dm(vqa_dataset, tokenizer, clip_processor, SelectOnly(), buffer=4)
     before = pass_length_read(dm)
     seen = [k for batch in dm.val_dataloader().one_pass() for keys in row_keys(batch) for k in keys]

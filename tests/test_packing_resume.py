@@ -21,12 +21,20 @@ SEQ = 128
 
 def make_dm(info, tokenizer, processor, *, carry, workers, pad=1):
     packing = energon_plugins.create(
-        "packing_strategy", "first-fit-decreasing",
+        "packing_strategy",
+        "first-fit-decreasing",
         {"carry_over": carry, "pad_to_multiple_of": pad},
     )
     return energon_plugins.EnergonMultiModalDataModule(
-        str(info.path), tokenizer, processor, seq_length=SEQ, micro_batch_size=2,
-        num_workers=workers, shuffle_buffer_size=10, packing_buffer_size=6, packing=packing,
+        str(info.path),
+        tokenizer,
+        processor,
+        seq_length=SEQ,
+        micro_batch_size=2,
+        num_workers=workers,
+        shuffle_buffer_size=10,
+        packing_buffer_size=6,
+        packing=packing,
         task_encoder={"name": "multimodal", "options": {"image_tokens": 6}},
     )
 
@@ -49,9 +57,7 @@ def same_batches(got, want):
 
 @pytest.mark.parametrize("carry", [False, True], ids=["per-buffer", "carry-over"])
 @pytest.mark.parametrize("workers", [0, pytest.param(2, marks=pytest.mark.slow)])
-def test_resume_with_packing_gives_the_same_batches(
-    vqa_dataset, tokenizer, clip_processor, carry, workers
-):
+def test_resume_with_packing_gives_the_same_batches(vqa_dataset, tokenizer, clip_processor, carry, workers):
     dm = make_dm(vqa_dataset, tokenizer, clip_processor, carry=carry, workers=workers, pad=4)
     loader = dm.train_dataloader()
     stage = find_stage(loader.dataloader.dataset, CarryOverPackingDataset)
@@ -74,9 +80,7 @@ def test_resume_with_packing_gives_the_same_batches(
         same_batches(next(resumed), want)
 
 
-def test_carry_over_state_holds_carried_samples_as_restore_keys(
-    vqa_dataset, tokenizer, clip_processor
-):
+def test_carry_over_state_holds_carried_samples_as_restore_keys(vqa_dataset, tokenizer, clip_processor):
     """The saved state names the carried samples (restore keys), not their tensors."""
     dm = make_dm(vqa_dataset, tokenizer, clip_processor, carry=True, workers=0)
     loader = dm.train_dataloader()

@@ -10,9 +10,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import energon_plugins
-from energon_plugins.errors import PluginOptionsError
 from energon_plugins.encoding.packing.carry import split_carry
 from energon_plugins.encoding.packing.strategies import PackingPlan
+from energon_plugins.errors import PluginOptionsError
 
 NAMES = ["none", "first-fit-decreasing", "best-fit-decreasing", "greedy-knapsack"]
 PACKERS = NAMES[1:]
@@ -176,9 +176,7 @@ def test_listing_and_validating_do_not_import_the_strategies():
         "ep.resolve('packing_strategy', 'ffd').validate_options({'overlong': 'drop'});"
         "print(sorted(m for m in sys.modules if m.endswith('.strategies') or m == 'torch'))"
     )
-    out = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True
-    ).stdout
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
 
 

@@ -33,7 +33,8 @@ BUILD_OPTIONS = {
 def builtin_names(kind: str) -> list[str]:
     """The names the core distribution registers for ``kind``."""
     return [
-        info.name for info in energon_plugins.available(kind)
+        info.name
+        for info in energon_plugins.available(kind)
         if info.distribution == CORE_DISTRIBUTION and info.status != "failed"
     ]
 
@@ -120,9 +121,15 @@ class _Incomplete:
         return payload
 
 
-@pytest.mark.parametrize("protocol", [
-    TaskEncoderProtocol, PackingStrategyProtocol, SourceFormatProtocol, SourceFilesProtocol,
-])
+@pytest.mark.parametrize(
+    "protocol",
+    [
+        TaskEncoderProtocol,
+        PackingStrategyProtocol,
+        SourceFormatProtocol,
+        SourceFilesProtocol,
+    ],
+)
 def test_a_component_missing_a_member_fails_its_protocol(protocol) -> None:
     assert not isinstance(_Incomplete(), protocol)
 
@@ -139,6 +146,7 @@ def test_protocols_import_nothing_heavy() -> None:
         "heavy = [m for m in ('torch', 'transformers', 'megatron', 'pydantic') if m in sys.modules]\n"
         "assert not heavy, heavy\n"
     )
-    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                            timeout=120, check=False)
+    result = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=120, check=False
+    )
     assert result.returncode == 0, result.stderr

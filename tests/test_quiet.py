@@ -47,7 +47,11 @@ def test_a_packed_run_with_a_worker_prints_nothing_but_its_own_output(vqa_datase
     env.pop("PYTHONWARNINGS", None)
     proc = subprocess.run(
         [sys.executable, "-c", SCRIPT, str(vqa_dataset.path)],
-        capture_output=True, text=True, env=env, timeout=300, cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+        cwd=tmp_path,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert proc.stdout == "done\n"

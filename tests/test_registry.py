@@ -137,8 +137,7 @@ def test_registry_is_cached_and_reset_reloads():
             "register_task_encoders",
         ),
         (
-            "from energon_plugins import hookimpl\n"
-            "@hookimpl\ndef register_encoders(register):\n    pass\n",
+            "from energon_plugins import hookimpl\n@hookimpl\ndef register_encoders(register):\n    pass\n",
             "hookimpl",
             "register_encoders",
         ),
@@ -169,12 +168,20 @@ def test_registry_is_cached_and_reset_reloads():
             "late boom",
         ),
     ],
-    ids=["raises", "sys-exit", "missing-import", "hook-raises", "bad-signature", "unknown-hook",
-         "bad-name", "bad-factory", "same-name-twice", "registers-then-raises"],
+    ids=[
+        "raises",
+        "sys-exit",
+        "missing-import",
+        "hook-raises",
+        "bad-signature",
+        "unknown-hook",
+        "bad-name",
+        "bad-factory",
+        "same-name-twice",
+        "registers-then-raises",
+    ],
 )
-def test_broken_plugin_is_reported_and_the_others_keep_working(
-    plugin_path, module_source, stage, message
-):
+def test_broken_plugin_is_reported_and_the_others_keep_working(plugin_path, module_source, stage, message):
     _toy(plugin_path)
     write_distribution(
         plugin_path,
@@ -222,7 +229,7 @@ def test_the_same_name_in_two_distributions_is_an_error_naming_both(plugin_path)
 
 def test_load_and_disable_environment_variables(plugin_path, monkeypatch):
     _toy(plugin_path)
-    names = lambda: {r.name for r in load_registry().available("task_encoder")}  # noqa: E731
+    names = lambda: {r.name for r in load_registry().available("task_encoder")}
     assert {"toy", "multimodal"} <= names()
     monkeypatch.setenv("ENERGON_PLUGINS_LOAD", "")
     assert names() == {"multimodal"}, "empty LOAD: no third-party plugins, built-ins stay"
@@ -273,7 +280,9 @@ def test_options_are_validated_with_plugin_and_field_named(plugin_path):
         registry.create("task_encoder", "toy", {"width": "wide"})
     assert "task_encoder 'toy' (energon-plugin-toy)" in str(info.value)
     assert "options.width" in str(info.value)
-    with pytest.raises(PluginOptionsError, match=r"options\.widht: unknown option \(did you mean 'width'\?\)"):
+    with pytest.raises(
+        PluginOptionsError, match=r"options\.widht: unknown option \(did you mean 'width'\?\)"
+    ):
         registry.create("task_encoder", "toy", {"widht": 3})
     with pytest.raises(PluginOptionsError, match="takes no options"):
         registry.create("packing_strategy", "toy-pack", {"x": 1})
@@ -298,9 +307,15 @@ def test_factory_errors_name_the_plugin(plugin_path):
         entry_points={"bad": "bad_pkg.plugin"},
     )
     registry = load_registry()
-    with pytest.raises(PluginLoadError, match=r"task_encoder 'ghost' \(energon-plugin-bad\): cannot import factory 'bad_pkg.missing:build'"):
+    with pytest.raises(
+        PluginLoadError,
+        match=r"task_encoder 'ghost' \(energon-plugin-bad\): cannot import factory 'bad_pkg.missing:build'",
+    ):
         registry.create("task_encoder", "ghost")
-    with pytest.raises(PluginLoadError, match=r"'explodes' \(energon-plugin-bad\): building failed: RuntimeError: no GPU here"):
+    with pytest.raises(
+        PluginLoadError,
+        match=r"'explodes' \(energon-plugin-bad\): building failed: RuntimeError: no GPU here",
+    ):
         registry.create("task_encoder", "explodes")
 
 
@@ -353,8 +368,9 @@ def test_import_has_no_side_effects_and_listing_is_light():
 def test_a_pip_installed_distribution_is_found_in_a_fresh_process(tmp_path):
     """The whole path a user takes: pip install a plugin project, then select it by name."""
     src = tmp_path / "src"
-    write_distribution(src, "unused", modules={"toy_pkg.plugin": TOY_PLUGIN, "toy_pkg.heavy": TOY_HEAVY},
-                       entry_points={})
+    write_distribution(
+        src, "unused", modules={"toy_pkg.plugin": TOY_PLUGIN, "toy_pkg.heavy": TOY_HEAVY}, entry_points={}
+    )
     for leftover in src.glob("*.dist-info"):
         for f in leftover.iterdir():
             f.unlink()
@@ -367,9 +383,21 @@ def test_a_pip_installed_distribution_is_found_in_a_fresh_process(tmp_path):
     )
     target = tmp_path / "target"
     subprocess.run(
-        [sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--no-build-isolation",
-         "--no-index", "--target", str(target), str(src)],
-        check=True, capture_output=True,
+        [
+            sys.executable,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "--no-deps",
+            "--no-build-isolation",
+            "--no-index",
+            "--target",
+            str(target),
+            str(src),
+        ],
+        check=True,
+        capture_output=True,
     )
     code = (
         f"import sys; sys.path.insert(0, {str(target)!r})\n"
@@ -385,8 +413,10 @@ def _image_processor_dist(root, dist, pkg, body):
     write_distribution(
         root,
         dist,
-        modules={f"{pkg}.plugin": "from energon_plugins import hookimpl\n"
-                 "@hookimpl\ndef register_image_processors(register):\n" + body},
+        modules={
+            f"{pkg}.plugin": "from energon_plugins import hookimpl\n"
+            "@hookimpl\ndef register_image_processors(register):\n" + body
+        },
         entry_points={"p": f"{pkg}.plugin"},
     )
 
@@ -412,8 +442,10 @@ def test_a_factory_returning_the_wrong_kind_of_object_is_named(plugin_path, kind
     write_distribution(
         plugin_path,
         "energon-plugin-wrong",
-        modules={"bad_pkg.plugin": "from energon_plugins import hookimpl\n"
-                 f"@hookimpl\ndef {hook}(register):\n    register('wrong', lambda o, c: {returned})\n"},
+        modules={
+            "bad_pkg.plugin": "from energon_plugins import hookimpl\n"
+            f"@hookimpl\ndef {hook}(register):\n    register('wrong', lambda o, c: {returned})\n"
+        },
         entry_points={"p": "bad_pkg.plugin"},
     )
     with pytest.raises(PluginLoadError) as info:
@@ -425,9 +457,11 @@ def test_load_time_is_measured_and_a_slow_plugin_is_pointed_out(plugin_path, mon
     write_distribution(
         plugin_path,
         "energon-plugin-slow",
-        modules={"slow_pkg.plugin": "import time\ntime.sleep(0.6)\n"
-                 "from energon_plugins import hookimpl\n"
-                 "@hookimpl\ndef register_image_processors(register):\n    register('slow', len)\n"},
+        modules={
+            "slow_pkg.plugin": "import time\ntime.sleep(0.6)\n"
+            "from energon_plugins import hookimpl\n"
+            "@hookimpl\ndef register_image_processors(register):\n    register('slow', len)\n"
+        },
         entry_points={"p": "slow_pkg.plugin"},
     )
     registry = load_registry()
@@ -450,18 +484,21 @@ def test_the_light_entry_point_reader_agrees_with_importlib_metadata(plugin_path
     from energon_plugins.host import entry_points as reader
 
     _toy(plugin_path)
-    monkeypatch.setattr(sys, "path", [p for p in sys.path
-                                      if p and not any(pathlib.Path(p).glob("*.egg-info"))])
-    key = lambda e: (e.distribution, e.version, e.name, e.value)  # noqa: E731
+    monkeypatch.setattr(
+        sys, "path", [p for p in sys.path if p and not any(pathlib.Path(p).glob("*.egg-info"))]
+    )
+    key = lambda e: (e.distribution, e.version, e.name, e.value)
     for group in ("energon_plugins", "console_scripts", "pytest11"):
         light = sorted(reader._scan(group), key=key)
         assert light == sorted(reader._with_importlib_metadata(group), key=key), group
     assert ("energon-plugin-toy", "2.3", "toy", "toy_pkg.plugin") in {key(e) for e in light} | {
-        key(e) for e in reader._scan("energon_plugins")}
+        key(e) for e in reader._scan("energon_plugins")
+    }
     legacy = tmp_path / "energon_plugin_legacy.egg-info"  # what an editable build leaves
     legacy.mkdir()
-    (legacy / "PKG-INFO").write_text("Metadata-Version: 2.1\nName: energon-plugin-legacy\n"
-                                     "Version: 0.4\n\nLong description.\n")
+    (legacy / "PKG-INFO").write_text(
+        "Metadata-Version: 2.1\nName: energon-plugin-legacy\nVersion: 0.4\n\nLong description.\n"
+    )
     (legacy / "entry_points.txt").write_text("[energon_plugins]\nlegacy = legacy_pkg.plugin\n")
     monkeypatch.syspath_prepend(str(tmp_path))
     light = sorted(reader._scan("energon_plugins"), key=key)

@@ -42,8 +42,10 @@ def _config(root: pathlib.Path, setup: dict) -> dict:
 
 
 def _digest(batch) -> dict:
-    return {"keys": [str(k) for k in batch["__keys__"]],
-            "tokens_sha256": hashlib.sha256(batch["tokens"].numpy().tobytes()).hexdigest()}
+    return {
+        "keys": [str(k) for k in batch["__keys__"]],
+        "tokens_sha256": hashlib.sha256(batch["tokens"].numpy().tobytes()).hexdigest(),
+    }
 
 
 def test_the_fixture_was_written_by_0_1_0():
@@ -79,8 +81,7 @@ def test_a_0_1_0_state_restores_exactly(fixture_copy, setup):
     from energon_plugins.loading.checkpoint import load_datamodule_state
 
     expected = EXPECTED["setups"][setup]
-    dm = energon_plugins.EnergonMultiModalDataModule.from_config(
-        _config(fixture_copy, expected["config"]))
+    dm = energon_plugins.EnergonMultiModalDataModule.from_config(_config(fixture_copy, expected["config"]))
     load_datamodule_state(dm, fixture_copy / "states" / setup)
     loader = dm.train_dataloader()
     got = [_digest(next(loader)) for _ in expected["after"]]

@@ -417,16 +417,18 @@ def test_the_pytest11_entry_point_loads_nothing_heavy():
         """
         % (HEAVY,)
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
-                         cwd=os.path.dirname(sys.executable))
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, cwd=os.path.dirname(sys.executable)
+    )
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "[]"
 
 
 @pytest.mark.slow
 def test_fixtures_reach_a_project_without_conftest(tmp_path):
-    (tmp_path / "test_author.py").write_text(textwrap.dedent(
-        """
+    (tmp_path / "test_author.py").write_text(
+        textwrap.dedent(
+            """
         import pathlib
 
         def test_fixtures(energon_dataset, isolated_registry, build_context):
@@ -438,12 +440,16 @@ def test_fixtures_reach_a_project_without_conftest(tmp_path):
             assert (ctx.seq_length, ctx.split, ctx.micro_batch_size) == (64, "val", 2)
             assert ctx.tokenizer.convert_tokens_to_ids("<image>") is not None
         """
-    ))
+        )
+    )
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     env.pop("PYTEST_ADDOPTS", None)
     out = subprocess.run(
         [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(tmp_path)],
-        capture_output=True, text=True, cwd=tmp_path, env=env,
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env=env,
     )
     assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-2000:]
     assert "1 passed" in out.stdout
@@ -460,8 +466,9 @@ def test_energon_dataset_writes_real_distinct_datasets(energon_dataset):
     # read back through Energon's own loader
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
 
-    ds = get_val_dataset(str(first.path), batch_size=None,
-                         worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0))
+    ds = get_val_dataset(
+        str(first.path), batch_size=None, worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0)
+    )
     samples = list(get_loader(ds))
     assert all(isinstance(s, VQASample) for s in samples)
     assert sorted(s.__key__ for s in samples) == sorted(first.split_keys["val"])
@@ -500,9 +507,7 @@ def test_build_context_defaults_and_overrides(build_context):
 
 
 # ------------------------------------------------------------------ built-ins pass
-@pytest.mark.parametrize(
-    "name", ["none", "first-fit-decreasing", "best-fit-decreasing", "greedy-knapsack"]
-)
+@pytest.mark.parametrize("name", ["none", "first-fit-decreasing", "best-fit-decreasing", "greedy-knapsack"])
 def test_builtin_packing_strategies_pass(name):
     strategy = check_packing_strategy(name)
     assert hasattr(strategy, "select")
@@ -525,15 +530,16 @@ def test_builtin_task_encoder_passes():
 
 
 def test_builtin_task_encoder_passes_on_captioning(build_context):
-    check_task_encoder("multimodal", dataset_kind="captioning",
-                       context=build_context(micro_batch_size=3, seq_length=400))
+    check_task_encoder(
+        "multimodal", dataset_kind="captioning", context=build_context(micro_batch_size=3, seq_length=400)
+    )
 
 
 def test_builtin_task_encoder_passes_with_packing(build_context):
     strategy = energon_plugins.create("packing_strategy", "first-fit-decreasing")
     encoder = check_task_encoder(
-        "multimodal", context=build_context(packing=strategy, packing_buffer_size=6,
-                                            seq_length=1024),
+        "multimodal",
+        context=build_context(packing=strategy, packing_buffer_size=6, seq_length=1024),
     )
     assert encoder.packing is strategy
 
@@ -585,8 +591,11 @@ def test_a_plugin_outside_any_distribution_fails(isolated_registry):
     class LocalHooks:
         @hookimpl
         def register_packing_strategies(self, register):
-            register("kit-loose", "energon_plugins.encoding.packing.strategies:make_none",
-                     description="no distribution")
+            register(
+                "kit-loose",
+                "energon_plugins.encoding.packing.strategies:make_none",
+                description="no distribution",
+            )
 
     isolated_registry(LocalHooks())
     with violates("distribution") as info:
@@ -622,21 +631,27 @@ def test_a_correct_third_party_image_processor_passes(broken):
     check_image_processor("tiny")
 
 
-@pytest.mark.parametrize(("name", "labels", "options"), [
-    ("megatron-bridge", "next-token", None),
-    ("hf", "aligned", None),
-    ("megatron-lm", None, {"source_image_token_id": 3}),
-])
+@pytest.mark.parametrize(
+    ("name", "labels", "options"),
+    [
+        ("megatron-bridge", "next-token", None),
+        ("hf", "aligned", None),
+        ("megatron-lm", None, {"source_image_token_id": 3}),
+    ],
+)
 def test_builtin_batch_formats_pass(name, labels, options):
     check_batch_format(name, labels=labels, options=options)
 
 
-@pytest.mark.parametrize(("name", "rule", "words"), [
-    ("aligned-as-next", "format-labels", "target"),
-    ("mutates-input", "format-input-unchanged", "loss_mask"),
-    ("swallows-others", "format-passthrough", "dict"),
-    ("key-error", "format-raises", "KeyError"),
-])
+@pytest.mark.parametrize(
+    ("name", "rule", "words"),
+    [
+        ("aligned-as-next", "format-labels", "target"),
+        ("mutates-input", "format-input-unchanged", "loss_mask"),
+        ("swallows-others", "format-passthrough", "dict"),
+        ("key-error", "format-raises", "KeyError"),
+    ],
+)
 def test_broken_batch_formats_fail(broken, name, rule, words):
     with violates(rule) as info:
         check_batch_format(name, labels="next-token")
@@ -672,10 +687,13 @@ def test_builtin_source_formats_pass(tmp_path):
     check_source_format("sharegpt", source.path, options=source.options, rejects=len(source.bad))
 
 
-@pytest.mark.parametrize(("name", "rule", "words"), [
-    ("raises-on-bad", "source-rejects", "KeyError"),
-    ("wrong-type", "source-record", "dict"),
-])
+@pytest.mark.parametrize(
+    ("name", "rule", "words"),
+    [
+        ("raises-on-bad", "source-rejects", "KeyError"),
+        ("wrong-type", "source-record", "dict"),
+    ],
+)
 def test_broken_source_formats_fail(broken, vqa_lines, name, rule, words):
     with violates(rule) as info:
         check_source_format(name, vqa_lines)
@@ -717,12 +735,15 @@ def _installed(module):
     return importlib.util.find_spec(module) is not None
 
 
-needs_fast_image = pytest.mark.skipif(not _installed("energon_plugin_fast_image"),
-                                      reason="energon-plugin-fast-image is not installed")
-needs_llava = pytest.mark.skipif(not _installed("energon_plugin_llava"),
-                                 reason="energon-plugin-llava is not installed")
-needs_qwen = pytest.mark.skipif(not _installed("energon_plugin_qwen_vl"),
-                                reason="energon-plugin-qwen-vl is not installed")
+needs_fast_image = pytest.mark.skipif(
+    not _installed("energon_plugin_fast_image"), reason="energon-plugin-fast-image is not installed"
+)
+needs_llava = pytest.mark.skipif(
+    not _installed("energon_plugin_llava"), reason="energon-plugin-llava is not installed"
+)
+needs_qwen = pytest.mark.skipif(
+    not _installed("energon_plugin_qwen_vl"), reason="energon-plugin-qwen-vl is not installed"
+)
 
 
 @needs_fast_image

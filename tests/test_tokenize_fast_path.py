@@ -4,12 +4,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from energon_plugins.synthetic import FAMILIES, build_demo_tokenizer
 from energon_plugins.encoding.chat.conversation import (
     _direct_backend,
     tokenize_text,
     tokenize_texts,
 )
+from energon_plugins.synthetic import FAMILIES, build_demo_tokenizer
 
 TOKENIZERS = {family: build_demo_tokenizer(family) for family in FAMILIES}
 
@@ -97,5 +97,4 @@ def test_expand_image_tokens_equals_token_by_token(ids, data):
     got = expand_image_tokens(ids, labels, text_id=3, model_id=99, counts=counts, ignore_index=-100)
     assert got == _expand_reference(ids, labels, 3, 99, counts, -100)
     with pytest.raises(ValueError, match="image tag"):
-        expand_image_tokens(ids, labels, text_id=3, model_id=99, counts=[*counts, 1],
-                            ignore_index=-100)
+        expand_image_tokens(ids, labels, text_id=3, model_id=99, counts=[*counts, 1], ignore_index=-100)

@@ -44,8 +44,12 @@ def _nested():
         position_ids=torch.arange(5)[None],
         packed_seq_params=params,
     )
-    return {"batch": batch, "list": [torch.zeros(2), "text", 3], "pair": Pair(torch.ones(1), None),
-            "frozen": Frozen(torch.ones(3))}
+    return {
+        "batch": batch,
+        "list": [torch.zeros(2), "text", 3],
+        "pair": Pair(torch.ones(1), None),
+        "frozen": Frozen(torch.ones(3)),
+    }
 
 
 def test_map_tensors_reaches_every_nested_tensor_and_keeps_the_rest():

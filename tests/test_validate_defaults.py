@@ -23,8 +23,8 @@ from click.testing import CliRunner
 from megatron.energon import VQASample
 
 import energon_plugins
-from energon_plugins.cli import cli
 from energon_plugins import build_datamodule
+from energon_plugins.cli import cli
 from energon_plugins.errors import ConfigError
 
 SCRIPT = pathlib.Path(sys.executable).with_name("energon-plugins")
@@ -59,8 +59,7 @@ def site(tmp_path_factory, vqa_dataset, tokenizer):
 
 def write_config(site: pathlib.Path, name: str, **values) -> pathlib.Path:
     """A config in ``site`` on the VQA dataset (train split: 45 samples, ~275 tokens at 224 px)."""
-    config = {"path": "dataset", "tokenizer": {"path": "model"}, "seq_length": 1024,
-              "num_workers": 0}
+    config = {"path": "dataset", "tokenizer": {"path": "model"}, "seq_length": 1024, "num_workers": 0}
     config.update(values)
     path = site / f"{name}.yaml"
     path.write_text(yaml.safe_dump(config))
@@ -97,13 +96,15 @@ def test_the_constructor_takes_the_model_directorys_processor_too(site, vqa_data
 
     model_tokenizer = AutoTokenizer.from_pretrained(str(site / "model"), local_files_only=True)
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(vqa_dataset.path), model_tokenizer, seq_length=1024, num_workers=0)
+        str(vqa_dataset.path), model_tokenizer, seq_length=1024, num_workers=0
+    )
     assert dm.image_processor.crop_size.height == 336
     assert dm.task_encoder.image_processor is dm.image_processor
     # Code shipped in a model directory is never run: that directory gives no processor.
     remote = AutoTokenizer.from_pretrained(str(site / "remote"), local_files_only=True)
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(vqa_dataset.path), remote, seq_length=1024, num_workers=0)
+        str(vqa_dataset.path), remote, seq_length=1024, num_workers=0
+    )
     assert dm.image_processor is None and dm.image_processor_source is None
     with pytest.raises(ConfigError, match="needs an image processor"):
         dm.task_encoder  # noqa: B018 - building it is the test
@@ -116,25 +117,33 @@ def test_validate_prints_the_resolved_processor(site):
     assert f"image processor: hf from {model} (CLIPImageProcessor, 336x336)" in result.output
     plain = validate(write_config(site, "prints-default", tokenizer={"path": "tokenizer"}))
     assert plain.exit_code == 0, plain.output
-    assert "image processor: energon-plugins:hf (CLIPImageProcessor, 224x224); the default, " \
+    assert (
+        "image processor: energon-plugins:hf (CLIPImageProcessor, 224x224); the default, "
         "as tokenizer.path holds no preprocessor_config.json" in plain.output
+    )
     remote = validate(write_config(site, "prints-remote", tokenizer={"path": "remote"}))
     assert remote.exit_code == 0, remote.output
-    assert "(CLIPImageProcessor, 224x224); the default, as the preprocessor_config.json of " \
+    assert (
+        "(CLIPImageProcessor, 224x224); the default, as the preprocessor_config.json of "
         "tokenizer.path names code shipped in the directory (auto_map)" in remote.output
+    )
 
 
 def test_image_tokens_disagreeing_with_the_processor_is_an_error(site):
     config = write_config(site, "mismatch", task_encoder={"options": {"image_tokens": 256}})
     result = validate(config)
     assert result.exit_code == 1, result.output
-    line = next(line for line in result.output.splitlines()
-                if line.strip().startswith("task_encoder.options.image_tokens:"))
+    line = next(
+        line
+        for line in result.output.splitlines()
+        if line.strip().startswith("task_encoder.options.image_tokens:")
+    )
     assert "256 image tokens" in line and "image_processor" in line and "576" in line
     assert "validation_task_encoder" not in result.output  # said once, where it is set
     # The same count with a matching patch size (2 x 2 patches of 168 px) is fine.
-    fixed = write_config(site, "mismatch-fixed",
-                         task_encoder={"options": {"image_tokens": 4, "patch_size": 168}})
+    fixed = write_config(
+        site, "mismatch-fixed", task_encoder={"options": {"image_tokens": 4, "patch_size": 168}}
+    )
     assert validate(fixed).exit_code == 0
 
 
@@ -151,19 +160,25 @@ def test_a_tokenizer_without_chat_template_is_an_error_naming_its_path(site):
 
 def test_the_plain_rendering_chosen_on_purpose_starts_with_bos(site):
     opt_in = {"conversation_template": {"chat_template": "plain"}}
-    config = write_config(site, "plain-opt-in", tokenizer={"path": "no-template"},
-                          sample_config=opt_in)
+    config = write_config(site, "plain-opt-in", tokenizer={"path": "no-template"}, sample_config=opt_in)
     result = validate(config)
     assert result.exit_code == 0, result.output
     dm = build_datamodule(config)
-    sample = VQASample(__key__="k", __restore_key__=(), __subflavors__=None, __sources__=None,
-                       image=torch.full((3, 32, 32), 0.5), context="What is it?",
-                       answers=["A red circle."])
+    sample = VQASample(
+        __key__="k",
+        __restore_key__=(),
+        __subflavors__=None,
+        __sources__=None,
+        image=torch.full((3, 32, 32), 0.5),
+        context="What is it?",
+        answers=["A red circle."],
+    )
     tokenizer = dm.tokenizer
     text = tokenizer.decode(dm.task_encoder.encode_sample(sample).input_ids)
     image = "<image>" * 256  # the tag (after the text), expanded to 224 px's tokens
-    assert text == (f"{tokenizer.bos_token}user: What is it?\n{image}\n"
-                    f"assistant: A red circle.{tokenizer.eos_token}\n"), text
+    assert text == (
+        f"{tokenizer.bos_token}user: What is it?\n{image}\nassistant: A red circle.{tokenizer.eos_token}\n"
+    ), text
 
 
 # -- the default sample read ----------------------------------------------------------------------
@@ -179,8 +194,7 @@ def test_validate_reads_samples_and_warns_when_answers_are_cut(site):
     read = next(line for line in result.output.splitlines() if line.strip().startswith("read "))
     seen = int(read.split()[1])
     assert 0 < seen <= 64 and " s (up to " in read
-    warning = next(line for line in result.output.splitlines()
-                   if line.startswith("warning: seq_length:"))
+    warning = next(line for line in result.output.splitlines() if line.startswith("warning: seq_length:"))
     assert f"of {seen} samples" in warning and "longer than 273 tokens" in warning
     assert "their answers are cut" in warning
 
@@ -189,8 +203,7 @@ def test_validate_reports_skipped_samples_under_seq_length(site):
     config = write_config(site, "skip", tokenizer={"path": "tokenizer"}, seq_length=270)
     result = validate(config)
     assert result.exit_code == 1, result.output
-    line = next(line for line in result.output.splitlines()
-                if line.strip().startswith("seq_length:"))
+    line = next(line for line in result.output.splitlines() if line.strip().startswith("seq_length:"))
     assert "longer than 270 tokens and are skipped (truncated_no_labels:" in line
     data = json.loads(validate(config, "--json").output)
     assert data["valid"] is False and data["errors"][0]["path"] == "seq_length"
@@ -198,8 +211,13 @@ def test_validate_reports_skipped_samples_under_seq_length(site):
 
 
 def test_quick_reads_nothing(site):
-    config = write_config(site, "quick", tokenizer={"path": "tokenizer"}, seq_length=270,
-                          task_encoder={"options": {"truncation": "drop"}})
+    config = write_config(
+        site,
+        "quick",
+        tokenizer={"path": "tokenizer"},
+        seq_length=270,
+        task_encoder={"options": {"truncation": "drop"}},
+    )
     result = validate(config, "--quick")
     assert result.exit_code == 0, result.output
     assert "config only" in result.output and "read " not in result.output
@@ -214,9 +232,15 @@ def test_the_read_is_bounded_by_its_sample_limit(site):
     errors, warnings, note = sample_findings(read, dm.seq_length)
     assert errors == [] and warnings == [] and note.startswith("read 5 samples in ")
     # Every sample skipped: the encoder gives up after the limit, and the counts say why.
-    dm = build_datamodule(write_config(site, "bounded-drop", tokenizer={"path": "tokenizer"},
-                                       seq_length=270,
-                                       task_encoder={"options": {"truncation": "drop"}}))
+    dm = build_datamodule(
+        write_config(
+            site,
+            "bounded-drop",
+            tokenizer={"path": "tokenizer"},
+            seq_length=270,
+            task_encoder={"options": {"truncation": "drop"}},
+        )
+    )
     read = read_samples(dm, limit=5, seconds=60)
     assert read.seen == 5 and read.skipped == {"too_long": 5}
     assert read.stopped == "5 skips in a row"
@@ -256,8 +280,12 @@ def test_validate_shows_a_status_on_a_terminal_while_it_works(site):
 
 def test_piped_output_has_no_status_line(site):
     config = write_config(site, "piped", tokenizer={"path": "tokenizer"})
-    proc = subprocess.run([str(SCRIPT), "validate", "--quick", str(config)], capture_output=True,
-                          text=True, timeout=120,
-                          env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"})
+    proc = subprocess.run(
+        [str(SCRIPT), "validate", "--quick", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"},
+    )
     assert proc.returncode == 0, proc.stderr
     assert proc.stderr == "" and "checking" not in proc.stdout

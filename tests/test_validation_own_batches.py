@@ -28,8 +28,7 @@ MICRO_BATCH = 4
 
 def own_datamodule(dataset, **kwargs):
     """A datamodule over ``dataset`` with Energon's ``DefaultTaskEncoder`` (no tokenizer)."""
-    args = dict(seq_length=64, micro_batch_size=MICRO_BATCH, num_workers=0,
-                task_encoder=DefaultTaskEncoder())
+    args = dict(seq_length=64, micro_batch_size=MICRO_BATCH, num_workers=0, task_encoder=DefaultTaskEncoder())
     args.update(kwargs)
     return energon_plugins.EnergonMultiModalDataModule(str(dataset.path), None, **args)
 
@@ -75,10 +74,16 @@ def test_a_rank_that_would_run_short_on_own_batches_is_told_both_ways_out(vqa_da
     with pytest.raises(ConfigError) as info:
         next(validation)  # decided at the first batch, before any is handed out
     text = str(info.value)
-    for words in ("DefaultTaskEncoder", "VQASample", "no loss_mask or labels",
-                  f"only {full} real batch(es)", f"takes {full + 1}",
-                  f"val_batches_per_evaluation={full}", "same number of validation batches",
-                  "return batches with a loss_mask or labels tensor"):
+    for words in (
+        "DefaultTaskEncoder",
+        "VQASample",
+        "no loss_mask or labels",
+        f"only {full} real batch(es)",
+        f"takes {full + 1}",
+        f"val_batches_per_evaluation={full}",
+        "same number of validation batches",
+        "return batches with a loss_mask or labels tensor",
+    ):
         assert words in text, (words, text)
 
 
@@ -95,11 +100,20 @@ def test_megatron_bridges_builder_call_with_energons_default_encoder(vqa_dataset
 
     encoder = DefaultTaskEncoder()
     dm = energon_plugins.EnergonMultiModalDataModule(
-        path=str(vqa_dataset.path), tokenizer=None, seq_length=64, task_encoder=encoder,
-        validation_task_encoder=encoder, micro_batch_size=2, num_workers=0, num_val_workers=0,
-        pin_memory=True, shuffle_buffer_size=10, max_samples_per_sequence=None,
+        path=str(vqa_dataset.path),
+        tokenizer=None,
+        seq_length=64,
+        task_encoder=encoder,
+        validation_task_encoder=encoder,
+        micro_batch_size=2,
+        num_workers=0,
+        num_val_workers=0,
+        pin_memory=True,
+        shuffle_buffer_size=10,
+        max_samples_per_sequence=None,
         packing_buffer_size=None,
-        pg_collection=types.SimpleNamespace(dp=Group(), cp=Group(), tp=Group()))
+        pg_collection=types.SimpleNamespace(dp=Group(), cp=Group(), tp=Group()),
+    )
     assert type(next(dm.train_dataloader())).__name__ == "VQASample"
     validation = iter(dm.val_dataloader())
     eval_iters = len(dm.val_dataloader())
@@ -119,7 +133,10 @@ def test_two_real_ranks_with_equal_splits_pass_own_batches_and_unequal_ones_all_
     env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
     proc = subprocess.run(
         [sys.executable, str(WORKER), str(tmp_path / "rendezvous"), str(dataset.path), str(out)],
-        capture_output=True, text=True, env=env, timeout=300,
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
     )
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stderr[-5000:]
     results = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]

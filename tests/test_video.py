@@ -30,21 +30,23 @@ def decoder(data):
 
 
 def info(frames=16, fps=8.0, size=(32, 32)):
-    return VideoInfo(num_frames=frames, fps=fps, width=size[0], height=size[1],
-                     duration=frames / fps)
+    return VideoInfo(num_frames=frames, fps=fps, width=size[0], height=size[1], duration=frames / fps)
 
 
-@pytest.mark.parametrize("options, multiple, expected", [
-    ({"num_frames": 4}, 1, [2, 6, 10, 14]),                 # the middle of each quarter
-    ({"num_frames": 3}, 1, [2, 8, 13]),
-    ({"num_frames": 40}, 1, list(range(16))),               # never more than the video has
-    ({"fps": 2.0}, 1, [2, 6, 10, 14]),                       # 2 s at 2 fps
-    ({}, 1, [2, 6, 10, 14]),                                 # fps 2 by default
-    ({"fps": 8.0, "max_frames": 5}, 1, [1, 4, 8, 11, 14]),   # capped
-    ({"fps": 0.1, "min_frames": 2}, 1, [4, 12]),             # held up to min_frames
-    ({"num_frames": 5}, 2, [2, 6, 10, 14]),                  # rounded down to the multiple
-    ({"num_frames": 1}, 2, [4, 12]),                         # at least one multiple
-])
+@pytest.mark.parametrize(
+    "options, multiple, expected",
+    [
+        ({"num_frames": 4}, 1, [2, 6, 10, 14]),  # the middle of each quarter
+        ({"num_frames": 3}, 1, [2, 8, 13]),
+        ({"num_frames": 40}, 1, list(range(16))),  # never more than the video has
+        ({"fps": 2.0}, 1, [2, 6, 10, 14]),  # 2 s at 2 fps
+        ({}, 1, [2, 6, 10, 14]),  # fps 2 by default
+        ({"fps": 8.0, "max_frames": 5}, 1, [1, 4, 8, 11, 14]),  # capped
+        ({"fps": 0.1, "min_frames": 2}, 1, [4, 12]),  # held up to min_frames
+        ({"num_frames": 5}, 2, [2, 6, 10, 14]),  # rounded down to the multiple
+        ({"num_frames": 1}, 2, [4, 12]),  # at least one multiple
+    ],
+)
 def test_frame_indices_follow_the_options(options, multiple, expected):
     video = info()
     count = frame_count(video, VideoOptions(**options), multiple)
@@ -109,8 +111,14 @@ def test_corrupt_and_truncated_files_raise_a_counted_skip_naming_the_part():
 def test_describe_part_names_the_shard():
     from megatron.energon.source_info import SourceInfo
 
-    sample = {"__key__": "k", "__sources__": (SourceInfo(
-        dataset_path="/d", index=3, shard_name="shard-000002.tar", file_names=("k.0.mp4", "k.json")),)}
+    sample = {
+        "__key__": "k",
+        "__sources__": (
+            SourceInfo(
+                dataset_path="/d", index=3, shard_name="shard-000002.tar", file_names=("k.0.mp4", "k.json")
+            ),
+        ),
+    }
     assert describe_part(sample, "0.mp4") == "'k.0.mp4' in shard 'shard-000002.tar'"
     assert describe_part({"__key__": "k"}, "mp4") == "'k.mp4'"
 
@@ -122,11 +130,12 @@ def test_budget_plans_give_up_frames_then_pixels():
     assert plans[0].frames == (16, 8) and plans[0].max_pixels == 4000
     frames = [p.frames for p in plans if p.max_pixels == 4000]
     assert frames == [(16, 8), (12, 6), (8, 4), (6, 4), (4, 4)]
-    assert [p.max_pixels for p in plans[len(frames):]] == [3000, 2250, 1687, 1265, 1000]
-    assert all(p.frames == (4, 4) for p in plans[len(frames):])
+    assert [p.max_pixels for p in plans[len(frames) :]] == [3000, 2250, 1687, 1265, 1000]
+    assert all(p.frames == (4, 4) for p in plans[len(frames) :])
     # Without a pixel floor the resolution is never lowered.
-    assert all(p.max_pixels == 4000 for p in budget_plans(videos, VideoOptions(num_frames=16), 2,
-                                                           max_pixels=4000))
+    assert all(
+        p.max_pixels == 4000 for p in budget_plans(videos, VideoOptions(num_frames=16), 2, max_pixels=4000)
+    )
     assert sampled_plan(videos, VideoOptions(fps=1.0), 1).frames == (2, 1)
 
 
@@ -139,17 +148,24 @@ def test_a_video_dataset_is_read_through_energons_loader(tmp_path):
 
     data = encode_video(video_frames(8, (32, 32)), 4)
     conversation = [{"from": "human", "value": "<video>What?"}, {"from": "gpt", "value": "A bar."}]
-    write_crude_dataset(tmp_path, [("a", [], conversation, [data]),
-                                   ("b", [], conversation, [("webm", encode_video(
-                                       video_frames(8, (32, 32)), 4, container="webm"))])],
-                        fmt="chatml", samples_per_shard=1, split_ratio=(("train", 1.0),))
+    write_crude_dataset(
+        tmp_path,
+        [
+            ("a", [], conversation, [data]),
+            ("b", [], conversation, [("webm", encode_video(video_frames(8, (32, 32)), 4, container="webm"))]),
+        ],
+        fmt="chatml",
+        samples_per_shard=1,
+        split_ratio=(("train", 1.0),),
+    )
 
     from megatron.energon import Cooker, DefaultTaskEncoder, basic_sample_keys, stateless
 
     @stateless
     def cook(sample):
-        return dict(**basic_sample_keys(sample), parts={k: v for k, v in sample.items()
-                                                        if not k.startswith("__")})
+        return dict(
+            **basic_sample_keys(sample), parts={k: v for k, v in sample.items() if not k.startswith("__")}
+        )
 
     class Raw(DefaultTaskEncoder):
         cookers = [Cooker(cook)]
@@ -160,10 +176,16 @@ def test_a_video_dataset_is_read_through_energons_loader(tmp_path):
         def batch(self, samples):
             return samples
 
-    loader = get_loader(get_train_dataset(
-        str(tmp_path), batch_size=1, shuffle_buffer_size=None, max_samples_per_sequence=None,
-        worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0), task_encoder=Raw(),
-    ))
+    loader = get_loader(
+        get_train_dataset(
+            str(tmp_path),
+            batch_size=1,
+            shuffle_buffer_size=None,
+            max_samples_per_sequence=None,
+            worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+            task_encoder=Raw(),
+        )
+    )
     seen = {}
     for batch in loader:
         sample = batch[0]
@@ -178,13 +200,13 @@ def test_only_the_kept_frames_and_their_keyframe_runs_are_decoded(monkeypatch):
     """Energon's reader seeks to the keyframe before each kept frame: frames between the kept
     ones are never decoded (counted by the reader itself)."""
     import av
-
     import megatron.energon.av.av_decoder as av_decoder
 
     data = encode_video(video_frames(48, (32, 32)), 8, gop=8, options={"x264-params": "scenecut=0"})
     with av.open(io.BytesIO(data)) as container:
-        keyframes = [i for i, p in enumerate(p for p in container.demux(video=0) if p.pts is not None)
-                     if p.is_keyframe]
+        keyframes = [
+            i for i, p in enumerate(p for p in container.demux(video=0) if p.pts is not None) if p.is_keyframe
+        ]
     assert keyframes == list(range(0, 48, 8))
     readers = []
 
@@ -208,6 +230,6 @@ def test_only_the_kept_frames_and_their_keyframe_runs_are_decoded(monkeypatch):
         decode_frames(dec, meta, indices)
         return sum(r.yielded + r.skipped for r in readers)
 
-    assert decoded([8, 24, 40]) == 3            # keyframes: one decode each, nothing between
+    assert decoded([8, 24, 40]) == 3  # keyframes: one decode each, nothing between
     assert decoded([4, 12, 20, 28, 36, 44]) == 6 * 5  # each: its keyframe run (4 frames) + itself
     assert decoded(list(range(48))) == 48

@@ -53,17 +53,20 @@ class EnergonPluginsDataset(DatasetProvider):
     def build_datasets(self, context: DatasetBuildContext):
         """Our training loader and validation iterator, on Bridge's process groups."""
         datamodule = EnergonMultiModalDataModule.from_config(
-            self.config_file, pg_collection=context.pg_collection)
+            self.config_file, pg_collection=context.pg_collection
+        )
         return datamodule.train_dataloader(), iter(datamodule.val_dataloader()), None
 
 
 def bridge_config(config_file, *, eval_iters: int, train_iters: int = 20) -> ConfigContainer:
     """A validated ``ConfigContainer``: a tiny GPT config, our dataset slot, DP 1."""
-    model = GPTModelProvider(num_layers=1, hidden_size=32, num_attention_heads=2,
-                             seq_length=SEQ, vocab_size=VOCAB)
+    model = GPTModelProvider(
+        num_layers=1, hidden_size=32, num_attention_heads=2, seq_length=SEQ, vocab_size=VOCAB
+    )
     config = ConfigContainer(
-        train=TrainingConfig(micro_batch_size=MICRO_BATCH, global_batch_size=MICRO_BATCH,
-                             train_iters=train_iters),
+        train=TrainingConfig(
+            micro_batch_size=MICRO_BATCH, global_batch_size=MICRO_BATCH, train_iters=train_iters
+        ),
         validation=ValidationConfig(eval_iters=eval_iters, eval_interval=train_iters),
         model=model,
         optimizer=OptimizerConfig(lr=1e-3),
@@ -87,10 +90,15 @@ def global_state(config: ConfigContainer) -> GlobalState:
 def data_iterators(state: GlobalState, pg_collection) -> tuple[Any, Any, Any]:
     """Train, validation and test iterators, through Bridge's data setup."""
     provider = _bind_dataset_provider_context(
-        get_dataset_provider(state.cfg.dataset), tokenizer=None, pg_collection=pg_collection)
+        get_dataset_provider(state.cfg.dataset), tokenizer=None, pg_collection=pg_collection
+    )
     return setup_data_iterators(
-        cfg=state.cfg, train_state=state.train_state, model_length=1,
-        train_valid_test_datasets_provider=provider, dp_group=pg_collection.dp)
+        cfg=state.cfg,
+        train_state=state.train_state,
+        model_length=1,
+        train_valid_test_datasets_provider=provider,
+        dp_group=pg_collection.dp,
+    )
 
 
 class RecordingIterator:
@@ -105,7 +113,7 @@ class RecordingIterator:
         self.batches.append(batch)
         return batch
 
-    def __iter__(self) -> "RecordingIterator":
+    def __iter__(self) -> RecordingIterator:
         return self
 
 
@@ -133,12 +141,28 @@ class TinyVLM(MegatronModule):
     def set_input_tensor(self, input_tensor) -> None:
         """Pipeline parallelism's hook: there is one stage, so nothing comes in."""
 
-    def forward(self, input_ids, position_ids, attention_mask, labels, loss_mask=None,
-                pixel_values=None, packed_seq_params=None):
+    def forward(
+        self,
+        input_ids,
+        position_ids,
+        attention_mask,
+        labels,
+        loss_mask=None,
+        pixel_values=None,
+        packed_seq_params=None,
+    ):
         """Per-token losses of next-token prediction; -100 labels give 0."""
-        self.calls.append(dict(input_ids=input_ids, position_ids=position_ids,
-                               attention_mask=attention_mask, labels=labels, loss_mask=loss_mask,
-                               pixel_values=pixel_values, packed_seq_params=packed_seq_params))
+        self.calls.append(
+            dict(
+                input_ids=input_ids,
+                position_ids=position_ids,
+                attention_mask=attention_mask,
+                labels=labels,
+                loss_mask=loss_mask,
+                pixel_values=pixel_values,
+                packed_seq_params=packed_seq_params,
+            )
+        )
         hidden = self.embedding(input_ids)
         if pixel_values is not None:
             colour = pixel_values.float().mean(dim=(-2, -1)).mean(dim=0)

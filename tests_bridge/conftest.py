@@ -11,7 +11,7 @@ import os
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import pytest  # noqa: E402
+import pytest
 
 
 def pytest_configure(config):
@@ -19,8 +19,10 @@ def pytest_configure(config):
     import importlib.util
 
     if importlib.util.find_spec("megatron.bridge") is None:
-        raise pytest.UsageError("tests_bridge needs Megatron-Bridge installed: run `make test-bridge` "
-                                "(it builds .venv-bridge and runs them there)")
+        raise pytest.UsageError(
+            "tests_bridge needs Megatron-Bridge installed: run `make test-bridge` "
+            "(it builds .venv-bridge and runs them there)"
+        )
     from tests_bridge.cpu_stand_ins import install_transformer_engine_for_lora
 
     install_transformer_engine_for_lora()
@@ -55,8 +57,9 @@ def vqa_dataset(tmp_path_factory):
     """A prepared VQA dataset: 60 samples, 5 per shard, 45 train / 15 val (splits by shard)."""
     from energon_plugins.synthetic import write_dataset
 
-    return write_dataset(tmp_path_factory.mktemp("data") / "vqa", kind="vqa", num_samples=60,
-                         samples_per_shard=5)
+    return write_dataset(
+        tmp_path_factory.mktemp("data") / "vqa", kind="vqa", num_samples=60, samples_per_shard=5
+    )
 
 
 @pytest.fixture(scope="session")
@@ -83,9 +86,13 @@ def run_config(tmp_path, vqa_dataset, tokenizer_dir):
             "micro_batch_size": MICRO_BATCH,
             "num_workers": 0,
             "shuffle_buffer_size": 10,
-            "image_processor": {"name": "hf", "options": {
-                "class_name": "CLIPImageProcessor",
-                "kwargs": {"size": {"shortest_edge": 28}, "crop_size": {"height": 28, "width": 28}}}},
+            "image_processor": {
+                "name": "hf",
+                "options": {
+                    "class_name": "CLIPImageProcessor",
+                    "kwargs": {"size": {"shortest_edge": 28}, "crop_size": {"height": 28, "width": 28}},
+                },
+            },
             "task_encoder": {"name": "multimodal", "options": {"image_tokens": 4}},
             **keys,
         }

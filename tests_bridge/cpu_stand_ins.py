@@ -26,8 +26,8 @@ import importlib.machinery
 import importlib.util
 import sys
 import types
+from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Iterator
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -50,9 +50,11 @@ class MissingTransformerEngine(metaclass=_MissingClass):
     """A Transformer Engine class that cannot be built: enough for annotations and isinstance."""
 
     def __init__(self, *args, **kwargs) -> None:
-        raise RuntimeError(f"Transformer Engine is not installed ({type(self).__qualname__} is a CPU "
-                           "stand-in for Megatron-Bridge's LoRA module): this code path needs the "
-                           "real one")
+        raise RuntimeError(
+            f"Transformer Engine is not installed ({type(self).__qualname__} is a CPU "
+            "stand-in for Megatron-Bridge's LoRA module): this code path needs the "
+            "real one"
+        )
 
 
 def _missing_class(owner, attr: str, qualname: str) -> type:
@@ -124,8 +126,10 @@ class _LoaderWithStub(importlib.abc.Loader):
             self._loader.exec_module(module)
         leaked = sorted(set(sys.modules) - before - set(_TE_NAMES))
         if leaked:
-            raise ImportError(f"{', '.join(leaked)} imported while the Transformer Engine stand-in "
-                              f"was visible to {module.__name__}")
+            raise ImportError(
+                f"{', '.join(leaked)} imported while the Transformer Engine stand-in "
+                f"was visible to {module.__name__}"
+            )
 
 
 class TransformerEngineForLoRA(importlib.abc.MetaPathFinder):

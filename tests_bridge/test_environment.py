@@ -29,10 +29,9 @@ def test_energon_plugins_admits_the_installed_megatron_core():
 
 
 def test_bridge_and_megatron_core_pieces_bridge_needs_import():
+    import megatron.bridge
     from megatron.core.process_groups_config import MultiModuleProcessGroupCollection  # noqa: F401
     from megatron.training.models.base import ModelConfig  # noqa: F401  (not in megatron-core 0.16)
-
-    import megatron.bridge
 
     assert megatron.bridge.__version__.startswith("0.6.2")
 
@@ -40,6 +39,7 @@ def test_bridge_and_megatron_core_pieces_bridge_needs_import():
 def test_the_transformer_engine_stand_in_stays_in_the_lora_module():
     import megatron.bridge.peft.lora_layers as lora_layers
     import megatron.core.fp8_utils as fp8_utils
+
     from tests_bridge.cpu_stand_ins import MissingTransformerEngine
 
     assert "transformer_engine" not in sys.modules

@@ -28,14 +28,15 @@ from tests_bridge.bridge_run import (
     global_state,
 )
 
-PACKING = {"packing_buffer_size": 6,
-           "packing": {"name": "first-fit-decreasing", "options": {"carry_over": True}}}
+PACKING = {
+    "packing_buffer_size": 6,
+    "packing": {"name": "first-fit-decreasing", "options": {"carry_over": True}},
+}
 
 
 def bridge_run(run_config, pg_collection, *, eval_iters=3, train_iters=20, **keys):
     """Bridge's state, its three iterators over our loaders, and a TinyVLM."""
-    state = global_state(bridge_config(run_config(**keys), eval_iters=eval_iters,
-                                       train_iters=train_iters))
+    state = global_state(bridge_config(run_config(**keys), eval_iters=eval_iters, train_iters=train_iters))
     train, valid, test = data_iterators(state, pg_collection)
     return state, train, valid, test, TinyVLM(state.cfg.model, pg_collection)
 
@@ -43,8 +44,7 @@ def bridge_run(run_config, pg_collection, *, eval_iters=3, train_iters=20, **key
 def run_evaluation(state, valid, model):
     """Bridge's ``evaluate`` with ``vlm_step.forward_step``; the loss and the batch keys it read."""
     recorder = RecordingIterator(valid)
-    losses, _, timelimit_hit = evaluate(state, vlm_step.forward_step, recorder, [model], None,
-                                        state.cfg)
+    losses, _, timelimit_hit = evaluate(state, vlm_step.forward_step, recorder, [model], None, state.cfg)
     assert not timelimit_hit
     return losses["lm loss"], [list(batch["__keys__"]) for batch in recorder.batches]
 
@@ -96,13 +96,13 @@ def test_packed_batches_reach_the_model_as_packed_seq_params(run_config, pg_coll
 
 @pytest.mark.parametrize("per_evaluation", [None, 3], ids=["one-pass", "fewer-than-a-pass"])
 def test_evaluate_twice_reads_the_same_batches_and_gives_the_same_loss(
-        run_config, pg_collection, vqa_dataset, per_evaluation):
+    run_config, pg_collection, vqa_dataset, per_evaluation
+):
     """Bridge reads ``eval_iters`` batches from one validation iterator at every evaluation."""
     keys = {} if per_evaluation is None else {"val_batches_per_evaluation": per_evaluation}
     one_pass = math.ceil(len(vqa_dataset.split_keys["val"]) / MICRO_BATCH)
     eval_iters = per_evaluation or one_pass
-    state, _, valid, _, model = bridge_run(run_config, pg_collection, eval_iters=eval_iters,
-                                           **keys)
+    state, _, valid, _, model = bridge_run(run_config, pg_collection, eval_iters=eval_iters, **keys)
     first_loss, first_keys = run_evaluation(state, valid, model)
     second_loss, second_keys = run_evaluation(state, valid, model)
     assert first_keys == second_keys and len(first_keys) == eval_iters
@@ -120,14 +120,12 @@ def test_bridges_dataloader_checkpoint_resumes_exactly(run_config, pg_collection
     for _ in range(3):
         vlm_step.forward_step(state, train, model)
     save_dir = tmp_path / "checkpoints" / "energon"
-    checkpointing.maybe_save_dataloader_state([model], train, 3, str(save_dir),
-                                              pg_collection=pg_collection)
+    checkpointing.maybe_save_dataloader_state([model], train, 3, str(save_dir), pg_collection=pg_collection)
     assert (save_dir / "iter_0000003" / "train_dataloader_dprank000.pt").is_file()
     expected = [next(train) for _ in range(4)]
 
     resumed_state, resumed, _, _, _ = bridge_run(run_config, pg_collection, **keys)
-    checkpointing.maybe_load_dataloader_state(resumed, 3, str(save_dir),
-                                              pg_collection=pg_collection)
+    checkpointing.maybe_load_dataloader_state(resumed, 3, str(save_dir), pg_collection=pg_collection)
     for want in expected:
         got = next(resumed)
         assert list(got["__keys__"]) == list(want["__keys__"])
@@ -137,8 +135,9 @@ def test_bridges_dataloader_checkpoint_resumes_exactly(run_config, pg_collection
 
 
 def test_a_tiny_model_learns_through_bridges_forward_step(run_config, pg_collection):
-    state, train, valid, _, model = bridge_run(run_config, pg_collection, train_iters=40,
-                                               val_batches_per_evaluation=3)
+    state, train, valid, _, model = bridge_run(
+        run_config, pg_collection, train_iters=40, val_batches_per_evaluation=3
+    )
     before, before_keys = run_evaluation(state, valid, model)
     optimizer = torch.optim.Adam(model.parameters(), lr=0.02)
     model.train()

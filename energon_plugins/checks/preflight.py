@@ -18,7 +18,6 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from energon_plugins.config.model import DataModuleConfig
 from energon_plugins.checks.sample_read import (
     SAMPLE_LIMIT,
     SEQ_LENGTH_SKIPS,
@@ -26,8 +25,9 @@ from energon_plugins.checks.sample_read import (
     read_samples,
     sample_findings,
 )
-from energon_plugins.errors import EnergonPluginsError
+from energon_plugins.config.model import DataModuleConfig
 from energon_plugins.config.settings import ConfigIssue
+from energon_plugins.errors import EnergonPluginsError
 
 _KEYED = re.compile(r"^([a-z_]+(?:\.[A-Za-z_][\w]*)*):\s+(.*)$", re.S)
 
@@ -61,9 +61,7 @@ class PreflightReport:
     notes: list[str] = dataclasses.field(default_factory=list)
 
 
-def preflight_issues(
-    config: DataModuleConfig, *, deep: bool = False, samples: int = 4
-) -> list[ConfigIssue]:
+def preflight_issues(config: DataModuleConfig, *, deep: bool = False, samples: int = 4) -> list[ConfigIssue]:
     """The errors of :func:`run_preflight` (reading samples only with ``deep``)."""
     return run_preflight(config, read=deep, deep=deep, samples=samples).issues
 
@@ -92,13 +90,13 @@ def run_preflight(
     step = progress or (lambda text: None)
     report = PreflightReport()
     step("importing transformers and loading the tokenizer...")
+    from energon_plugins.host.api import create
     from energon_plugins.loading.build import (
         base_context,
         build_image_processor,
         datamodule_arguments,
         load_tokenizer,
     )
-    from energon_plugins.host.api import create
 
     try:
         tokenizer = load_tokenizer(config.tokenizer.path)
@@ -116,7 +114,9 @@ def run_preflight(
     if config.packing is not None:
         try:
             packing = create(
-                "packing_strategy", config.packing.name, config.packing.options,
+                "packing_strategy",
+                config.packing.name,
+                config.packing.options,
                 context.replace(image_processor=image_processor),
             )
         except Exception as exc:  # noqa: BLE001
@@ -128,7 +128,9 @@ def run_preflight(
 
     try:
         datamodule = EnergonMultiModalDataModule(
-            tokenizer=tokenizer, image_processor=image_processor, packing=packing,
+            tokenizer=tokenizer,
+            image_processor=image_processor,
+            packing=packing,
             **datamodule_arguments(config),
         )
     except Exception as exc:  # noqa: BLE001
@@ -255,8 +257,7 @@ def image_token_issues(encoder: Any, key: str) -> list[ConfigIssue]:
     if size is None:
         import torch
 
-        out = processor(images=[torch.full((3, height, width), 128, dtype=torch.uint8)],
-                        return_tensors="pt")
+        out = processor(images=[torch.full((3, height, width), 128, dtype=torch.uint8)], return_tensors="pt")
         get = out.get if hasattr(out, "get") else (lambda name: None)
         pixels = get("pixel_values")
         if get("image_grid_thw") is not None or pixels is None or pixels.dim() != 4:
@@ -265,14 +266,16 @@ def image_token_issues(encoder: Any, key: str) -> list[ConfigIssue]:
     derived = (size[0] // patch) * (size[1] // patch)
     if derived == fixed:
         return []
-    return [ConfigIssue(
-        f"{key}.options.image_tokens",
-        f"{fixed} image tokens per image, but the image_processor "
-        f"({describe_image_processor(processor)}) makes {size[0]}x{size[1]} pixels, which with "
-        f"{key}.options.patch_size {patch} are {derived} image embeddings; set image_tokens "
-        f"to {derived} (or leave it out: it is derived from the image processor), or change "
-        "patch_size or image_processor",
-    )]
+    return [
+        ConfigIssue(
+            f"{key}.options.image_tokens",
+            f"{fixed} image tokens per image, but the image_processor "
+            f"({describe_image_processor(processor)}) makes {size[0]}x{size[1]} pixels, which with "
+            f"{key}.options.patch_size {patch} are {derived} image embeddings; set image_tokens "
+            f"to {derived} (or leave it out: it is derived from the image processor), or change "
+            "patch_size or image_processor",
+        )
+    ]
 
 
 def _sample_issues(datamodule: Any, count: int, config: DataModuleConfig) -> list[ConfigIssue]:
@@ -287,7 +290,10 @@ def _sample_issues(datamodule: Any, count: int, config: DataModuleConfig) -> lis
     try:
         with quietly():
             dataset = get_val_dataset(
-                datamodule.path, split_part="train", batch_size=1, task_encoder=encoder,
+                datamodule.path,
+                split_part="train",
+                batch_size=1,
+                task_encoder=encoder,
                 worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
             )
             if datamodule.batch_format is not None:
@@ -311,12 +317,14 @@ def _sample_issues(datamodule: Any, count: int, config: DataModuleConfig) -> lis
     ):
         if reasons:
             listed = ", ".join(f"{k}: {v}" for k, v in sorted(reasons.items()))
-            issues.append(ConfigIssue(
-                key,
-                f"reading the first {read} training batch(es), the task encoder skipped "
-                f"{sum(reasons.values())} sample(s) ({listed}); see `energon-plugins preview` "
-                "for the samples and their lengths",
-            ))
+            issues.append(
+                ConfigIssue(
+                    key,
+                    f"reading the first {read} training batch(es), the task encoder skipped "
+                    f"{sum(reasons.values())} sample(s) ({listed}); see `energon-plugins preview` "
+                    "for the samples and their lengths",
+                )
+            )
     if issues:
         return issues
     if read == 0:

@@ -81,9 +81,7 @@ def _skips_unlogged() -> Iterator[None]:
         log.setLevel(level)
 
 
-def read_samples(
-    datamodule: Any, *, limit: int = SAMPLE_LIMIT, seconds: float = TIME_LIMIT_S
-) -> SampleRead:
+def read_samples(datamodule: Any, *, limit: int = SAMPLE_LIMIT, seconds: float = TIME_LIMIT_S) -> SampleRead:
     """Encode the first training samples of ``datamodule`` one by one in this process.
 
     Stops after ``limit`` samples (encoded or skipped) or once ``seconds`` have passed. Uses
@@ -109,8 +107,12 @@ def read_samples(
     start = time.perf_counter()
     with _at_most(encoder, limit), _skips_unlogged():
         dataset = get_val_dataset(
-            datamodule.path, split_part="train", batch_size=None, task_encoder=encoder,
-            worker_config=config, **split_energon_arguments(datamodule.kwargs, "val"),
+            datamodule.path,
+            split_part="train",
+            batch_size=None,
+            task_encoder=encoder,
+            worker_config=config,
+            **split_energon_arguments(datamodule.kwargs, "val"),
         )
         loader = get_loader(dataset)
         loader.pin_memory = False
@@ -175,25 +177,31 @@ def sample_findings(
     others = {k: v for k, v in read.skipped.items() if k not in SEQ_LENGTH_SKIPS}
     if too_long:
         reasons = ", ".join(f"{k}: {v}" for k, v in sorted(too_long.items()))
-        message = (f"{_share(sum(too_long.values()), total)} are longer than {seq_length} "
-                   f"tokens and are skipped ({reasons})")
+        message = (
+            f"{_share(sum(too_long.values()), total)} are longer than {seq_length} "
+            f"tokens and are skipped ({reasons})"
+        )
         if read.cut:
             message += f", and {read.cut} more ({_percent(read.cut, total)}) are cut"
         errors.append(ConfigIssue("seq_length", f"{message}; {_remedy(truncation)}"))
     elif read.cut:
         how = f" (truncation: {truncation})" if truncation else ""
-        warnings.append(ConfigIssue(
-            "seq_length",
-            f"{_share(read.cut, total)} are longer than {seq_length} tokens; their answers are "
-            f"cut{how}; raise seq_length to keep them whole",
-        ))
+        warnings.append(
+            ConfigIssue(
+                "seq_length",
+                f"{_share(read.cut, total)} are longer than {seq_length} tokens; their answers are "
+                f"cut{how}; raise seq_length to keep them whole",
+            )
+        )
     if others:
         listed = ", ".join(f"{k}: {v}" for k, v in sorted(others.items()))
-        warnings.append(ConfigIssue(
-            "path",
-            f"the task encoder skipped {_share(sum(others.values()), total)} ({listed}); see "
-            "`energon-plugins preview` for the samples",
-        ))
+        warnings.append(
+            ConfigIssue(
+                "path",
+                f"the task encoder skipped {_share(sum(others.values()), total)} ({listed}); see "
+                "`energon-plugins preview` for the samples",
+            )
+        )
     return errors, warnings, note
 
 

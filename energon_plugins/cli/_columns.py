@@ -13,8 +13,9 @@ from collections.abc import Callable, Sequence
 GAP = "  "
 
 
-def column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], width: int,
-                  folding: dict[str, int]) -> list[int]:
+def column_widths(
+    headers: Sequence[str], rows: Sequence[Sequence[str]], width: int, folding: dict[str, int]
+) -> list[int]:
     """The width of each column so that a line fits in ``width`` characters, when it can.
 
     ``folding`` maps the columns that may wrap to the narrowest width they may take.
@@ -32,10 +33,16 @@ def column_widths(headers: Sequence[str], rows: Sequence[Sequence[str]], width: 
     return widths
 
 
-def render_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], *, width: int,
-                   folding: dict[str, int], right: frozenset[str] = frozenset(),
-                   style: Callable[[int, int, str], str] | None = None,
-                   title: str | None = None) -> str:
+def render_columns(
+    headers: Sequence[str],
+    rows: Sequence[Sequence[str]],
+    *,
+    width: int,
+    folding: dict[str, int],
+    right: frozenset[str] = frozenset(),
+    style: Callable[[int, int, str], str] | None = None,
+    title: str | None = None,
+) -> str:
     """``rows`` under ``headers`` as aligned text no wider than ``width`` where it can be.
 
     Columns in ``right`` are right-aligned (numbers).
@@ -48,8 +55,10 @@ def render_columns(headers: Sequence[str], rows: Sequence[Sequence[str]], *, wid
     lines = [title] if title else []
 
     def emit(cells: Sequence[str], row: int | None) -> None:
-        wrapped = [textwrap.wrap(c, w, break_long_words=True, break_on_hyphens=True) or [""]
-                   if len(c) > w else [c] for c, w in zip(cells, widths)]
+        wrapped = [
+            textwrap.wrap(c, w, break_long_words=True, break_on_hyphens=True) or [""] if len(c) > w else [c]
+            for c, w in zip(cells, widths)
+        ]
         for k in range(max(len(w) for w in wrapped)):
             parts = []
             for col, (pieces, w) in enumerate(zip(wrapped, widths)):

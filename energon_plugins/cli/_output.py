@@ -6,7 +6,6 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
-
 PIPE_WIDTH = 140
 """Width of tables written to a pipe or file (a terminal's own width is used otherwise)."""
 

@@ -17,8 +17,9 @@ from typing import Any
 
 import click
 
-ZERO_WORKERS_HINT = ("num_workers: 0 loads in the training process; try num_workers: 2 or more "
-                     "(--set num_workers=2)")
+ZERO_WORKERS_HINT = (
+    "num_workers: 0 loads in the training process; try num_workers: 2 or more (--set num_workers=2)"
+)
 """The line ``bench`` prints under its figures after a run with 0 workers."""
 
 
@@ -37,8 +38,9 @@ def warm_up(datamodule: Any) -> tuple[Any, Any, float]:
     return loader, iterator, time.perf_counter() - started
 
 
-def run_bench(datamodule: Any, batches: int, progress: Any = None,
-              warm: tuple[Any, Any, float] | None = None) -> dict[str, Any]:
+def run_bench(
+    datamodule: Any, batches: int, progress: Any = None, warm: tuple[Any, Any, float] | None = None
+) -> dict[str, Any]:
     """Time ``batches`` training batches after one warm-up batch; return the figures.
 
     ``warm``: what :func:`warm_up` returned, when the caller took the warm-up batch itself.
@@ -80,18 +82,28 @@ def run_bench(datamodule: Any, batches: int, progress: Any = None,
 
 @click.command("bench")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--batches", type=click.IntRange(min=1), default=20, show_default=True,
-              help="Batches to time (after one warm-up batch).")
+@click.option(
+    "--batches",
+    type=click.IntRange(min=1),
+    default=20,
+    show_default=True,
+    help="Batches to time (after one warm-up batch).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON only.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override a config key (dotted keys, YAML values); repeatable.")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config key (dotted keys, YAML values); repeatable.",
+)
 def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...]) -> None:
     """Measure the training loader of CONFIG: samples/s, tokens/s, padding, fill ratio."""
     from energon_plugins.cli._output import print_json, startup_status
 
     with startup_status(f"checking {config}...") as status:
-        from energon_plugins.loading.startup import build_datamodule_step_by_step
         from energon_plugins.config.overrides import parse_set_option
+        from energon_plugins.loading.startup import build_datamodule_step_by_step
 
         if not (click.get_current_context().find_root().obj or {}).get("debug"):
             from energon_plugins.cli._output import quiet_known_warnings
@@ -100,8 +112,9 @@ def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...
         overrides = dict(parse_set_option(item) for item in sets)
         datamodule, _ = build_datamodule_step_by_step(config, overrides, status)
         workers = datamodule.num_workers
-        status.update(f"starting the loader ({workers} worker{'s' * (workers != 1)}) and "
-                      "reading a warm-up batch...")
+        status.update(
+            f"starting the loader ({workers} worker{'s' * (workers != 1)}) and reading a warm-up batch..."
+        )
         warm = warm_up(datamodule)
     if as_json:
         print_json(run_bench(datamodule, batches, warm=warm))
@@ -114,8 +127,14 @@ def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...
     from energon_plugins.cli._output import console
 
     out = console()
-    with Progress("[progress.description]{task.description}", BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=out, transient=False) as bar:
+    with Progress(
+        "[progress.description]{task.description}",
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=out,
+        transient=False,
+    ) as bar:
         task = bar.add_task("batches", total=batches)
         result = run_bench(datamodule, batches, progress=lambda: bar.advance(task), warm=warm)
     table = Table(title=f"bench {config}", title_justify="left")
@@ -133,8 +152,12 @@ def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...
         rows.append(("fill ratio", f"{result['fill_ratio']:.1%}"))
     skipped = result["skipped"]
     rows.append(("skipped samples", ", ".join(f"{k} {v}" for k, v in skipped.items()) or "0"))
-    rows.append(("workers / micro batch / seq_length",
-                 f"{result['num_workers']} / {result['micro_batch_size']} / {result['seq_length']}"))
+    rows.append(
+        (
+            "workers / micro batch / seq_length",
+            f"{result['num_workers']} / {result['micro_batch_size']} / {result['seq_length']}",
+        )
+    )
     for name, value in rows:
         table.add_row(name, value)
     out.print(table)

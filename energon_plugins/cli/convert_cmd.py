@@ -33,65 +33,132 @@ def print_summary(result: Any) -> None:
         table.add_row(split, str(count), str(len(result.shards.get(split, []))))
     out.print(table)
     resumed = f", resumed at record {result.resumed_from}" if result.resumed_from else ""
-    out.print(f"{result.records} records read, {sum(result.written.values())} written, "
-              f"{result.rejected_total} rejected ({result.records_per_second:.0f} records/s, "
-              f"{result.seconds:.1f} s in all{resumed})")
+    out.print(
+        f"{result.records} records read, {sum(result.written.values())} written, "
+        f"{result.rejected_total} rejected ({result.records_per_second:.0f} records/s, "
+        f"{result.seconds:.1f} s in all{resumed})"
+    )
     for reason, count in result.rejected.items():
         out.print(f"  {reason}: {count}  [dim]{REASONS.get(reason, '')}[/]")
     if result.rejected_total:
         out.print(f"rejected records, with the reason for each: {result.report}")
     for split in result.empty_splits:
-        out.print(f"[yellow]split {split!r} got no record and is left out[/] (more data or a "
-                  "larger share)")
+        out.print(f"[yellow]split {split!r} got no record and is left out[/] (more data or a larger share)")
     for warning in result.warnings:
         out.print("[bold yellow]warning:[/] ", end="")
         out.print(warning, markup=False)
-    out.print(f"\nNext: put [bold]path: {result.output}[/] in a datamodule config, then "
-              "`energon-plugins preview CONFIG`.")
+    out.print(
+        f"\nNext: put [bold]path: {result.output}[/] in a datamodule config, then "
+        "`energon-plugins preview CONFIG`."
+    )
 
 
 @click.command("convert")
 @click.argument("source", type=click.Path(exists=True))
 @click.argument("output", type=click.Path(file_okay=False))
-@click.option("--from", "source_format", required=True, metavar="FORMAT",
-              help="The source format: llava-json, sharegpt, hf-parquet or a plugin's "
-                   "(`energon-plugins list --kind source-format`).")
-@click.option("-o", "--option", "options", multiple=True, metavar="KEY=VALUE",
-              help="An option of the source format (YAML value), e.g. -o image_folder=images; "
-                   "repeatable (`energon-plugins show FORMAT` lists them).")
-@click.option("--split-ratio", default="train=0.95,val=0.05", show_default=True,
-              help="Shares of the splits: train=..,val=..,test=.. or 0.9,0.05,0.05.")
-@click.option("--shard-size", default="256MB", show_default=True,
-              help="Largest shard (bytes, or with a unit: 64MB, 1GiB).")
-@click.option("--workers", type=int, default=None,
-              help="Worker processes that load and check records (default: one per CPU; 0: none).")
-@click.option("--image-token", default="<image>", show_default=True,
-              help="The image placeholder in the text (the config's sample_config.image_token).")
-@click.option("--reencode", type=click.Choice(["png", "jpeg"]), default=None,
-              help="Re-encode every image (default: keep each image's original bytes).")
-@click.option("--max-image-size", default="64MiB", show_default=True, metavar="SIZE",
-              help="Largest image file or embedded image; a larger one is rejected (too_large) "
-                   "without being read.")
-@click.option("--max-image-pixels", default=str(8192 * 8192), show_default=True, metavar="N",
-              help="Most pixels an image header may declare (64M accepted); more is rejected "
-                   "(too_many_pixels) before decoding.")
-@click.option("--allow-outside", "allow_outside", multiple=True, metavar="DIR",
-              type=click.Path(exists=True, file_okay=False),
-              help="Also read images from inside DIR (for absolute paths in the records); "
-                   "repeatable. Without it an image must lie inside the media folder (symlinks "
-                   "resolved); URLs, devices, FIFOs and other non-files are always rejected.")
+@click.option(
+    "--from",
+    "source_format",
+    required=True,
+    metavar="FORMAT",
+    help="The source format: llava-json, sharegpt, hf-parquet or a plugin's "
+    "(`energon-plugins list --kind source-format`).",
+)
+@click.option(
+    "-o",
+    "--option",
+    "options",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="An option of the source format (YAML value), e.g. -o image_folder=images; "
+    "repeatable (`energon-plugins show FORMAT` lists them).",
+)
+@click.option(
+    "--split-ratio",
+    default="train=0.95,val=0.05",
+    show_default=True,
+    help="Shares of the splits: train=..,val=..,test=.. or 0.9,0.05,0.05.",
+)
+@click.option(
+    "--shard-size",
+    default="256MB",
+    show_default=True,
+    help="Largest shard (bytes, or with a unit: 64MB, 1GiB).",
+)
+@click.option(
+    "--workers",
+    type=int,
+    default=None,
+    help="Worker processes that load and check records (default: one per CPU; 0: none).",
+)
+@click.option(
+    "--image-token",
+    default="<image>",
+    show_default=True,
+    help="The image placeholder in the text (the config's sample_config.image_token).",
+)
+@click.option(
+    "--reencode",
+    type=click.Choice(["png", "jpeg"]),
+    default=None,
+    help="Re-encode every image (default: keep each image's original bytes).",
+)
+@click.option(
+    "--max-image-size",
+    default="64MiB",
+    show_default=True,
+    metavar="SIZE",
+    help="Largest image file or embedded image; a larger one is rejected (too_large) without being read.",
+)
+@click.option(
+    "--max-image-pixels",
+    default=str(8192 * 8192),
+    show_default=True,
+    metavar="N",
+    help="Most pixels an image header may declare (64M accepted); more is rejected "
+    "(too_many_pixels) before decoding.",
+)
+@click.option(
+    "--allow-outside",
+    "allow_outside",
+    multiple=True,
+    metavar="DIR",
+    type=click.Path(exists=True, file_okay=False),
+    help="Also read images from inside DIR (for absolute paths in the records); "
+    "repeatable. Without it an image must lie inside the media folder (symlinks "
+    "resolved); URLs, devices, FIFOs and other non-files are always rejected.",
+)
 @click.option("--strict", is_flag=True, help="Stop at the first bad record instead of reporting it.")
-@click.option("--max-rejected", default="10%", show_default=True, metavar="SHARE|N",
-              help="Fail (before the index is written; --resume continues) when more records "
-                   "are rejected: a share of those read (5%; 100% for no limit) or a number.")
+@click.option(
+    "--max-rejected",
+    default="10%",
+    show_default=True,
+    metavar="SHARE|N",
+    help="Fail (before the index is written; --resume continues) when more records "
+    "are rejected: a share of those read (5%; 100% for no limit) or a number.",
+)
 @click.option("--resume", is_flag=True, help="Continue an interrupted conversion in OUTPUT.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier conversion in OUTPUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def convert_command(source: str, output: str, source_format: str, options: tuple[str, ...],
-                    split_ratio: str, shard_size: str, workers: int | None, image_token: str,
-                    reencode: str | None, max_image_size: str, max_image_pixels: str,
-                    allow_outside: tuple[str, ...], strict: bool, max_rejected: str, resume: bool,
-                    overwrite: bool, as_json: bool) -> None:
+def convert_command(
+    source: str,
+    output: str,
+    source_format: str,
+    options: tuple[str, ...],
+    split_ratio: str,
+    shard_size: str,
+    workers: int | None,
+    image_token: str,
+    reencode: str | None,
+    max_image_size: str,
+    max_image_pixels: str,
+    allow_outside: tuple[str, ...],
+    strict: bool,
+    max_rejected: str,
+    resume: bool,
+    overwrite: bool,
+    as_json: bool,
+) -> None:
     """Convert SOURCE (LLaVA JSON, ShareGPT, parquet, ...) into a prepared Energon dataset in OUTPUT.
 
     Images are read only from inside the media folder (-o image_folder=DIR; symlinks resolved)
@@ -110,17 +177,29 @@ def convert_command(source: str, output: str, source_format: str, options: tuple
 
     # SIGINT and SIGTERM (a scheduler's pre-emption) stop the run resumably: exit 130 / 143;
     # a second one exits at once (energon_plugins.convert.interrupt)
-    stop = catch_stop_signals(f"Interrupted. Run the same command with --resume to continue "
-                              f"from the last checkpoint in {output}.")
+    stop = catch_stop_signals(
+        f"Interrupted. Run the same command with --resume to continue from the last checkpoint in {output}."
+    )
     try:
         if bar is not None:
             bar.start()
         result = convert_dataset(
-            source, output, source_format, options=parsed, split_ratio=split_ratio,
-            shard_size=shard_size, image_token=image_token, reencode=reencode, workers=workers,
-            max_image_size=max_image_size, max_image_pixels=max_image_pixels,
-            allow_outside=list(allow_outside), strict=strict, max_rejected=max_rejected,
-            resume=resume, overwrite=overwrite,
+            source,
+            output,
+            source_format,
+            options=parsed,
+            split_ratio=split_ratio,
+            shard_size=shard_size,
+            image_token=image_token,
+            reencode=reencode,
+            workers=workers,
+            max_image_size=max_image_size,
+            max_image_pixels=max_image_pixels,
+            allow_outside=list(allow_outside),
+            strict=strict,
+            max_rejected=max_rejected,
+            resume=resume,
+            overwrite=overwrite,
             progress=bar,
         )
     except KeyboardInterrupt as exc:

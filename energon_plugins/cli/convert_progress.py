@@ -48,11 +48,17 @@ class ConvertDisplay(ConvertProgress):
         )
 
         self._bar = Progress(
-            SpinnerColumn(), TextColumn("[bold]{task.description}[/]"), BarColumn(),
+            SpinnerColumn(),
+            TextColumn("[bold]{task.description}[/]"),
+            BarColumn(),
             MofNCompleteColumn(),
             TextColumn("records, {task.fields[rejected]} rejected, {task.fields[rate]} records/s"),
-            TimeElapsedColumn(), TextColumn("elapsed,"), TimeRemainingColumn(), TextColumn("left"),
-            console=self.console, transient=True,
+            TimeElapsedColumn(),
+            TextColumn("elapsed,"),
+            TimeRemainingColumn(),
+            TextColumn("left"),
+            console=self.console,
+            transient=True,
         )
         self._bar.start()
         self._task = self._bar.add_task("starting", total=None, rejected=0, rate="0")

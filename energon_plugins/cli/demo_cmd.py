@@ -25,19 +25,26 @@ def prepare_demo_data(directory: str) -> dict[str, str]:
 
 
 @click.command("demo")
-@click.option("--cache-dir", type=click.Path(file_okay=False), default=None,
-              help="Where the demo data lives (default: $ENERGON_PLUGINS_CACHE or "
-                   "~/.cache/energon-plugins).")
-@click.option("--prepare-only", is_flag=True,
-              help="Only write the demo dataset (CACHE_DIR/demo.yaml) and tokenizer "
-                   "(CACHE_DIR/tokenizer), e.g. for examples/*.yaml with --cache-dir .cache/demo.")
-@click.option("--config", type=click.Path(dir_okay=False, exists=True), default=None,
-              help="Run the demo on CONFIG instead of the generated default, e.g. "
-                   "examples/llava.yaml.")
+@click.option(
+    "--cache-dir",
+    type=click.Path(file_okay=False),
+    default=None,
+    help="Where the demo data lives (default: $ENERGON_PLUGINS_CACHE or ~/.cache/energon-plugins).",
+)
+@click.option(
+    "--prepare-only",
+    is_flag=True,
+    help="Only write the demo dataset (CACHE_DIR/demo.yaml) and tokenizer "
+    "(CACHE_DIR/tokenizer), e.g. for examples/*.yaml with --cache-dir .cache/demo.",
+)
+@click.option(
+    "--config",
+    type=click.Path(dir_okay=False, exists=True),
+    default=None,
+    help="Run the demo on CONFIG instead of the generated default, e.g. examples/llava.yaml.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the demo's result as JSON.")
-def demo_command(
-    cache_dir: str | None, prepare_only: bool, config: str | None, as_json: bool
-) -> None:
+def demo_command(cache_dir: str | None, prepare_only: bool, config: str | None, as_json: bool) -> None:
     """Run the embedded demo: a generated dataset, an offline tokenizer, real Energon loaders."""
     from energon_plugins.cli._output import console, print_json, startup_status
 
@@ -58,7 +65,6 @@ def demo_command(
     with startup_status("importing torch, transformers and Energon...") as status:
         from energon_plugins.demo.run import run_demo
 
-        result = run_demo(cache_dir, config=config, console=None if as_json else console(),
-                          status=status)
+        result = run_demo(cache_dir, config=config, console=None if as_json else console(), status=status)
     if as_json:
         print_json(result)

@@ -35,7 +35,10 @@ def _terminal_columns() -> int:
 @click.command("list")
 @click.option("--json", "as_json", is_flag=True, help="Print the rows as JSON.")
 @click.option(
-    "--kind", "kind", type=click.Choice(KIND_CHOICES, case_sensitive=False), default=None,
+    "--kind",
+    "kind",
+    type=click.Choice(KIND_CHOICES, case_sensitive=False),
+    default=None,
     help="Only plugins of this kind.",
 )
 def list_command(as_json: bool, kind: str | None) -> None:
@@ -63,8 +66,17 @@ def list_command(as_json: bool, kind: str | None) -> None:
             description = one_line(row.error)
         elif row.status == "conflict":
             description = f"{description} — {one_line(row.error)}"
-        cells.append((row.name, row.kind or "?", row.distribution, row.version, description,
-                      _load_time(row.load_seconds), row.status))
+        cells.append(
+            (
+                row.name,
+                row.kind or "?",
+                row.distribution,
+                row.version,
+                description,
+                _load_time(row.load_seconds),
+                row.status,
+            )
+        )
     colour = {"failed": "red", "conflict": "yellow"}
 
     def style(index: int, column: int, text: str) -> str:
@@ -72,16 +84,29 @@ def list_command(as_json: bool, kind: str | None) -> None:
         return click.style(text, fg=fg) if fg else text
 
     width = output_width() or _terminal_columns()
-    click.echo(render_columns(headers, cells, width=width, title="energon-plugins",
-                              folding={"description": 15, "distribution": 8, "kind": 8, "version": 7},
-                              right=frozenset({"load"}), style=style))
-    slow = sorted({(r.distribution, r.load_seconds) for r in rows
-                   if r.load_seconds >= SLOW_LOAD_SECONDS}, key=lambda d: -d[1])
+    click.echo(
+        render_columns(
+            headers,
+            cells,
+            width=width,
+            title="energon-plugins",
+            folding={"description": 15, "distribution": 8, "kind": 8, "version": 7},
+            right=frozenset({"load"}),
+            style=style,
+        )
+    )
+    slow = sorted(
+        {(r.distribution, r.load_seconds) for r in rows if r.load_seconds >= SLOW_LOAD_SECONDS},
+        key=lambda d: -d[1],
+    )
     for distribution, seconds in slow:
-        click.echo(click.style(f"{distribution} takes {seconds:.1f} s to load", fg="yellow")
-                   + ": every energon-plugins call pays it; its plugin module should import "
-                   "heavy packages (torch, transformers) inside factories, not at module level.")
+        click.echo(
+            click.style(f"{distribution} takes {seconds:.1f} s to load", fg="yellow")
+            + ": every energon-plugins call pays it; its plugin module should import "
+            "heavy packages (torch, transformers) inside factories, not at module level."
+        )
     failed = sum(row.status == "failed" for row in rows)
     if failed:
-        click.echo(click.style(f"{failed} plugin module(s) failed to load", fg="red")
-                   + "; the other plugins work.")
+        click.echo(
+            click.style(f"{failed} plugin module(s) failed to load", fg="red") + "; the other plugins work."
+        )

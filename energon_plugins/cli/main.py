@@ -70,7 +70,7 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except (click.exceptions.Exit, click.exceptions.Abort, click.ClickException):
             raise
-        except Exception as exc:  # noqa: BLE001 - filtered by is_user_error
+        except Exception as exc:
             debug = bool((ctx.obj or {}).get("debug"))
             if debug or not is_user_error(exc):
                 raise

@@ -6,23 +6,45 @@ from pathlib import Path
 
 import click
 
-KIND_CHOICES = ["task-encoder", "image-processor", "packing-strategy", "batch-format",
-                "source-format", "task_encoder", "image_processor", "packing_strategy",
-                "batch_format", "source_format"]
+KIND_CHOICES = [
+    "task-encoder",
+    "image-processor",
+    "packing-strategy",
+    "batch-format",
+    "source-format",
+    "task_encoder",
+    "image_processor",
+    "packing_strategy",
+    "batch_format",
+    "source_format",
+]
 
 
 @click.command("new-plugin")
 @click.argument("name")
 @click.option(
-    "--kind", "kind", type=click.Choice(KIND_CHOICES, case_sensitive=False),
-    default="task-encoder", show_default=True, help="What the plugin provides.",
+    "--kind",
+    "kind",
+    type=click.Choice(KIND_CHOICES, case_sensitive=False),
+    default="task-encoder",
+    show_default=True,
+    help="What the plugin provides.",
 )
 @click.option(
-    "--output", "-o", "output", type=click.Path(path_type=Path), default=Path("."),
-    show_default=True, help="The folder to create energon-plugin-NAME in.",
+    "--output",
+    "-o",
+    "output",
+    type=click.Path(path_type=Path),
+    default=Path("."),
+    show_default=True,
+    help="The folder to create energon-plugin-NAME in.",
 )
-@click.option("--description", "summary", default=None,
-              help="One line describing the plugin (shown by `energon-plugins list`).")
+@click.option(
+    "--description",
+    "summary",
+    default=None,
+    help="One line describing the plugin (shown by `energon-plugins list`).",
+)
 def new_plugin_command(name: str, kind: str, output: Path, summary: str | None) -> None:
     """Write the plugin distribution energon-plugin-NAME, ready to `pip install -e`.
 

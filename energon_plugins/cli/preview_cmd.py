@@ -55,9 +55,13 @@ def print_rows(rows: list[dict[str, Any]], seq_length: int) -> None:
                 print_layout(out, row)
                 shown_fields = row["fields"]
         real = sum(s.length for s in row["segments"] if not s.padding)
-        out.rule(escape(f"{row['label']}: {real}/{row['width']} tokens, "
-                        f"{row['num_images']} image(s), "
-                        f"{sum(not s.padding for s in row['segments'])} segment(s)"))
+        out.rule(
+            escape(
+                f"{row['label']}: {real}/{row['width']} tokens, "
+                f"{row['num_images']} image(s), "
+                f"{sum(not s.padding for s in row['segments'])} segment(s)"
+            )
+        )
         record = f"record {row['key']}" if row.get("key") else "record: no key in the batch"
         if row.get("source"):
             record += f" (source {row['source']})"
@@ -68,8 +72,10 @@ def print_rows(rows: list[dict[str, Any]], seq_length: int) -> None:
             out.print(f"[cyan]{escape(describe_video(index, video))}[/cyan]")
         for index, (segment, spans) in enumerate(zip(row["segments"], row["spans"])):
             if len(row["segments"]) > 1:
-                out.print(f"[dim]-- segment {index} [{segment.start}:{segment.end}]"
-                          f"{' padding' if segment.padding else ''} --[/dim]")
+                out.print(
+                    f"[dim]-- segment {index} [{segment.start}:{segment.end}]"
+                    f"{' padding' if segment.padding else ''} --[/dim]"
+                )
             text = []
             for span in spans:
                 piece = escape(span.text)
@@ -83,34 +89,54 @@ def print_rows(rows: list[dict[str, Any]], seq_length: int) -> None:
                     piece = f"[green underline]⟦{piece}⟧[/green underline]"
                 text.append(piece)
             out.print("".join(text))
-    out.print("[dim]⟦…⟧ (green): tokens with loss; everything else is masked "
-              "(label = ignore_index). The text is decoded from the task encoder's batch, "
-              "before the batch format moves the labels where the loop expects them.[/dim]")
+    out.print(
+        "[dim]⟦…⟧ (green): tokens with loss; everything else is masked "
+        "(label = ignore_index). The text is decoded from the task encoder's batch, "
+        "before the batch format moves the labels where the loop expects them.[/dim]"
+    )
 
 
 @click.command("preview")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("-n", "count", type=click.IntRange(min=1), default=4, show_default=True,
-              help="How many rows (encoded sequences) to show.")
-@click.option("--raw", is_flag=True,
-              help="Show the task encoder's batch (its fields before the batch format) "
-                   "instead of the batch the training loop reads.")
-@click.option("--html", "html_path", type=click.Path(dir_okay=False), default=None,
-              help="Also write a self-contained HTML page to FILE.")
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override a config key (dotted keys, YAML values); repeatable.")
-def preview_command(config: str, count: int, raw: bool, html_path: str | None,
-                    sets: tuple[str, ...]) -> None:
+@click.option(
+    "-n",
+    "count",
+    type=click.IntRange(min=1),
+    default=4,
+    show_default=True,
+    help="How many rows (encoded sequences) to show.",
+)
+@click.option(
+    "--raw",
+    is_flag=True,
+    help="Show the task encoder's batch (its fields before the batch format) "
+    "instead of the batch the training loop reads.",
+)
+@click.option(
+    "--html",
+    "html_path",
+    type=click.Path(dir_okay=False),
+    default=None,
+    help="Also write a self-contained HTML page to FILE.",
+)
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a config key (dotted keys, YAML values); repeatable.",
+)
+def preview_command(config: str, count: int, raw: bool, html_path: str | None, sets: tuple[str, ...]) -> None:
     """Show N rows of CONFIG's batches: the loop's keys, shapes and dtypes, each row's record,
     decoded text and masked spans."""
     from energon_plugins.cli._output import startup_status
 
     with startup_status(f"checking {config}...") as status:
+        from energon_plugins.config.overrides import parse_set_option
         from energon_plugins.loading.startup import (
             build_datamodule_step_by_step,
             configured_batch_format,
         )
-        from energon_plugins.config.overrides import parse_set_option
         from energon_plugins.preview.rows import collect_rows
 
         if not (click.get_current_context().find_root().obj or {}).get("debug"):
@@ -120,14 +146,12 @@ def preview_command(config: str, count: int, raw: bool, html_path: str | None,
         overrides = {"num_workers": 0, **dict(parse_set_option(item) for item in sets)}
         datamodule, checked = build_datamodule_step_by_step(config, overrides, status)
         status.update(f"reading {count} row(s) through the loader...")
-        rows = collect_rows(datamodule, count,
-                            None if raw else configured_batch_format(checked))
+        rows = collect_rows(datamodule, count, None if raw else configured_batch_format(checked))
     print_rows(rows, datamodule.seq_length)
     if html_path:
         from pathlib import Path
 
         from energon_plugins.preview.html import render_page
 
-        Path(html_path).write_text(render_page(f"energon-plugins preview: {config}", rows),
-                                   encoding="utf-8")
+        Path(html_path).write_text(render_page(f"energon-plugins preview: {config}", rows), encoding="utf-8")
         click.echo(f"wrote {html_path}", err=True)

@@ -6,8 +6,13 @@ import click
 
 
 @click.command("schema")
-@click.option("-o", "--output", type=click.Path(dir_okay=False, writable=True), default=None,
-              help="Write the schema to FILE instead of stdout.")
+@click.option(
+    "-o",
+    "--output",
+    type=click.Path(dir_okay=False, writable=True),
+    default=None,
+    help="Write the schema to FILE instead of stdout.",
+)
 def schema_command(output: str | None) -> None:
     """Print the JSON Schema of config files, with every installed plugin's options."""
     from energon_plugins.config.schema import config_json_schema

@@ -26,12 +26,14 @@ def option_rows(spec: Any) -> list[dict[str, str]]:
             default = repr(field.default_factory())
         else:
             default = repr(field.default)
-        rows.append({
-            "name": field.alias or name,
-            "type": _type_name(field.annotation),
-            "default": default,
-            "description": field.description or "",
-        })
+        rows.append(
+            {
+                "name": field.alias or name,
+                "type": _type_name(field.annotation),
+                "default": default,
+                "description": field.description or "",
+            }
+        )
     return rows
 
 
@@ -64,23 +66,33 @@ def find_specs(name: str, kind: str | None) -> list[Any]:
 
 @click.command("show")
 @click.argument("name")
-@click.option("--kind", type=click.Choice(KIND_CHOICES, case_sensitive=False), default=None,
-              help="The kind, when the name exists in several kinds.")
+@click.option(
+    "--kind",
+    type=click.Choice(KIND_CHOICES, case_sensitive=False),
+    default=None,
+    help="The kind, when the name exists in several kinds.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print as JSON.")
 def show_command(name: str, kind: str | None, as_json: bool) -> None:
     """Show a plugin: description, distribution, aliases and its options with defaults."""
     specs = find_specs(name, kind)
     if as_json:
-        print_json([
-            {
-                "name": spec.name, "kind": spec.kind, "distribution": spec.distribution,
-                "version": spec.version, "description": spec.description,
-                "aliases": list(spec.aliases), "module": spec.module,
-                "factory": spec.factory if isinstance(spec.factory, str) else repr(spec.factory),
-                "options": option_rows(spec),
-            }
-            for spec in specs
-        ])
+        print_json(
+            [
+                {
+                    "name": spec.name,
+                    "kind": spec.kind,
+                    "distribution": spec.distribution,
+                    "version": spec.version,
+                    "description": spec.description,
+                    "aliases": list(spec.aliases),
+                    "module": spec.module,
+                    "factory": spec.factory if isinstance(spec.factory, str) else repr(spec.factory),
+                    "options": option_rows(spec),
+                }
+                for spec in specs
+            ]
+        )
         return
 
     from rich.table import Table

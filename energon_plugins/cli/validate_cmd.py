@@ -20,37 +20,53 @@ from energon_plugins.cli._output import print_json
 
 @click.command("validate")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option("--set", "sets", multiple=True, metavar="KEY=VALUE",
-              help="Override a key before validating (dotted keys, YAML values); repeatable.")
-@click.option("--deep", is_flag=True,
-              help="Also run the first training batches through the whole pipeline "
-              "(batching, batch format).")
-@click.option("--samples", default=4, show_default=True, type=click.IntRange(min=1),
-              help="How many batches --deep reads.")
-@click.option("--quick", is_flag=True,
-              help="Check the config only: open no tokenizer, component or dataset, read no "
-              "sample (no torch).")
+@click.option(
+    "--set",
+    "sets",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a key before validating (dotted keys, YAML values); repeatable.",
+)
+@click.option(
+    "--deep",
+    is_flag=True,
+    help="Also run the first training batches through the whole pipeline (batching, batch format).",
+)
+@click.option(
+    "--samples",
+    default=4,
+    show_default=True,
+    type=click.IntRange(min=1),
+    help="How many batches --deep reads.",
+)
+@click.option(
+    "--quick",
+    is_flag=True,
+    help="Check the config only: open no tokenizer, component or dataset, read no sample (no torch).",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
-def validate_command(config: str, sets: tuple[str, ...], deep: bool, samples: int, quick: bool,
-                     as_json: bool) -> None:
+def validate_command(
+    config: str, sets: tuple[str, ...], deep: bool, samples: int, quick: bool, as_json: bool
+) -> None:
     """Check CONFIG (YAML or JSON) and what it names; exit 1 listing every error."""
     from energon_plugins.cli._output import startup_status
 
     if quick and deep:
         raise click.UsageError("--quick and --deep exclude each other")
     with startup_status(f"checking {config}...") as status:
-        result, report = _check(config, sets, deep=deep, samples=samples, quick=quick,
-                                progress=status.update)
+        result, report = _check(config, sets, deep=deep, samples=samples, quick=quick, progress=status.update)
         status.stop()
     issues, warnings, notes = report.issues, report.warnings, report.notes
     if as_json:
-        print_json({
-            "config": config,
-            "valid": not issues,
-            "errors": [{"path": i.path, "message": i.message} for i in issues],
-            "warnings": [{"path": w.path, "message": w.message} for w in warnings],
-            "notes": notes,
-        })
+        print_json(
+            {
+                "config": config,
+                "valid": not issues,
+                "errors": [{"path": i.path, "message": i.message} for i in issues],
+                "warnings": [{"path": w.path, "message": w.message} for w in warnings],
+                "notes": notes,
+            }
+        )
     elif issues:
         _print_findings(notes, warnings)
         click.echo(f"{config}: {len(issues)} error{'s' * (len(issues) != 1)}", err=True)
@@ -78,14 +94,21 @@ def _print_findings(notes: list[str], warnings: list[Any]) -> None:
         click.echo(f"warning: {warning.path}: {warning.message}", err=True)
 
 
-def _check(config: str, sets: tuple[str, ...], *, deep: bool, samples: int, quick: bool,
-           progress: Callable[[str], None]) -> tuple[Any, Any]:
+def _check(
+    config: str,
+    sets: tuple[str, ...],
+    *,
+    deep: bool,
+    samples: int,
+    quick: bool,
+    progress: Callable[[str], None],
+) -> tuple[Any, Any]:
     """``(validated config or None, PreflightReport)`` of CONFIG with the ``--set`` overrides."""
     from pathlib import Path
 
+    from energon_plugins.checks.preflight import PreflightReport, run_preflight
     from energon_plugins.config.load import read_config_file
     from energon_plugins.config.overrides import apply_overrides, parse_set_option
-    from energon_plugins.checks.preflight import PreflightReport, run_preflight
     from energon_plugins.config.validate import check_config
 
     data = read_config_file(config)
@@ -96,5 +119,4 @@ def _check(config: str, sets: tuple[str, ...], *, deep: bool, samples: int, quic
     from energon_plugins._quiet import quietly
 
     with quietly():
-        return result, run_preflight(result, read=True, deep=deep, samples=samples,
-                                     progress=progress)
+        return result, run_preflight(result, read=True, deep=deep, samples=samples, progress=progress)

@@ -18,7 +18,6 @@ from energon_plugins.config.validate import (
     validate_config,
 )
 
-
 __all__ = [
     "ConfigIssue",
     "ConfigValidationError",

@@ -45,9 +45,7 @@ def dataset_splits(path: str | Path) -> tuple[str, list[str]]:
         if p.suffix in (".yaml", ".yml"):
             data = _load_yaml(p)
             if not isinstance(data, dict) or not isinstance(data.get("splits"), dict):
-                raise DatasetError(
-                    f"{p}: not an Energon metadataset (a YAML file with a 'splits' mapping)"
-                )
+                raise DatasetError(f"{p}: not an Energon metadataset (a YAML file with a 'splits' mapping)")
             return "metadataset", [str(k) for k in data["splits"]]
         raise DatasetError(
             f"{p}: not an Energon dataset (expected a prepared dataset folder, a metadataset "
@@ -58,9 +56,7 @@ def dataset_splits(path: str | Path) -> tuple[str, list[str]]:
         hint = ""
         if any(p.glob("*.tar")):
             hint = f" It holds .tar shards: run `energon prepare {p}` first."
-        raise DatasetError(
-            f"{p}: not an Energon dataset (no {META_DIR}/dataset.yaml).{hint}"
-        )
+        raise DatasetError(f"{p}: not an Energon dataset (no {META_DIR}/dataset.yaml).{hint}")
     split_file = meta / "split.yaml"
     if not split_file.is_file():
         raise DatasetError(f"{p}: {META_DIR}/split.yaml is missing (re-run `energon prepare`)")
@@ -85,8 +81,7 @@ def check_dataset(path: str | Path, splits: Iterable[str] = ("train",)) -> str:
     for split in splits:
         if split not in have:
             raise DatasetError(
-                f"{path}: the {kind} has no {split!r} split (it has: "
-                f"{', '.join(sorted(have)) or 'none'})"
+                f"{path}: the {kind} has no {split!r} split (it has: {', '.join(sorted(have)) or 'none'})"
             )
     return kind
 

@@ -16,8 +16,8 @@ from typing import Any
 
 import yaml
 
-from energon_plugins.errors import DatasetError
 from energon_plugins.config.dataset_check import META_DIR
+from energon_plugins.errors import DatasetError
 
 CRUDE = "CrudeWebdataset"
 
@@ -84,8 +84,7 @@ def _metadataset_parts(
         target = target if target.is_absolute() else base / target
         if not target.exists():
             raise DatasetError(
-                f"the metadataset {str(source)!r} names path {raw!r}, which does not exist "
-                f"({target})"
+                f"the metadataset {str(source)!r} names path {raw!r}, which does not exist ({target})"
             )
         yield from dataset_parts(target, here, seen=seen)
     for key, value in node.items():

@@ -29,12 +29,16 @@ class EnergonArgument:
 
 ENERGON_DATASET_ARGUMENTS: dict[str, EnergonArgument] = {
     "batch_drop_last": EnergonArgument(
-        True, False, "drop each worker's last partial training batch (validation keeps every "
-        "sample and pads instead)"),
+        True,
+        False,
+        "drop each worker's last partial training batch (validation keeps every sample and pads instead)",
+    ),
     "virtual_epoch_length": EnergonArgument(
-        True, False, "training: end an epoch after this many batches (0: never)"),
+        True, False, "training: end an epoch after this many batches (0: never)"
+    ),
     "shuffle_over_epochs_multiplier": EnergonArgument(
-        True, False, "training: shuffle shards over this many epochs (-1: with replacement)"),
+        True, False, "training: shuffle shards over this many epochs (-1: with replacement)"
+    ),
     "repeat": EnergonArgument(True, False, "training: loop the dataset (default true)"),
     "dataset_config": EnergonArgument(True, True, "the dataset config file in .nv-meta/"),
     "split_config": EnergonArgument(True, True, "the split config file in .nv-meta/"),
@@ -69,8 +73,7 @@ ENERGON_REFUSED: dict[str, str] = {
     "auto_decode": "deprecated by Energon; the task encoder's decoder attribute decides decoding",
     "image_decode": "deprecated by Energon; the task encoder's decoder attribute decides decoding",
     "av_decode": "deprecated by Energon; the task encoder's decoder attribute decides decoding",
-    "video_decode_audio": "deprecated by Energon; the task encoder's decoder attribute decides "
-    "decoding",
+    "video_decode_audio": "deprecated by Energon; the task encoder's decoder attribute decides decoding",
     "decoder": "the task encoder's decoder attribute decides decoding",
     "cache_pool": "not supported by the datamodule's loaders",
     "shuffle_over_epochs": "named shuffle_over_epochs_multiplier in get_train_dataset",

@@ -48,8 +48,7 @@ def parse_config_text(text: str, *, source: str = "<string>", json_format: bool 
         raise ConfigError(f"config file {source!r} nests values too deeply to read") from exc
     except json.JSONDecodeError as exc:
         raise ConfigError(
-            f"config file {source!r} is not valid JSON: {exc.msg} (line {exc.lineno}, "
-            f"column {exc.colno})"
+            f"config file {source!r} is not valid JSON: {exc.msg} (line {exc.lineno}, column {exc.colno})"
         ) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {source!r} is not valid YAML: {_yaml_message(exc)}") from exc
@@ -58,9 +57,7 @@ def parse_config_text(text: str, *, source: str = "<string>", json_format: bool 
     except (ValueError, LookupError, AttributeError) as exc:
         # PyYAML's safe constructors raise these (not YAMLError) for scalars Python cannot
         # build (2020-02-30, !!int x, 0x_); int() for over 4300 digits
-        raise ConfigError(
-            f"config file {source!r} holds a value that cannot be read: {exc}"
-        ) from exc
+        raise ConfigError(f"config file {source!r} holds a value that cannot be read: {exc}") from exc
     if data is None:
         raise ConfigError(f"config file {source!r} is empty; expected a mapping with at least 'path'")
     if not isinstance(data, Mapping):
@@ -116,10 +113,7 @@ def load_config(
         data = dict(source)
     else:
         raise ConfigError(
-            f"expected a config file path, a mapping or a DataModuleConfig, "
-            f"got {type(source).__name__}"
+            f"expected a config file path, a mapping or a DataModuleConfig, got {type(source).__name__}"
         )
     data = apply_overrides(data, overrides or {}, registry=registry)
-    return validate_config(
-        data, base_dir=base_dir, registry=registry, source=label, check_paths=check_paths
-    )
+    return validate_config(data, base_dir=base_dir, registry=registry, source=label, check_paths=check_paths)

@@ -14,17 +14,17 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from energon_plugins.config.energon_arguments import (
+    ENERGON_DATASET_ARGUMENTS,
+    ENERGON_RESERVED,
+)
+from energon_plugins.config.settings import LoaderSettings
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.host.defaults import (
     DEFAULT_BATCH_FORMAT,
     DEFAULT_IMAGE_PROCESSOR,
     DEFAULT_TASK_ENCODER,
 )
-from energon_plugins.config.energon_arguments import (
-    ENERGON_DATASET_ARGUMENTS,
-    ENERGON_RESERVED,
-)
-from energon_plugins.config.settings import LoaderSettings
 
 PluginName = Annotated[str, StringConstraints(strip_whitespace=True, min_length=1)]
 
@@ -78,12 +78,8 @@ class PackingSelection(BaseModel):
 
     model_config = _STRICT
 
-    name: PluginName = Field(
-        description="A registered packing strategy, e.g. 'first-fit-decreasing'."
-    )
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="The strategy's own options."
-    )
+    name: PluginName = Field(description="A registered packing strategy, e.g. 'first-fit-decreasing'.")
+    options: dict[str, Any] = Field(default_factory=dict, description="The strategy's own options.")
 
 
 class BatchFormatSelection(BaseModel):
@@ -100,9 +96,7 @@ class BatchFormatSelection(BaseModel):
         description="A registered batch format: plain name, alias or 'distribution:name'; "
         "default: the built-in megatron-bridge.",
     )
-    options: dict[str, Any] = Field(
-        default_factory=dict, description="The format's own options."
-    )
+    options: dict[str, Any] = Field(default_factory=dict, description="The format's own options.")
 
 
 class ValidationTaskEncoderSelection(BaseModel):

@@ -33,9 +33,7 @@ def expand_dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
         clash = next((other for other in keys if other.startswith(key + ".")), None)
         value = overrides[key]
         if clash is not None and not isinstance(value, Mapping):
-            raise ConfigError(
-                f"overrides {key!r} and {clash!r} conflict: {key!r} replaces the whole value"
-            )
+            raise ConfigError(f"overrides {key!r} and {clash!r} conflict: {key!r} replaces the whole value")
     for key, value in overrides.items():
         parts = str(key).split(".")
         if not all(parts):
@@ -47,8 +45,7 @@ def expand_dotted(overrides: Mapping[str, Any]) -> dict[str, Any]:
     return result
 
 
-def _switches_plugin(key: str, current: Mapping[str, Any], patch: Mapping[str, Any],
-                     registry: Any) -> bool:
+def _switches_plugin(key: str, current: Mapping[str, Any], patch: Mapping[str, Any], registry: Any) -> bool:
     """Whether ``patch`` selects another plugin than the selection ``current`` under ``key``
     (both have a ``name``, and the names select different plugins)."""
     if "name" not in current or "name" not in patch:
@@ -79,14 +76,16 @@ def _same_plugin(key: str, old: Any, new: Any, registry: Any) -> bool:
             from energon_plugins.host.manager import get_registry
 
             registry = get_registry()
-        return (registry.resolve(kind, str(old)).qualified_name
-                == registry.resolve(kind, str(new)).qualified_name)
+        return (
+            registry.resolve(kind, str(old)).qualified_name == registry.resolve(kind, str(new)).qualified_name
+        )
     except EnergonPluginsError:
         return False
 
 
-def merge(base: Mapping[str, Any], patch: Mapping[str, Any], *, where: str = "",
-          registry: Any = None) -> dict[str, Any]:
+def merge(
+    base: Mapping[str, Any], patch: Mapping[str, Any], *, where: str = "", registry: Any = None
+) -> dict[str, Any]:
     """Return ``base`` with ``patch`` merged in: mappings recursively, other values replaced.
 
     A patch that selects another plugin (a name that is not the selected plugin's, nor one of
@@ -97,16 +96,20 @@ def merge(base: Mapping[str, Any], patch: Mapping[str, Any], *, where: str = "",
     out = {k: copy.deepcopy(v) for k, v in base.items()}
     for key, value in patch.items():
         current = out.get(key)
-        if (isinstance(value, Mapping) and isinstance(current, Mapping)
-                and not _switches_plugin(key, current, value, registry)):
+        if (
+            isinstance(value, Mapping)
+            and isinstance(current, Mapping)
+            and not _switches_plugin(key, current, value, registry)
+        ):
             out[key] = merge(current, value, where=where, registry=registry)
         else:
             out[key] = copy.deepcopy(dict(value)) if isinstance(value, Mapping) else value
     return out
 
 
-def apply_overrides(data: Mapping[str, Any], overrides: Mapping[str, Any], *,
-                    registry: Any = None) -> dict[str, Any]:
+def apply_overrides(
+    data: Mapping[str, Any], overrides: Mapping[str, Any], *, registry: Any = None
+) -> dict[str, Any]:
     """Return a copy of ``data`` with ``overrides`` applied by the rule in this module's doc;
     ``registry`` (default: the one in use) tells which names are aliases of each other."""
     if not overrides:

@@ -28,9 +28,7 @@ def _expanded_size(node: yaml.Node, source: str) -> int:
     while stack:
         current, depth, done = stack.pop()
         if depth > MAX_DEPTH:
-            raise ConfigError(
-                f"config {source!r} nests mappings or lists deeper than {MAX_DEPTH} levels"
-            )
+            raise ConfigError(f"config {source!r} nests mappings or lists deeper than {MAX_DEPTH} levels")
         if id(current) in sizes:
             continue
         children = _children(current)
@@ -69,9 +67,7 @@ def load_yaml(text: str, source: str = "<string>") -> Any:
         try:
             node = loader.get_single_node()
         except RecursionError as exc:
-            raise ConfigError(
-                f"config {source!r} nests mappings or lists too deeply to read"
-            ) from exc
+            raise ConfigError(f"config {source!r} nests mappings or lists too deeply to read") from exc
         if node is None:
             return None
         _expanded_size(node, source)

@@ -168,9 +168,7 @@ def cross_field_issues(
                 if dp_size and dp_size > 1
                 else f"micro_batch_size ({micro})"
             )
-            issues.append(
-                ConfigIssue("global_batch_size", f"{global_} must be a multiple of {what}")
-            )
+            issues.append(ConfigIssue("global_batch_size", f"{global_} must be a multiple of {what}"))
     kept = _positive(values.get("n_checkpoints"))
     workers = _positive(values.get("num_workers", 1)) or 0
     if kept is not None and kept < PREFETCH_FACTOR * max(workers, 1) + 1:

@@ -27,12 +27,18 @@ from typing import Any
 
 import pydantic
 
+from energon_plugins.config.energon_arguments import energon_argument_issues
 from energon_plugins.config.model import (
     DEFAULT_BATCH_FORMAT,
     DEFAULT_IMAGE_PROCESSOR,
     DEFAULT_TASK_ENCODER,
     SELECTIONS,
     DataModuleConfig,
+)
+from energon_plugins.config.settings import (
+    ConfigIssue,
+    cross_field_issues,
+    issue_from_pydantic,
 )
 from energon_plugins.errors import ConfigError, PluginConflictError, PluginNotFoundError
 from energon_plugins.host.registry import (
@@ -41,13 +47,7 @@ from energon_plugins.host.registry import (
     option_names,
     unknown_key_problems,
 )
-from energon_plugins.config.energon_arguments import energon_argument_issues
 from energon_plugins.strict_types import integer_problems
-from energon_plugins.config.settings import (
-    ConfigIssue,
-    cross_field_issues,
-    issue_from_pydantic,
-)
 
 _MISSING = object()
 _SELECTION_KEYS = frozenset(SELECTIONS)
@@ -127,9 +127,7 @@ def validate_config(
     Raises:
         ConfigValidationError: listing every issue with its dotted path.
     """
-    config, issues = check_config(
-        data, base_dir=base_dir, registry=registry, check_paths=check_paths
-    )
+    config, issues = check_config(data, base_dir=base_dir, registry=registry, check_paths=check_paths)
     if issues or config is None:
         raise ConfigValidationError(issues, source)
     return config
@@ -146,9 +144,7 @@ def _structure_issues(data: Mapping[str, Any]) -> list[ConfigIssue]:
     return []
 
 
-def _issue_from_pydantic(
-    error: Any, root: type[pydantic.BaseModel], prefix: str = ""
-) -> ConfigIssue:
+def _issue_from_pydantic(error: Any, root: type[pydantic.BaseModel], prefix: str = "") -> ConfigIssue:
     return issue_from_pydantic(error, root, prefix, mapping_keys=_SELECTION_KEYS)
 
 
@@ -216,11 +212,12 @@ def option_issues(spec: PluginSpec, options: Mapping[str, Any], path: str) -> li
             return [ConfigIssue(path, f"{spec.label} takes no options, got {_short(dict(options))}")]
         return []
     known = option_names(model)
-    issues = [ConfigIssue(where, why)
-              for where, why in unknown_key_problems(model, options, path, owner=spec.label)]
+    issues = [
+        ConfigIssue(where, why) for where, why in unknown_key_problems(model, options, path, owner=spec.label)
+    ]
     strict = integer_problems(model, options, path)
     issues += [ConfigIssue(where, f"{why} ({spec.label})") for where, why in strict]
-    refused = {where[len(path) + 1:].split(".")[0] for where, _ in strict}  # reported once
+    refused = {where[len(path) + 1 :].split(".")[0] for where, _ in strict}  # reported once
     try:
         model.model_validate({k: v for k, v in options.items() if k in known and k not in refused})
     except pydantic.ValidationError as exc:
@@ -257,8 +254,9 @@ def dataset_path_problem(path: Path) -> str | None:
     return None
 
 
-def _path_issues(key: str, check: Any, data: Mapping[str, Any], base: Path,
-                 resolved: dict[str, str]) -> list[ConfigIssue]:
+def _path_issues(
+    key: str, check: Any, data: Mapping[str, Any], base: Path, resolved: dict[str, str]
+) -> list[ConfigIssue]:
     """``check``'s issues, or one naming ``key`` when the path cannot even be looked at (a
     name part over the file system's limit, ``~user`` of an unknown user)."""
     try:
@@ -268,9 +266,7 @@ def _path_issues(key: str, check: Any, data: Mapping[str, Any], base: Path,
         return [ConfigIssue(key, f"cannot look at this path: {reason}")]
 
 
-def _dataset_path_issues(
-    data: Mapping[str, Any], base: Path, resolved: dict[str, str]
-) -> list[ConfigIssue]:
+def _dataset_path_issues(data: Mapping[str, Any], base: Path, resolved: dict[str, str]) -> list[ConfigIssue]:
     raw = data.get("path")
     if not isinstance(raw, str) or not raw.strip():
         if isinstance(raw, str):

@@ -23,5 +23,4 @@ _LAZY = {
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins.convert", globals(), _LAZY)
 
-__all__ = ["REASONS", "ConvertResult", "ConvertSettings", "RecordError", "SourceRecord",
-           "convert_dataset"]
+__all__ = ["REASONS", "ConvertResult", "ConvertSettings", "RecordError", "SourceRecord", "convert_dataset"]

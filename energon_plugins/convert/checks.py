@@ -21,7 +21,12 @@ FROM_ROLE = {"system": "system", "user": "human", "assistant": "gpt"}
 """ChatML roles -> the GPT-style ``from`` values the crude ``chatml`` format stores."""
 
 EXTENSION_OF_FORMAT = {
-    "JPEG": "jpg", "MPO": "jpg", "PNG": "png", "WEBP": "webp", "GIF": "gif", "BMP": "bmp",
+    "JPEG": "jpg",
+    "MPO": "jpg",
+    "PNG": "png",
+    "WEBP": "webp",
+    "GIF": "gif",
+    "BMP": "bmp",
     "TIFF": "tiff",
 }
 """PIL formats stored as they are, with the extension Energon's decoder reads them by (all in
@@ -47,8 +52,9 @@ def check_turns(turns: list[dict[str, str]], num_images: int, image_token: str) 
         expected = "user" if offset % 2 == 0 else "assistant"
         if role != expected:
             raise RecordError(
-                "roles", f"turn {start + offset} is {role!r} where {expected!r} was expected "
-                f"(roles: {', '.join(roles)})"
+                "roles",
+                f"turn {start + offset} is {role!r} where {expected!r} was expected "
+                f"(roles: {', '.join(roles)})",
             )
     if body[-1] != "assistant":
         raise RecordError("roles", f"the conversation ends with a user turn (roles: {', '.join(roles)})")
@@ -59,13 +65,13 @@ def check_turns(turns: list[dict[str, str]], num_images: int, image_token: str) 
     if tags != num_images:
         raise RecordError(
             "placeholder_mismatch",
-            f"the turns hold {tags} {image_token!r} placeholder(s) but the record has "
-            f"{num_images} image(s)",
+            f"the turns hold {tags} {image_token!r} placeholder(s) but the record has {num_images} image(s)",
         )
 
 
-def check_image(data: bytes, index: int, reencode: Reencode,
-                max_pixels: int | None = None) -> tuple[str, bytes]:
+def check_image(
+    data: bytes, index: int, reencode: Reencode, max_pixels: int | None = None
+) -> tuple[str, bytes]:
     """``(extension, bytes)`` to store for one image, after checking its header declares at
     most ``max_pixels`` (default: :func:`~energon_plugins.convert.formats.media.current_media_limits`)
     and then that it decodes.
@@ -88,9 +94,11 @@ def check_image(data: bytes, index: int, reencode: Reencode,
                 width, height = image.size
                 if width * height > max_pixels:
                     raise RecordError(
-                        "too_many_pixels", f"image {index} declares {width}x{height} = "
+                        "too_many_pixels",
+                        f"image {index} declares {width}x{height} = "
                         f"{width * height} pixels, more than the {max_pixels} allowed "
-                        "(--max-image-pixels); not decoded")
+                        "(--max-image-pixels); not decoded",
+                    )
                 kind = image.format or ""
                 extension = EXTENSION_OF_FORMAT.get(kind)
                 if reencode is None and extension is not None:
@@ -122,7 +130,11 @@ def _reencode(image, target: str) -> tuple[str, bytes]:
 
 
 def sample_parts(
-    record: SourceRecord, location: str, *, image_token: str, reencode: Reencode,
+    record: SourceRecord,
+    location: str,
+    *,
+    image_token: str,
+    reencode: Reencode,
     max_pixels: int | None = None,
 ) -> list[tuple[str, bytes]]:
     """Check ``record`` and return its tar parts: ``json`` first, then ``0.<ext>``, ``1.<ext>``...

@@ -49,8 +49,9 @@ class DuplicateIds:
         """Note the id of a written record (None: the record has no id)."""
         if ident is None:
             return
-        digest = int.from_bytes(hashlib.blake2b(ident.encode("utf-8", "surrogatepass"),
-                                                digest_size=8).digest(), "little")
+        digest = int.from_bytes(
+            hashlib.blake2b(ident.encode("utf-8", "surrogatepass"), digest_size=8).digest(), "little"
+        )
         if digest in self._seen:
             self.count += 1
             if len(self.examples) < EXAMPLES and ident not in self.examples:
@@ -76,8 +77,10 @@ class DuplicateIds:
         if not self.count:
             return None
         shown = ", ".join(repr(ident) for ident in self.examples)
-        return (f"{self.count} written record(s) repeat the id of an earlier record (e.g. "
-                f"{shown}); all were written, as samples are keyed by position, not by id")
+        return (
+            f"{self.count} written record(s) repeat the id of an earlier record (e.g. "
+            f"{shown}); all were written, as samples are keyed by position, not by id"
+        )
 
 
 # ----------------------------------------------------------------------------- most rejected
@@ -119,8 +122,11 @@ def _folders(root: pathlib.Path, skip: pathlib.Path) -> list[pathlib.Path]:
             entries = sorted(os.scandir(folder), key=lambda e: e.name)
         except OSError:
             continue
-        queue.extend((pathlib.Path(e.path), depth + 1) for e in entries
-                     if e.is_dir(follow_symlinks=False) and not e.name.startswith("."))
+        queue.extend(
+            (pathlib.Path(e.path), depth + 1)
+            for e in entries
+            if e.is_dir(follow_symlinks=False) and not e.name.startswith(".")
+        )
     return found
 
 
@@ -133,8 +139,7 @@ def _candidates(path: pathlib.Path, root: pathlib.Path) -> list[pathlib.PurePath
     return [pathlib.PurePath(*parts[i:]) for i in range(len(parts))]
 
 
-def missing_image_hint(report: pathlib.Path, source: pathlib.Path, output: pathlib.Path
-                       ) -> str | None:
+def missing_image_hint(report: pathlib.Path, source: pathlib.Path, output: pathlib.Path) -> str | None:
     """Where the images the report says are missing are found under the source's folder, as a
     sentence naming the ``image_folder`` to pass (None when they are not found)."""
     root = source if source.is_dir() else source.parent
@@ -145,8 +150,11 @@ def missing_image_hint(report: pathlib.Path, source: pathlib.Path, output: pathl
     best: tuple[int, int, pathlib.Path] | None = None
     for folder in _folders(root, output):
         for length in range(4, 0, -1):  # a longer matching name is the likelier one
-            hits = sum(1 for candidates in names
-                       if any(len(c.parts) == length and (folder / c).is_file() for c in candidates))
+            hits = sum(
+                1
+                for candidates in names
+                if any(len(c.parts) == length and (folder / c).is_file() for c in candidates)
+            )
             if hits and (best is None or (hits, length) > best[:2]):
                 best = (hits, length, folder)
     if best is None:
@@ -154,24 +162,35 @@ def missing_image_hint(report: pathlib.Path, source: pathlib.Path, output: pathl
     hits, _, folder = best
     shown = os.path.relpath(folder)
     shown = str(folder) if shown.startswith("..") else shown
-    return (f"{hits} of the first {len(missing)} missing images are under {folder}: "
-            f"pass -o image_folder={shown}")
+    return (
+        f"{hits} of the first {len(missing)} missing images are under {folder}: pass -o image_folder={shown}"
+    )
 
 
-def warnings_for(rejected: dict[str, int], records: int, report: pathlib.Path,
-                 source: pathlib.Path, output: pathlib.Path, reader: Any) -> list[str]:
+def warnings_for(
+    rejected: dict[str, int],
+    records: int,
+    report: pathlib.Path,
+    source: pathlib.Path,
+    output: pathlib.Path,
+    reader: Any,
+) -> list[str]:
     """The warnings about rejected records: the dominant reason, with a likely fix."""
     dominant = dominant_reason(rejected, records)
     if dominant is None:
         return []
     reason, count = dominant
-    line = (f"{count} of {records} records ({100 * count / records:.0f}%) were rejected as "
-            f"{reason}: {REASONS.get(reason, 'see the report')}")
+    line = (
+        f"{count} of {records} records ({100 * count / records:.0f}%) were rejected as "
+        f"{reason}: {REASONS.get(reason, 'see the report')}"
+    )
     if reason == "missing_image":
         hint = missing_image_hint(report, source, output)
         if hint and not hasattr(getattr(reader, "options", None), "image_folder"):
-            hint = hint.replace("pass -o image_folder=", "point the source format's image "
-                                "folder option at ")
-        line += f". {hint}" if hint else (". Is the image folder right? (-o image_folder=..., "
-                                          "relative to the current folder)")
+            hint = hint.replace("pass -o image_folder=", "point the source format's image folder option at ")
+        line += (
+            f". {hint}"
+            if hint
+            else (". Is the image folder right? (-o image_folder=..., relative to the current folder)")
+        )
     return [line]

@@ -167,8 +167,7 @@ def _fresh_std_streams() -> None:
             fd = stream.fileno()
         except (AttributeError, OSError, ValueError):  # not a real file (captured output)
             continue
-        fresh = open(os.dup(fd), "w", buffering=1,  # noqa: SIM115 - open for the child's life
-                     encoding=stream.encoding, errors=stream.errors)
+        fresh = open(os.dup(fd), "w", buffering=1, encoding=stream.encoding, errors=stream.errors)
         setattr(sys, name, fresh)
 
 
@@ -254,8 +253,9 @@ def call_in_child(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     methods = multiprocessing.get_all_start_methods()
     context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
     receiver, sender = context.Pipe(duplex=False)
-    process = context.Process(target=_call_main, args=(sender, os.getpid(), fn, args),
-                              name=f"energon-plugins {what}")
+    process = context.Process(
+        target=_call_main, args=(sender, os.getpid(), fn, args), name=f"energon-plugins {what}"
+    )
     outcome = None
     try:
         start_child(process)
@@ -273,7 +273,8 @@ def call_in_child(what: str, fn: Callable[..., Any], *args: Any) -> Any:
         sender.close()
     if outcome is None:
         raise stopped_by_signal(process.exitcode) or ConvertError(
-            f"{what} failed: its process ended ({describe_exit(process.exitcode)})")
+            f"{what} failed: its process ended ({describe_exit(process.exitcode)})"
+        )
     if outcome[0]:
         return outcome[1]
     raise outcome[1] from RemoteTraceback(outcome[2])

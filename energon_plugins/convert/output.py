@@ -23,8 +23,17 @@ from energon_plugins.convert.state import STATE_NAME, load_state
 from energon_plugins.errors import ConvertError
 
 INDEX_FOLDER = ".nv-meta"
-INDEX_FILES = ("dataset.yaml", "split.yaml", ".info.json", ".info.yaml", "index.sqlite",
-               "index.sqlite-journal", "index.sqlite-wal", "index.sqlite-shm", "index.uuid")
+INDEX_FILES = (
+    "dataset.yaml",
+    "split.yaml",
+    ".info.json",
+    ".info.yaml",
+    "index.sqlite",
+    "index.sqlite-journal",
+    "index.sqlite-wal",
+    "index.sqlite-shm",
+    "index.uuid",
+)
 """What ``prepare_energon`` writes in ``.nv-meta/`` (Energon's prepare API and ``dataset.yaml``)."""
 STATE_TMP = STATE_NAME + ".tmp"
 ANY_SPLIT = "[A-Za-z0-9_]+"
@@ -79,8 +88,7 @@ def earlier_files(output: pathlib.Path, state: dict[str, Any] | None) -> Earlier
     meta = output / INDEX_FOLDER
     index = [meta / name for name in INDEX_FILES if (meta / name).is_file()]
     if meta.is_dir():
-        others += [f"{INDEX_FOLDER}/{p.name}" for p in sorted(meta.iterdir())
-                   if p.name not in INDEX_FILES]
+        others += [f"{INDEX_FOLDER}/{p.name}" for p in sorted(meta.iterdir()) if p.name not in INDEX_FILES]
     return EarlierFiles(shards, own, index, others)
 
 
@@ -103,8 +111,14 @@ def _state_or_none(output: pathlib.Path, overwrite: bool) -> dict[str, Any] | No
         raise
 
 
-def check_output(output: pathlib.Path, source: pathlib.Path, *, resume: bool, overwrite: bool,
-                 notice: Callable[[str], None]) -> dict[str, Any] | None:
+def check_output(
+    output: pathlib.Path,
+    source: pathlib.Path,
+    *,
+    resume: bool,
+    overwrite: bool,
+    notice: Callable[[str], None],
+) -> dict[str, Any] | None:
     """The state to resume from (None: start fresh), after checking the output folder; with
     ``overwrite`` the earlier conversion's files are removed first (``notice`` says which).
 
@@ -116,8 +130,10 @@ def check_output(output: pathlib.Path, source: pathlib.Path, *, resume: bool, ov
     if output == source or source in output.parents:
         raise ConvertError(f"{output}: the output folder must not be the source or inside it")
     if output in source.parents:
-        raise ConvertError(f"{source}: the source is inside the output folder {output}; "
-                           "choose another output folder (or move the source out of it)")
+        raise ConvertError(
+            f"{source}: the source is inside the output folder {output}; "
+            "choose another output folder (or move the source out of it)"
+        )
     if not output.exists():
         return None
     if not output.is_dir():
@@ -127,8 +143,9 @@ def check_output(output: pathlib.Path, source: pathlib.Path, *, resume: bool, ov
     if not present:
         return None
     if not has_state:
-        raise ConvertError(f"{output}: the folder is not empty and holds no {STATE_NAME}; "
-                           "choose a new or empty folder")
+        raise ConvertError(
+            f"{output}: the folder is not empty and holds no {STATE_NAME}; choose a new or empty folder"
+        )
     state = _state_or_none(output, overwrite and not resume)
     if resume:
         return state
@@ -138,8 +155,11 @@ def check_output(output: pathlib.Path, source: pathlib.Path, *, resume: bool, ov
             "to continue it or --overwrite to start over"
         )
     files = earlier_files(output, state)
-    kept = f" (kept: {', '.join(files.others[:5])}{' ...' if len(files.others) > 5 else ''})" \
-        if files.others else ""
+    kept = (
+        f" (kept: {', '.join(files.others[:5])}{' ...' if len(files.others) > 5 else ''})"
+        if files.others
+        else ""
+    )
     notice(f"--overwrite: removing {files.describe()} of the earlier conversion in {output}{kept}")
     for path in files.shards + files.own:
         path.unlink(missing_ok=True)
@@ -152,12 +172,15 @@ def disk_full_error(exc: BaseException, output: pathlib.Path) -> ConvertError | 
     for anything else)."""
     if isinstance(exc, OSError) and exc.errno in DISK_FULL:
         name, detail = DISK_FULL[exc.errno], exc.strerror or str(exc)
-    elif isinstance(exc, sqlite3.OperationalError) and \
-            (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (sqlite3.SQLITE_FULL, sqlite3.SQLITE_IOERR):
+    elif isinstance(exc, sqlite3.OperationalError) and (getattr(exc, "sqlite_errorcode", 0) & 0xFF) in (
+        sqlite3.SQLITE_FULL,
+        sqlite3.SQLITE_IOERR,
+    ):
         # Energon's index: SQLite says SQLITE_FULL, or only "disk I/O error" over a size limit
         name = getattr(exc, "sqlite_errorname", "SQLITE_FULL")
         detail = f"writing Energon's index: {exc}" + (
-            "" if name == "SQLITE_FULL" else " (a full disk or a file-size limit?)")
+            "" if name == "SQLITE_FULL" else " (a full disk or a file-size limit?)"
+        )
     else:
         return None
     filename = getattr(exc, "filename", None)

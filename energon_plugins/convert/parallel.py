@@ -45,9 +45,14 @@ def _context() -> Any:
     return multiprocessing.get_context("fork" if "fork" in methods else "spawn")
 
 
-def _worker_main(connection: Connection, inherited: list[Connection], parent_pid: int,
-                 fn: Callable[[Any], Any], initializer: Callable[..., None],
-                 initargs: tuple) -> None:
+def _worker_main(
+    connection: Connection,
+    inherited: list[Connection],
+    parent_pid: int,
+    fn: Callable[[Any], Any],
+    initializer: Callable[..., None],
+    initargs: tuple,
+) -> None:
     """A worker: ``(index, item)`` in, ``(index, True, fn(item))`` or ``(index, False,
     exception, traceback)`` out, until ``None`` or the end of the pipe."""
     child_ignores_interrupts(parent_pid)
@@ -92,8 +97,9 @@ class _Pool:
     """``count`` started workers; :meth:`ordered` maps over them, :meth:`close` or
     :meth:`kill` ends them."""
 
-    def __init__(self, count: int, fn: Callable[[Any], Any], initializer: Callable[..., None],
-                 initargs: tuple) -> None:
+    def __init__(
+        self, count: int, fn: Callable[[Any], Any], initializer: Callable[..., None], initargs: tuple
+    ) -> None:
         context = _context()
         fork = context.get_start_method() == "fork"
         self.workers: list[_Worker] = []
@@ -102,8 +108,10 @@ class _Pool:
                 ours, theirs = context.Pipe()
                 inherited = [worker.connection for worker in self.workers] + [ours] if fork else []
                 process = context.Process(
-                    target=_worker_main, name=f"energon-plugins convert worker {number}",
-                    args=(theirs, inherited, os.getpid(), fn, initializer, initargs), daemon=True,
+                    target=_worker_main,
+                    name=f"energon-plugins convert worker {number}",
+                    args=(theirs, inherited, os.getpid(), fn, initializer, initargs),
+                    daemon=True,
                 )
                 self.workers.append(_Worker(process, ours))
                 try:

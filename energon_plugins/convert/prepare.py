@@ -38,11 +38,15 @@ def _prepare_energon(output: pathlib.Path, shards: dict[str, list[str]], workers
     from megatron.energon.flavors.webdataset.base_webdataset import BaseWebdatasetFactory
 
     names = [name for split_names in shards.values() for name in split_names]
-    patterns = [(split, f"^{re.escape(split)}-[0-9]+[.]tar$") for split, split_names in shards.items()
-                if split_names]
+    patterns = [
+        (split, f"^{re.escape(split)}-[0-9]+[.]tar$") for split, split_names in shards.items() if split_names
+    ]
     with contextlib.redirect_stdout(io.StringIO()):
         BaseWebdatasetFactory.prepare_dataset(
-            output, names, split_parts_patterns=patterns, shuffle_seed=None,
+            output,
+            names,
+            split_parts_patterns=patterns,
+            shuffle_seed=None,
             workers=max(1, min(workers, len(names), 8)),
         )
     (output / ".nv-meta" / "dataset.yaml").write_text(DATASET_YAML, encoding="utf-8")

@@ -76,8 +76,9 @@ def count_records(reader: Any, source: pathlib.Path, files: list[pathlib.Path] |
     return sum(1 for _ in reader.scan(source))
 
 
-def _count_in_child(connection: Any, parent_pid: int, reader: Any, source: pathlib.Path,
-                    files: list[pathlib.Path] | None) -> None:
+def _count_in_child(
+    connection: Any, parent_pid: int, reader: Any, source: pathlib.Path, files: list[pathlib.Path] | None
+) -> None:
     child_ignores_interrupts(parent_pid)  # Ctrl-C and SIGTERM are the parent's to handle
     try:
         connection.send(count_records(reader, source, files))
@@ -95,9 +96,12 @@ class RecordCounter:
         methods = multiprocessing.get_all_start_methods()
         context: Any = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
         self._receive, send = context.Pipe(duplex=False)
-        self._process = context.Process(target=_count_in_child, daemon=True,
-                                        args=(send, os.getpid(), reader, source, files),
-                                        name="energon-plugins convert count")
+        self._process = context.Process(
+            target=_count_in_child,
+            daemon=True,
+            args=(send, os.getpid(), reader, source, files),
+            name="energon-plugins convert count",
+        )
         start_child(self._process)
         send.close()
         self.result: int | None = None

@@ -11,13 +11,12 @@ REASONS: dict[str, str] = {
     "undecodable_image": "an image's bytes do not decode",
     "placeholder_mismatch": "the number of image placeholders differs from the number of images",
     "roles": "the turns do not alternate user/assistant (after an optional system turn), "
-             "start with the user or end with an answer",
+    "start with the user or end with an answer",
     "empty_answer": "an assistant turn is empty",
     "reader_error": "the source format's reader raised an unexpected error on the record",
-    "url": "an image is given as a URL (http://, s3://, file://, ...); convert reads local "
-           "files only",
+    "url": "an image is given as a URL (http://, s3://, file://, ...); convert reads local files only",
     "outside_folder": "an image path (symlinks resolved) lies outside the media folder and "
-                      "every --allow-outside root",
+    "every --allow-outside root",
     "not_a_file": "an image path is a directory, a device, a FIFO or a socket, not a regular file",
     "too_large": "an image file or embedded image is larger than --max-image-size",
     "too_many_pixels": "an image's header declares more pixels than --max-image-pixels",
@@ -38,7 +37,7 @@ class RecordError(ValueError):
         id: the record's id in the source, when known (shown in the report).
     """
 
-    def __init__(self, reason: str, message: str, id: str | None = None) -> None:  # noqa: A002
+    def __init__(self, reason: str, message: str, id: str | None = None) -> None:
         super().__init__(message)
         self.reason = reason
         self.message = message

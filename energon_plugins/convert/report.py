@@ -23,8 +23,7 @@ REPORT_NAME = "rejected.jsonl"
 class RejectReport:
     """Appends rejected records to ``path`` and counts them by reason."""
 
-    def __init__(self, path: pathlib.Path, *, offset: int = 0,
-                 counts: dict[str, int] | None = None) -> None:
+    def __init__(self, path: pathlib.Path, *, offset: int = 0, counts: dict[str, int] | None = None) -> None:
         self.path = path
         self._file = path.open("r+b" if offset else "wb")
         self._file.truncate(offset)
@@ -38,8 +37,7 @@ class RejectReport:
 
     def add(self, index: int, location: str, reason: str, message: str, ident: Any = None) -> None:
         """Report one record."""
-        line = {"index": index, "location": location, "id": ident, "reason": reason,
-                "message": message}
+        line = {"index": index, "location": location, "id": ident, "reason": reason, "message": message}
         self._file.write(json.dumps(line, ensure_ascii=False).encode() + b"\n")
         self.counts[reason] += 1
 
@@ -62,8 +60,9 @@ class RejectReport:
             pass
 
 
-def read_report(path: pathlib.Path, reason: str | None = None, limit: int | None = None
-                ) -> list[dict[str, Any]]:
+def read_report(
+    path: pathlib.Path, reason: str | None = None, limit: int | None = None
+) -> list[dict[str, Any]]:
     """The lines of a report (only those of ``reason``, at most ``limit``), streamed."""
     rows: list[dict[str, Any]] = []
     with path.open(encoding="utf-8") as fh:
@@ -109,5 +108,7 @@ def parse_reject_limit(value: Any) -> RejectLimit | None:
     match = re.fullmatch(r"(\d+(?:\.\d*)?|\.\d+)\s*%", text)
     if match and float(match.group(1)) <= 100:
         return RejectLimit(share=float(match.group(1)) / 100)
-    raise ValueError(f"not a limit: {value!r}; give a share of the records read (10%, 100% for "
-                     "no limit) or a number of records (500)")
+    raise ValueError(
+        f"not a limit: {value!r}; give a share of the records read (10%, 100% for "
+        "no limit) or a number of records (500)"
+    )

@@ -23,8 +23,8 @@ from typing import Any
 import pydantic
 
 from energon_plugins.convert.checks import sample_parts
-from energon_plugins.convert.formats.media import MediaLimits, media_limits
 from energon_plugins.convert.diagnose import DuplicateIds, warnings_for
+from energon_plugins.convert.formats.media import MediaLimits, media_limits
 from energon_plugins.convert.output import (
     check_output,
     disk_full_error,
@@ -100,27 +100,38 @@ class ConvertResult:
     def to_json(self) -> dict[str, Any]:
         """A JSON-ready mapping."""
         data = dataclasses.asdict(self)
-        data.update(output=str(self.output), report=str(self.report),
-                    empty_splits=list(self.empty_splits),
-                    duplicate_id_examples=list(self.duplicate_id_examples),
-                    warnings=list(self.warnings))
+        data.update(
+            output=str(self.output),
+            report=str(self.report),
+            empty_splits=list(self.empty_splits),
+            duplicate_id_examples=list(self.duplicate_id_examples),
+            warnings=list(self.warnings),
+        )
         return data
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "ConvertResult":
         """Inverse of :meth:`to_json`."""
-        tuples = {name: tuple(data.get(name, ()))
-                  for name in ("empty_splits", "duplicate_id_examples", "warnings")}
-        return cls(**{**data, "output": pathlib.Path(data["output"]),
-                      "report": pathlib.Path(data["report"]), **tuples})
+        tuples = {
+            name: tuple(data.get(name, ())) for name in ("empty_splits", "duplicate_id_examples", "warnings")
+        }
+        return cls(
+            **{
+                **data,
+                "output": pathlib.Path(data["output"]),
+                "report": pathlib.Path(data["report"]),
+                **tuples,
+            }
+        )
 
 
 # ----------------------------------------------------------------------------- workers
 _WORKER: dict[str, Any] = {}
 
 
-def _init_worker(reader: Any, image_token: str, reencode: str | None,
-                 limits: MediaLimits | None = None) -> None:
+def _init_worker(
+    reader: Any, image_token: str, reencode: str | None, limits: MediaLimits | None = None
+) -> None:
     _WORKER.update(reader=reader, image_token=image_token, reencode=reencode, limits=limits)
 
 
@@ -135,14 +146,14 @@ def _load_batch(batch: list[tuple[int, str, Any]]) -> list[tuple[int, str, Any, 
             with media_limits(_WORKER["limits"]):  # what the reader's image reads obey
                 record = reader.load(payload)
                 ident = record.id
-                parts = sample_parts(record, location, image_token=_WORKER["image_token"],
-                                     reencode=_WORKER["reencode"])
+                parts = sample_parts(
+                    record, location, image_token=_WORKER["image_token"], reencode=_WORKER["reencode"]
+                )
             out.append((index, location, ident, None, parts))
         except RecordError as exc:
             out.append((index, location, exc.id or ident, (exc.reason, exc.message), None))
         except Exception as exc:  # noqa: BLE001 - a reader failing on one record: reported
-            out.append((index, location, ident, ("reader_error", f"{type(exc).__name__}: {exc}"),
-                        None))
+            out.append((index, location, ident, ("reader_error", f"{type(exc).__name__}: {exc}"), None))
     return out
 
 
@@ -154,8 +165,10 @@ def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
 
 # ----------------------------------------------------------------------------- setup
 def _settings(source_format: Any, **kwargs: Any) -> ConvertSettings:
-    name = source_format if isinstance(source_format, str) else (
-        f"{type(source_format).__module__}.{type(source_format).__qualname__}"
+    name = (
+        source_format
+        if isinstance(source_format, str)
+        else (f"{type(source_format).__module__}.{type(source_format).__qualname__}")
     )
     values = {k: v for k, v in kwargs.items() if v is not None}
     try:
@@ -163,8 +176,9 @@ def _settings(source_format: Any, **kwargs: Any) -> ConvertSettings:
     except pydantic.ValidationError as exc:
         from energon_plugins.host.registry import format_validation_errors
 
-        raise ConvertError("invalid convert settings:\n  " + "\n  ".join(
-            format_validation_errors(exc))) from None
+        raise ConvertError(
+            "invalid convert settings:\n  " + "\n  ".join(format_validation_errors(exc))
+        ) from None
 
 
 def _reader(source_format: Any, settings: ConvertSettings) -> Any:
@@ -180,8 +194,10 @@ def _reader(source_format: Any, settings: ConvertSettings) -> Any:
         reader = source_format
     missing = [m for m in ("scan", "load") if not callable(getattr(reader, m, None))]
     if missing:
-        raise ConvertError(f"source format {settings.source_format!r} built a "
-                           f"{type(reader).__name__} without {' and '.join(missing)}()")
+        raise ConvertError(
+            f"source format {settings.source_format!r} built a "
+            f"{type(reader).__name__} without {' and '.join(missing)}()"
+        )
     return reader
 
 
@@ -189,8 +205,15 @@ def _reader(source_format: Any, settings: ConvertSettings) -> Any:
 class _Conversion:
     """One run over the source: the open shards and report, the state and the counts."""
 
-    def __init__(self, output: pathlib.Path, source: pathlib.Path, reader: Any,
-                 settings: ConvertSettings, state: dict[str, Any], watcher: ConvertProgress) -> None:
+    def __init__(
+        self,
+        output: pathlib.Path,
+        source: pathlib.Path,
+        reader: Any,
+        settings: ConvertSettings,
+        state: dict[str, Any],
+        watcher: ConvertProgress,
+    ) -> None:
         self.output, self.source, self.reader, self.settings = output, source, reader, settings
         self.state, self.watcher = state, watcher
         self.limit = parse_reject_limit(settings.max_rejected)
@@ -201,12 +224,17 @@ class _Conversion:
             self._restore(state["checkpoint"])
         else:
             output.mkdir(parents=True, exist_ok=True)
-            self.streams = {split: ShardStream(output, split, settings.shard_size)
-                            for split, _ in settings.split_ratio}
+            self.streams = {
+                split: ShardStream(output, split, settings.shard_size) for split, _ in settings.split_ratio
+            }
             self.next_index, self.written = 0, {split: 0 for split in self.streams}
-            state["checkpoint"] = {"next_index": 0, "written": dict(self.written), "rejected": {},
-                                   "report_offset": 0, "streams": {s: {"closed": [], "open": None}
-                                                                   for s in self.streams}}
+            state["checkpoint"] = {
+                "next_index": 0,
+                "written": dict(self.written),
+                "rejected": {},
+                "report_offset": 0,
+                "streams": {s: {"closed": [], "open": None} for s in self.streams},
+            }
             save_state(output, state)  # first: a folder with files in it always has a state
             self.report = RejectReport(output / REPORT_NAME)
         self.first = self.next_index
@@ -214,8 +242,12 @@ class _Conversion:
     def _restore(self, checkpoint: dict[str, Any]) -> None:
         output, settings = self.output, self.settings
         self.streams = {
-            split: ShardStream.restore(output, split, settings.shard_size,
-                                       checkpoint["streams"].get(split, {"closed": [], "open": None}))
+            split: ShardStream.restore(
+                output,
+                split,
+                settings.shard_size,
+                checkpoint["streams"].get(split, {"closed": [], "open": None}),
+            )
             for split, _ in settings.split_ratio
         }
         known = set().union(*(s.known_names() for s in self.streams.values()))
@@ -224,17 +256,19 @@ class _Conversion:
             if path.is_file() and path.name not in known and any(p.match(path.name) for p in patterns):
                 path.unlink()
         remove_index(output)
-        self.report = RejectReport(output / REPORT_NAME, offset=checkpoint["report_offset"],
-                                   counts=checkpoint["rejected"])
+        self.report = RejectReport(
+            output / REPORT_NAME, offset=checkpoint["report_offset"], counts=checkpoint["rejected"]
+        )
         self.next_index, self.written = checkpoint["next_index"], dict(checkpoint["written"])
-        self.duplicates.replay(output / name for name in sorted(known)
-                               if (output / name).stat().st_size)
+        self.duplicates.replay(output / name for name in sorted(known) if (output / name).stat().st_size)
 
     def save_checkpoint(self) -> None:
         """Record the progress so far (the shards and the report flushed to disk first)."""
         self.state["checkpoint"] = {
-            "next_index": self.next_index, "written": dict(self.written),
-            "rejected": dict(self.report.counts), "report_offset": self.report.checkpoint(),
+            "next_index": self.next_index,
+            "written": dict(self.written),
+            "rejected": dict(self.report.counts),
+            "report_offset": self.report.checkpoint(),
             "streams": {split: stream.checkpoint() for split, stream in self.streams.items()},
         }
         save_state(self.output, self.state)
@@ -249,14 +283,15 @@ class _Conversion:
         """Save a checkpoint here and return the error that stops the run (resumable)."""
         report, records = self.report, self.next_index
         counts = ", ".join(f"{reason}: {n}" for reason, n in report.counts.most_common())
-        hints = warnings_for(dict(report.counts), records, report.path, self.source,
-                             self.output, self.reader)
-        message = (f"{report.total} of {records} records read ({100 * report.total / records:.0f}%) "
-                   f"were rejected ({counts}), more than --max-rejected {self.limit} allows{why}."
-                   + "".join(f"\n  {hint}" for hint in hints)
-                   + f"\nThe shards and the report ({report.path}) are kept, without Energon's "
-                   "index: fix the source or the options and start over with --overwrite, or "
-                   "keep what was written with --resume --max-rejected 100%")
+        hints = warnings_for(dict(report.counts), records, report.path, self.source, self.output, self.reader)
+        message = (
+            f"{report.total} of {records} records read ({100 * report.total / records:.0f}%) "
+            f"were rejected ({counts}), more than --max-rejected {self.limit} allows{why}."
+            + "".join(f"\n  {hint}" for hint in hints)
+            + f"\nThe shards and the report ({report.path}) are kept, without Energon's "
+            "index: fix the source or the options and start over with --overwrite, or "
+            "keep what was written with --resume --max-rejected 100%"
+        )
         self.state["stopped"] = message
         self.save_checkpoint()
         return ConvertError(message)
@@ -267,16 +302,22 @@ class _Conversion:
             if problem is not None:
                 report.add(index, location, problem[0], problem[1], ident)
                 if settings.strict:
-                    raise ConvertError(f"{location}: {problem[0]}: {problem[1]} (--strict stops "
-                                       f"at the first bad record; see {report.path})")
+                    raise ConvertError(
+                        f"{location}: {problem[0]}: {problem[1]} (--strict stops "
+                        f"at the first bad record; see {report.path})"
+                    )
             else:
                 split = assign(index)
                 self.streams[split].write(f"{index:010d}", parts)
                 self.written[split] += 1
                 self.duplicates.add(ident)
             self.next_index = index + 1
-            if problem is not None and self.limit is not None and self.limit.count is not None \
-                    and self.limit.exceeded(report.total, self.next_index):
+            if (
+                problem is not None
+                and self.limit is not None
+                and self.limit.count is not None
+                and self.limit.exceeded(report.total, self.next_index)
+            ):
                 raise self._stop(" (a number of records stops the run when it is passed)")
             if (self.next_index - self.first) % settings.checkpoint_every == 0:
                 self.save_checkpoint()
@@ -285,12 +326,18 @@ class _Conversion:
         """Read, check and write every record after the checkpoint."""
         settings = self.settings
         assign = SplitAssigner(settings.split_ratio)
-        records = ((index, location, payload) for index, (location, payload)
-                   in itertools.islice(enumerate(self.reader.scan(self.source)), self.first, None))
+        records = (
+            (index, location, payload)
+            for index, (location, payload) in itertools.islice(
+                enumerate(self.reader.scan(self.source)), self.first, None
+            )
+        )
         results = ordered_map(
-            _load_batch, _batched(records, BATCH_RECORDS), workers=settings.workers,
-            initializer=_init_worker, initargs=(self.reader, settings.image_token, settings.reencode,
-                                                settings.media_limits()),
+            _load_batch,
+            _batched(records, BATCH_RECORDS),
+            workers=settings.workers,
+            initializer=_init_worker,
+            initargs=(self.reader, settings.image_token, settings.reencode, settings.media_limits()),
         )
         self.watcher.advance(self.first, self.report.total)
         try:
@@ -309,27 +356,36 @@ class _Conversion:
         if self.limit is not None and self.limit.exceeded(report.total, self.next_index):
             raise self._stop("")
         report.close()
-        shards = {split: [shard["name"] for shard in stream.close()]
-                  for split, stream in self.streams.items()}
+        shards = {
+            split: [shard["name"] for shard in stream.close()] for split, stream in self.streams.items()
+        }
         rate = (self.next_index - self.first) / max(time.perf_counter() - streaming, 1e-9)
         if not self.written.get("train"):
-            raise ConvertError(f"no record reached the train split ({self.next_index} read, "
-                               f"{report.total} rejected: see {report.path})")
+            raise ConvertError(
+                f"no record reached the train split ({self.next_index} read, "
+                f"{report.total} rejected: see {report.path})"
+            )
         kept = {split: names for split, names in shards.items() if names}
-        self.watcher.phase(f"indexing {sum(map(len, kept.values()))} shards with Energon's "
-                           "prepare API")
+        self.watcher.phase(f"indexing {sum(map(len, kept.values()))} shards with Energon's prepare API")
         prepare_energon(output, kept, self.settings.workers)
-        warnings = warnings_for(dict(report.counts), self.next_index, report.path, self.source,
-                                output, self.reader)
+        warnings = warnings_for(
+            dict(report.counts), self.next_index, report.path, self.source, output, self.reader
+        )
         warnings += [line for line in [self.duplicates.warning()] if line]
         result = ConvertResult(
-            output=output, records=self.next_index, written=self.written, shards=shards,
-            rejected=dict(sorted(report.counts.items())), report=report.path,
-            seconds=round(time.perf_counter() - started, 3), records_per_second=round(rate, 1),
+            output=output,
+            records=self.next_index,
+            written=self.written,
+            shards=shards,
+            rejected=dict(sorted(report.counts.items())),
+            report=report.path,
+            seconds=round(time.perf_counter() - started, 3),
+            records_per_second=round(rate, 1),
             resumed_from=self.first,
             empty_splits=tuple(split for split, names in shards.items() if not names),
             duplicate_ids=self.duplicates.count,
-            duplicate_id_examples=tuple(self.duplicates.examples), warnings=tuple(warnings),
+            duplicate_id_examples=tuple(self.duplicates.examples),
+            warnings=tuple(warnings),
         )
         self.state.update(status="done", result=result.to_json())
         for key in ("checkpoint", "stopped"):
@@ -388,12 +444,21 @@ def convert_dataset(
         PluginNotFoundError, PluginOptionsError: the source format or its options.
     """
     started = time.perf_counter()
-    settings = _settings(source_format, options=options, split_ratio=split_ratio,
-                         shard_size=shard_size, image_token=image_token, reencode=reencode,
-                         max_image_size=max_image_size, max_image_pixels=max_image_pixels,
-                         allow_outside=allow_outside,
-                         workers=workers, strict=strict, max_rejected=max_rejected,
-                         checkpoint_every=checkpoint_every)
+    settings = _settings(
+        source_format,
+        options=options,
+        split_ratio=split_ratio,
+        shard_size=shard_size,
+        image_token=image_token,
+        reencode=reencode,
+        max_image_size=max_image_size,
+        max_image_pixels=max_image_pixels,
+        allow_outside=allow_outside,
+        workers=workers,
+        strict=strict,
+        max_rejected=max_rejected,
+        checkpoint_every=checkpoint_every,
+    )
     source = pathlib.Path(source).expanduser().resolve()
     output = pathlib.Path(output).expanduser().resolve()
     if not source.exists():
@@ -409,9 +474,14 @@ def convert_dataset(
             return ConvertResult.from_json(state["result"])
     else:
         watcher.phase("hashing the source files (what --resume checks)")
-        state = {"version": STATE_VERSION, "tool": "energon-plugins convert", "status": "running",
-                 "source": str(source), "settings": settings.output_settings(),
-                 "fingerprint": fingerprint(source, files)}
+        state = {
+            "version": STATE_VERSION,
+            "tool": "energon-plugins convert",
+            "status": "running",
+            "source": str(source),
+            "settings": settings.output_settings(),
+            "fingerprint": fingerprint(source, files),
+        }
     counter = RecordCounter(reader, source, files) if watcher.wants_total else None
     conversion = None
     try:

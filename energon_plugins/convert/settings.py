@@ -14,8 +14,18 @@ from energon_plugins.convert.formats.media import (
 from energon_plugins.convert.report import parse_reject_limit
 from energon_plugins.convert.splits import parse_split_ratio
 
-_UNITS = {"": 1, "B": 1, "KB": 10**3, "MB": 10**6, "GB": 10**9, "TB": 10**12,
-          "KIB": 2**10, "MIB": 2**20, "GIB": 2**30, "TIB": 2**40}
+_UNITS = {
+    "": 1,
+    "B": 1,
+    "KB": 10**3,
+    "MB": 10**6,
+    "GB": 10**9,
+    "TB": 10**12,
+    "KIB": 2**10,
+    "MIB": 2**20,
+    "GIB": 2**30,
+    "TIB": 2**40,
+}
 MIN_SHARD_BYTES = 16 * 1024
 
 
@@ -26,7 +36,7 @@ def parse_size(value: Any) -> int:
     if isinstance(value, (int, float)):
         return int(value)
     match = re.fullmatch(r"\s*([\d.]+)\s*([A-Za-z]*)\s*", str(value))
-    unit = (match.group(2).upper() if match else "")
+    unit = match.group(2).upper() if match else ""
     unit = unit + "B" if unit in ("K", "M", "G", "T") else unit
     if not match or unit not in _UNITS:
         raise ValueError(f"not a size: {value!r} (e.g. 256MB, 1GiB, 500000)")
@@ -52,34 +62,49 @@ class ConvertSettings(BaseModel):
         default=[("train", 0.95), ("val", 0.05)],
         description="Split shares: 'train=0.9,val=0.05,test=0.05', '0.9,0.05,0.05' or pairs.",
     )
-    shard_size: int = Field(default=256 * 10**6, ge=MIN_SHARD_BYTES,
-                            description="Largest shard in bytes ('256MB', '1GiB' accepted).")
-    image_token: str = Field(default="<image>", min_length=1,
-                             description="The image placeholder in the text (sample_config.image_token).")
+    shard_size: int = Field(
+        default=256 * 10**6,
+        ge=MIN_SHARD_BYTES,
+        description="Largest shard in bytes ('256MB', '1GiB' accepted).",
+    )
+    image_token: str = Field(
+        default="<image>",
+        min_length=1,
+        description="The image placeholder in the text (sample_config.image_token).",
+    )
     reencode: Literal["png", "jpeg"] | None = Field(
-        default=None, description="Re-encode every image (default: keep the original bytes).")
+        default=None, description="Re-encode every image (default: keep the original bytes)."
+    )
     max_image_size: int = Field(
-        default=DEFAULT_MAX_IMAGE_SIZE, ge=1,
+        default=DEFAULT_MAX_IMAGE_SIZE,
+        ge=1,
         description="Largest image file or embedded image in bytes ('64MiB' accepted); a larger "
-        "one is rejected (too_large) without being read.")
+        "one is rejected (too_large) without being read.",
+    )
     max_image_pixels: int = Field(
-        default=DEFAULT_MAX_IMAGE_PIXELS, ge=1,
+        default=DEFAULT_MAX_IMAGE_PIXELS,
+        ge=1,
         description="Most pixels an image header may declare ('64M' accepted); more is "
-        "rejected (too_many_pixels) before decoding.")
+        "rejected (too_many_pixels) before decoding.",
+    )
     allow_outside: list[str] = Field(
         default_factory=list,
         description="Folders images may also be read from besides the media folder (for "
-        "absolute paths); symlinks are resolved, and a path must lie inside one of them.")
-    workers: int = Field(default_factory=default_workers, ge=0,
-                         description="Worker processes that load and check records (0: none).")
+        "absolute paths); symlinks are resolved, and a path must lie inside one of them.",
+    )
+    workers: int = Field(
+        default_factory=default_workers,
+        ge=0,
+        description="Worker processes that load and check records (0: none).",
+    )
     strict: bool = Field(default=False, description="Fail on the first bad record.")
     max_rejected: str | None = Field(
         default=None,
         description="Fail (before the index, resumable) when more records are rejected: a "
         "share of those read ('10%', the command line's default; '100%': never) or a number "
-        "('500'); None: no limit.")
-    checkpoint_every: int = Field(default=2000, ge=1,
-                                  description="Records between two resume checkpoints.")
+        "('500'); None: no limit.",
+    )
+    checkpoint_every: int = Field(default=2000, ge=1, description="Records between two resume checkpoints.")
 
     @field_validator("split_ratio", mode="before")
     @classmethod
@@ -111,9 +136,11 @@ class ConvertSettings(BaseModel):
 
     def media_limits(self) -> MediaLimits:
         """The limits a record's media are read under (see :mod:`energon_plugins.convert.formats.media`)."""
-        return MediaLimits(max_image_size=self.max_image_size,
-                           max_image_pixels=self.max_image_pixels,
-                           allowed_roots=tuple(self.allow_outside))
+        return MediaLimits(
+            max_image_size=self.max_image_size,
+            max_image_pixels=self.max_image_pixels,
+            allowed_roots=tuple(self.allow_outside),
+        )
 
     def output_settings(self) -> dict[str, Any]:
         """The settings that shape the output (a resumed run must use the same)."""

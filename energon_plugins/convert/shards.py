@@ -70,17 +70,22 @@ class ShardStream:
         self._tar.close()
         self._file.close()
         name = self._name(len(self.closed))
-        self.closed.append({
-            "name": name, "records": self._records,
-            "bytes": (self.directory / name).stat().st_size,
-        })
+        self.closed.append(
+            {
+                "name": name,
+                "records": self._records,
+                "bytes": (self.directory / name).stat().st_size,
+            }
+        )
         self._tar = self._file = None
         self._records = 0
 
     def write(self, key: str, parts: list[tuple[str, bytes]]) -> None:
         """Append one sample (``key`` plus its ``(extension, bytes)`` parts)."""
-        if self._tar is not None and self._records and (
-            closed_size(self._tar.offset + tar_size(parts)) > self.max_bytes
+        if (
+            self._tar is not None
+            and self._records
+            and (closed_size(self._tar.offset + tar_size(parts)) > self.max_bytes)
         ):
             self._close_open()
         if self._tar is None:
@@ -114,13 +119,17 @@ class ShardStream:
         if self._tar is not None:
             self._file.flush()
             os.fsync(self._file.fileno())
-            state["open"] = {"name": self._name(len(self.closed)), "records": self._records,
-                             "offset": self._tar.offset}
+            state["open"] = {
+                "name": self._name(len(self.closed)),
+                "records": self._records,
+                "offset": self._tar.offset,
+            }
         return state
 
     @classmethod
-    def restore(cls, directory: pathlib.Path, split: str, max_bytes: int,
-                state: dict[str, Any]) -> "ShardStream":
+    def restore(
+        cls, directory: pathlib.Path, split: str, max_bytes: int, state: dict[str, Any]
+    ) -> "ShardStream":
         """A stream that continues from :meth:`checkpoint`'s ``state``.
 
         Raises:
@@ -130,15 +139,19 @@ class ShardStream:
         for shard in state["closed"]:
             path = directory / shard["name"]
             if not path.is_file() or path.stat().st_size != shard["bytes"]:
-                raise ConvertError(f"{path}: the shard changed since the interrupted run "
-                                   "(missing or a different size); start over with --overwrite")
+                raise ConvertError(
+                    f"{path}: the shard changed since the interrupted run "
+                    "(missing or a different size); start over with --overwrite"
+                )
             stream.closed.append(dict(shard))
         opened = state.get("open")
         if opened:
             path = directory / opened["name"]
             if not path.is_file() or path.stat().st_size < opened["offset"]:
-                raise ConvertError(f"{path}: the open shard is shorter than at the last "
-                                   "checkpoint; start over with --overwrite")
+                raise ConvertError(
+                    f"{path}: the open shard is shorter than at the last "
+                    "checkpoint; start over with --overwrite"
+                )
             stream._open(opened["name"], offset=opened["offset"])
             stream._records = opened["records"]
         return stream

@@ -42,8 +42,10 @@ def parse_split_ratio(value: str | Sequence[tuple[str, float]] | dict) -> list[t
             name, sep, number = item.partition("=")
             if not sep:
                 if position >= len(POSITIONAL_NAMES):
-                    raise ConvertError(f"split ratio {value!r}: more than 3 unnamed ratios "
-                                       "(name them: train=..,val=..,test=..)")
+                    raise ConvertError(
+                        f"split ratio {value!r}: more than 3 unnamed ratios "
+                        "(name them: train=..,val=..,test=..)"
+                    )
                 name, number = POSITIONAL_NAMES[position], item
             try:
                 pairs.append((name.strip(), float(number)))
@@ -65,8 +67,10 @@ def parse_split_ratio(value: str | Sequence[tuple[str, float]] | dict) -> list[t
         raise ConvertError(f"split ratio {value!r}: the train split needs a share above 0")
     if abs(total - 1) > SUM_TOLERANCE:
         rescaled = ",".join(f"{name}={ratio / total:.4g}" for name, ratio in pairs if ratio > 0)
-        raise ConvertError(f"--split-ratio {_shown(value)}: the shares sum to {total:.6g}, not 1 "
-                           f"(for these proportions: --split-ratio {rescaled})")
+        raise ConvertError(
+            f"--split-ratio {_shown(value)}: the shares sum to {total:.6g}, not 1 "
+            f"(for these proportions: --split-ratio {rescaled})"
+        )
     return [(name, ratio / total) for name, ratio in pairs if ratio > 0]
 
 

@@ -24,8 +24,9 @@ STATE_VERSION = 1
 HASH = "sha256"
 
 
-def source_paths(source: pathlib.Path, files: list[pathlib.Path] | None = None
-                 ) -> list[tuple[str, pathlib.Path]]:
+def source_paths(
+    source: pathlib.Path, files: list[pathlib.Path] | None = None
+) -> list[tuple[str, pathlib.Path]]:
     """``(relative name, path)`` of what the fingerprint covers: ``source`` (a file), ``files``
     (what the reader reads, when it says), or every file under the folder ``source``."""
     if source.is_file():
@@ -41,15 +42,15 @@ def content_hash(path: pathlib.Path) -> str:
         return hashlib.file_digest(fh, HASH).hexdigest()
 
 
-def fingerprint(source: pathlib.Path, files: list[pathlib.Path] | None = None, *,
-                hashes: bool = True) -> list[list[Any]]:
+def fingerprint(
+    source: pathlib.Path, files: list[pathlib.Path] | None = None, *, hashes: bool = True
+) -> list[list[Any]]:
     """``[relative path, size, mtime_ns, sha256]`` per source file (see :func:`source_paths`);
     without ``hashes`` the rows stop after the time."""
     rows = []
     for name, path in source_paths(source, files):
         stat = path.stat()
-        rows.append([name, stat.st_size, stat.st_mtime_ns]
-                    + ([content_hash(path)] if hashes else []))
+        rows.append([name, stat.st_size, stat.st_mtime_ns] + ([content_hash(path)] if hashes else []))
     return rows
 
 
@@ -67,8 +68,9 @@ def load_state(output: pathlib.Path) -> dict[str, Any] | None:
     except ValueError as exc:
         raise ConvertError(f"{path}: unreadable ({exc}); start over with --overwrite") from None
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
-        raise ConvertError(f"{path}: not a convert state of version {STATE_VERSION}; start "
-                           "over with --overwrite")
+        raise ConvertError(
+            f"{path}: not a convert state of version {STATE_VERSION}; start over with --overwrite"
+        )
     return state
 
 
@@ -89,8 +91,9 @@ def _same_file(before: list[Any], now: list[Any], path: pathlib.Path) -> tuple[b
     return content_hash(path) == before[3], [*now[:3], before[3]]
 
 
-def check_source(state: dict[str, Any], source: pathlib.Path,
-                 files: list[pathlib.Path] | None = None) -> list[list[Any]]:
+def check_source(
+    state: dict[str, Any], source: pathlib.Path, files: list[pathlib.Path] | None = None
+) -> list[list[Any]]:
     """Refuse to resume on a changed source; return the fingerprint to keep in the state.
 
     Raises:
@@ -123,5 +126,7 @@ def check_resumable(state: dict[str, Any], settings: dict[str, Any]) -> None:
     changed = [key for key in sorted(set(before) | set(settings)) if before.get(key) != settings.get(key)]
     if changed:
         details = "; ".join(f"{k}: {before.get(k)!r} then, {settings.get(k)!r} now" for k in changed)
-        raise ConvertError(f"cannot resume with other settings ({details}); use the same "
-                           "arguments, or start over with --overwrite")
+        raise ConvertError(
+            f"cannot resume with other settings ({details}); use the same "
+            "arguments, or start over with --overwrite"
+        )

@@ -22,8 +22,9 @@ def prepare_example_data(
     from energon_plugins.synthetic import save_demo_tokenizer, write_dataset
 
     root = pathlib.Path(directory).expanduser().resolve()
-    arguments = dict(kind=kind, num_samples=num_samples, samples_per_shard=10,
-                     image_size=image_size, seed=seed)
+    arguments = dict(
+        kind=kind, num_samples=num_samples, samples_per_shard=10, image_size=image_size, seed=seed
+    )
     try:
         info = write_dataset(root / "data", **arguments)
     except FileExistsError:  # written with other arguments: replace (write_dataset checks it is ours)
@@ -44,8 +45,13 @@ def main_for(kind: str, tokenizer_family: str, image_size: Any, description: str
         parser.add_argument("directory", help="where to write data/ and tokenizer/")
         parser.add_argument("--samples", type=int, default=200)
         args = parser.parse_args(argv)
-        paths = prepare_example_data(args.directory, kind=kind, tokenizer_family=tokenizer_family,
-                                     num_samples=args.samples, image_size=image_size)
+        paths = prepare_example_data(
+            args.directory,
+            kind=kind,
+            tokenizer_family=tokenizer_family,
+            num_samples=args.samples,
+            image_size=image_size,
+        )
         print(f"dataset:   {paths['path']}\ntokenizer: {paths['tokenizer']}")
 
     return main

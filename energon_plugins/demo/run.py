@@ -41,11 +41,7 @@ def collapse_sample(
             continue
         labelled = labels[i] != ignore_index
         j = i
-        while (
-            j < n
-            and input_ids[j] != image_token_id
-            and (labels[j] != ignore_index) == labelled
-        ):
+        while j < n and input_ids[j] != image_token_id and (labels[j] != ignore_index) == labelled:
             j += 1
         pieces.append((tokenizer.decode(input_ids[i:j]), labelled))
         i = j
@@ -111,16 +107,16 @@ def run_demo(
 
     step("importing torch, transformers and Energon...")
     import energon_plugins
+    from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
     from energon_plugins.loading.startup import import_heavy_modules
     from energon_plugins.synthetic import build_demo_tokenizer, write_demo_datasets
-    from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
 
     import_heavy_modules()
     t0 = time.perf_counter()
     if config is not None:
-        from energon_plugins.loading.startup import configured_batch_format
         from energon_plugins import build_datamodule
         from energon_plugins.config.load import load_config
+        from energon_plugins.loading.startup import configured_batch_format
 
         step(f"checking {config} and building its datamodule...")
         checked = load_config(config)
@@ -164,8 +160,15 @@ def run_demo(
     n_batches = -(-loaded // micro_batch_size)
 
     shapes = {}
-    for name in ("input_ids", "labels", "loss_mask", "position_ids", "attention_mask",
-                 "pixel_values", "num_images"):
+    for name in (
+        "input_ids",
+        "labels",
+        "loss_mask",
+        "position_ids",
+        "attention_mask",
+        "pixel_values",
+        "num_images",
+    ):
         value = getattr(first, name, None)
         if value is not None:
             shapes[name] = list(value.shape)
@@ -223,9 +226,7 @@ def _print(console: Any, result: dict[str, Any], pieces: list[tuple[str, bool]],
     figures.add_row("batches", str(result["batches"]))
     figures.add_row("time", f"{result['seconds']:.2f} s (first batch {result['first_batch_s']:.2f} s)")
     figures.add_row("throughput", f"[bold green]{result['samples_per_s']} samples/s[/]")
-    figures.add_row(
-        "workers", f"{result['num_workers']} (torch threads: {result['torch_threads']})"
-    )
+    figures.add_row("workers", f"{result['num_workers']} (torch threads: {result['torch_threads']})")
     skipped = result["error_counts"]
     figures.add_row("skipped", ", ".join(f"{k}: {v}" for k, v in skipped.items()) or "none")
     console.print(figures)

@@ -8,8 +8,9 @@ stage's), describes its sub-sequences the same way: ``qkv_format="thd"`` over th
 from typing import Any
 
 
-def packed_seq_params(real_segments: list[int], padded_segments: list[int] | None = None,
-                      always_padded: bool = False) -> Any:
+def packed_seq_params(
+    real_segments: list[int], padded_segments: list[int] | None = None, always_padded: bool = False
+) -> Any:
     """megatron-core ``PackedSeqParams(qkv_format="thd")`` for rows laid end to end.
 
     Args:

@@ -30,9 +30,7 @@ class ConversationTemplate(BaseModel):
     def _roles_distinct(self) -> "ConversationTemplate":
         roles = [self.system_role, self.user_role, self.assistant_role]
         if len(set(roles)) != len(roles):
-            raise ValueError(
-                f"system_role, user_role and assistant_role must differ, got {roles}"
-            )
+            raise ValueError(f"system_role, user_role and assistant_role must differ, got {roles}")
         return self
 
 
@@ -69,7 +67,5 @@ class MultiModalSampleConfig(BaseModel):
         if self.video_token == self.image_token:
             raise ValueError(f"video_token and image_token must differ, both are {self.image_token!r}")
         if self.image_token_id is not None and self.image_token_id == self.ignore_index:
-            raise ValueError(
-                f"image_token_id ({self.image_token_id}) collides with ignore_index"
-            )
+            raise ValueError(f"image_token_id ({self.image_token_id}) collides with ignore_index")
         return self

@@ -40,9 +40,7 @@ def check_name(name: Any, what: str) -> str:
         ValueError: not letters, digits, ``.``, ``_`` or ``-`` (a ``:`` is reserved).
     """
     if not isinstance(name, str) or not _NAME_RE.match(name):
-        raise ValueError(
-            f"plugin {what} must be letters, digits, '.', '_' or '-' (no ':'), got {name!r}"
-        )
+        raise ValueError(f"plugin {what} must be letters, digits, '.', '_' or '-' (no ':'), got {name!r}")
     return name
 
 
@@ -79,8 +77,7 @@ def check_options(options: Any) -> type[pydantic.BaseModel] | str | None:
     if pydantic is not None and isinstance(options, type) and issubclass(options, pydantic.BaseModel):
         return options
     raise ValueError(
-        f"options must be a pydantic model class, a 'module:attr' string naming one, or None, "
-        f"got {options!r}"
+        f"options must be a pydantic model class, a 'module:attr' string naming one, or None, got {options!r}"
     )
 
 
@@ -111,8 +108,7 @@ def conflicts(spec: PluginSpec, specs: Iterable[PluginSpec]) -> list[str]:
     """``"'name' also registered by DIST"`` for each other distribution claiming a name of
     ``spec`` among ``specs`` (same kind)."""
     return [
-        f"{min(spec_names(other) & spec_names(spec))!r} also registered by "
-        f"{other.distribution}"
+        f"{min(spec_names(other) & spec_names(spec))!r} also registered by {other.distribution}"
         for other in specs
         if other.distribution != spec.distribution and spec_names(other) & spec_names(spec)
     ]

@@ -35,8 +35,13 @@ def unknown_key_problems(
     known = option_names(model)
     of = f" of {owner}" if owner else ""
     return [
-        (f"{path}.{key}", (f"unknown option{of}{did_you_mean(str(key), known)}; "
-                           f"known: {', '.join(sorted(known)) or '(none)'}"))
+        (
+            f"{path}.{key}",
+            (
+                f"unknown option{of}{did_you_mean(str(key), known)}; "
+                f"known: {', '.join(sorted(known)) or '(none)'}"
+            ),
+        )
         for key in data
         if key not in known
     ]

@@ -134,7 +134,7 @@ def _import_ref(spec: PluginSpec, ref: str, what: str) -> Any:
         target: Any = importlib.import_module(module_name)
         for part in attr.split("."):
             target = getattr(target, part)
-    except Exception as exc:  # noqa: BLE001 - reported with the plugin's name
+    except Exception as exc:
         raise PluginLoadError(
             f"{spec.label}: cannot import {what} {ref!r}: {type(exc).__name__}: {exc}"
         ) from exc

@@ -135,6 +135,12 @@ def _with_importlib_metadata(group: str) -> list[EntryPoint]:
     out = []
     for ep in importlib.metadata.entry_points(group=group):
         dist = ep.dist
-        out.append(EntryPoint(ep.name, ep.value, dist.name if dist is not None else "<unknown>",
-                              dist.version if dist is not None else "?"))
+        out.append(
+            EntryPoint(
+                ep.name,
+                ep.value,
+                dist.name if dist is not None else "<unknown>",
+                dist.version if dist is not None else "?",
+            )
+        )
     return out

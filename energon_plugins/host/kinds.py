@@ -3,9 +3,7 @@
 from collections.abc import Callable
 from typing import Any, Literal
 
-Kind = Literal[
-    "task_encoder", "image_processor", "packing_strategy", "batch_format", "source_format"
-]
+Kind = Literal["task_encoder", "image_processor", "packing_strategy", "batch_format", "source_format"]
 
 TASK_ENCODER: Kind = "task_encoder"
 IMAGE_PROCESSOR: Kind = "image_processor"
@@ -13,9 +11,7 @@ PACKING_STRATEGY: Kind = "packing_strategy"
 BATCH_FORMAT: Kind = "batch_format"
 SOURCE_FORMAT: Kind = "source_format"
 
-KINDS: tuple[Kind, ...] = (
-    TASK_ENCODER, IMAGE_PROCESSOR, PACKING_STRATEGY, BATCH_FORMAT, SOURCE_FORMAT
-)
+KINDS: tuple[Kind, ...] = (TASK_ENCODER, IMAGE_PROCESSOR, PACKING_STRATEGY, BATCH_FORMAT, SOURCE_FORMAT)
 
 HOOK_FOR_KIND: dict[str, str] = {
     TASK_ENCODER: "register_task_encoders",

@@ -118,8 +118,13 @@ def _entry_point_sources(group: str) -> list[_Source]:
     if problems:
         raise ConfigError("energon-plugins environment: " + "; ".join(problems))
     # Core first, then alphabetical: a stable order for listings and for hook calls.
-    sources.sort(key=lambda s: (canonical_distribution(s.distribution) != CORE_DISTRIBUTION,
-                                canonical_distribution(s.distribution), s.entry_point))
+    sources.sort(
+        key=lambda s: (
+            canonical_distribution(s.distribution) != CORE_DISTRIBUTION,
+            canonical_distribution(s.distribution),
+            s.entry_point,
+        )
+    )
     return sources
 
 
@@ -157,7 +162,7 @@ def _fill(registry: Registry, sources: list[_Source]) -> Registry:
         started = time.perf_counter()
         try:
             plugin = source.load()
-        except BaseException as exc:  # noqa: BLE001 - even SystemExit must not take us down
+        except BaseException as exc:
             if isinstance(exc, KeyboardInterrupt):
                 raise
             registry.record_failure(_failure(source, "import", exc))
@@ -167,7 +172,7 @@ def _fill(registry: Registry, sources: list[_Source]) -> Registry:
         plugin_name = f"{source.distribution}:{source.entry_point}"
         try:
             pm.register(plugin, name=plugin_name)
-        except Exception as exc:  # pluggy.PluginValidationError, duplicate registration
+        except Exception as exc:  # noqa: BLE001 - pluggy.PluginValidationError, duplicate registration
             registry.record_failure(_failure(source, "hookimpl", exc))
             continue
         by_plugin_name[plugin_name] = source
@@ -200,7 +205,7 @@ def _fill(registry: Registry, sources: list[_Source]) -> Registry:
             try:
                 impl.function(register=register)
                 registry.add_all(pending)
-            except BaseException as exc:  # noqa: BLE001
+            except BaseException as exc:
                 if isinstance(exc, KeyboardInterrupt):
                     raise
                 registry.record_failure(_failure(source, hook_name, exc, kind=kind))

@@ -107,9 +107,7 @@ class Registry:
             )
             sink(spec)
 
-        register.__doc__ = (
-            f"register(name, factory, *, options=None, description='', aliases=()) -> a {kind}"
-        )
+        register.__doc__ = f"register(name, factory, *, options=None, description='', aliases=()) -> a {kind}"
         return register
 
     def add(self, spec: PluginSpec) -> None:
@@ -230,9 +228,7 @@ class Registry:
         except EnergonPluginsError:
             raise  # already names what is wrong (a nested create, a config or dataset error)
         except Exception as exc:
-            raise PluginLoadError(
-                f"{spec.label}: building failed: {type(exc).__name__}: {exc}"
-            ) from exc
+            raise PluginLoadError(f"{spec.label}: building failed: {type(exc).__name__}: {exc}") from exc
         problem = component_problem(spec.kind, component)
         if problem is not None:
             raise PluginLoadError(f"{spec.label}: its factory {problem}")

@@ -16,9 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from energon_plugins.config.model import DataModuleConfig
+from energon_plugins.config.settings import SETTING_NAMES
 from energon_plugins.errors import ConfigError
 from energon_plugins.host.context import BuildContext
-from energon_plugins.config.settings import SETTING_NAMES
 
 RUNTIME_ARGUMENTS = ("pg_collection", "validation_mode", "device")
 """Keyword arguments of :func:`build_datamodule` that are not config keys but runtime objects,
@@ -35,16 +35,14 @@ def load_tokenizer(path: str) -> Any:
 
     try:
         return AutoTokenizer.from_pretrained(path, local_files_only=True)
-    except Exception as exc:  # noqa: BLE001 - re-raised with the config key named
+    except Exception as exc:
         text = " ".join(str(exc).split())
         raise ConfigError(
             f"tokenizer.path: cannot load a tokenizer from {path!r}: {type(exc).__name__}: {text}"
         ) from exc
 
 
-def base_context(
-    config: DataModuleConfig, pg_collection: Any = None, **changes: Any
-) -> BuildContext:
+def base_context(config: DataModuleConfig, pg_collection: Any = None, **changes: Any) -> BuildContext:
     """A :class:`BuildContext` from the config's final values and ``pg_collection``'s context-
     and tensor-parallel sizes (plus ``changes``)."""
     from energon_plugins.loading.distributed import parallel_layout
@@ -115,14 +113,17 @@ def build_components(
 def datamodule_arguments(config: DataModuleConfig) -> dict[str, Any]:
     """The constructor arguments that come straight from ``config`` (no component built)."""
     args: dict[str, Any] = {name: getattr(config, name) for name in SETTING_NAMES}
-    args.update({
-        "path": config.path,
-        "multimodal_sample_config": config.sample_config,
-        "task_encoder": {"name": config.task_encoder.name, "options": config.task_encoder.options},
-        "validation_task_encoder": None,
-        "batch_format": None if config.batch_format is None else {
-            "name": config.batch_format.name, "options": config.batch_format.options},
-    })
+    args.update(
+        {
+            "path": config.path,
+            "multimodal_sample_config": config.sample_config,
+            "task_encoder": {"name": config.task_encoder.name, "options": config.task_encoder.options},
+            "validation_task_encoder": None,
+            "batch_format": None
+            if config.batch_format is None
+            else {"name": config.batch_format.name, "options": config.batch_format.options},
+        }
+    )
     if config.validation_task_encoder is not None:
         val = config.resolved_validation_selection()
         args["validation_task_encoder"] = {"name": val.name, "options": val.options}
@@ -130,8 +131,9 @@ def datamodule_arguments(config: DataModuleConfig) -> dict[str, Any]:
     return args
 
 
-def datamodule_keywords(config_or_path: "str | Path | Mapping[str, Any] | DataModuleConfig",
-                        **overrides: Any) -> dict[str, Any]:
+def datamodule_keywords(
+    config_or_path: "str | Path | Mapping[str, Any] | DataModuleConfig", **overrides: Any
+) -> dict[str, Any]:
     """The constructor keywords of an :class:`~energon_plugins.EnergonMultiModalDataModule`
     for a config, its components built from the final values.
 

@@ -89,7 +89,7 @@ def fingerprint_differences(saved: Mapping[str, Any], current: Mapping[str, Any]
         before = _canonical(key, saved.get(key, missing))
         now = _canonical(key, current.get(key, missing))
         if before != now:
-            show = lambda v: "(absent)" if v is missing else repr(v)  # noqa: E731
+            show = lambda v: "(absent)" if v is missing else repr(v)
             lines.append(f"{key}: saved {show(before)}, now {show(now)}")
     return lines
 
@@ -140,8 +140,10 @@ def read_state_file(path: Path) -> tuple[Any, dict[str, Any] | None]:
         return payload[BRIDGE_STATE_KEY], dict(fingerprint) if isinstance(fingerprint, dict) else None
     if isinstance(payload, dict) and payload.get("format") == 1 and "state" in payload:
         return payload["state"], dict(payload.get("fingerprint") or {})
-    what = f"a dict with keys {sorted(map(str, payload))[:8]}" if isinstance(payload, dict) else (
-        type(payload).__name__
+    what = (
+        f"a dict with keys {sorted(map(str, payload))[:8]}"
+        if isinstance(payload, dict)
+        else (type(payload).__name__)
     )
     raise StateFileError(
         f"{str(path)!r} holds no loader state (expected a dict with {BRIDGE_STATE_KEY!r}, as "
@@ -347,9 +349,7 @@ def load_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> None:
     datamodule.train_dataloader().restore_state(state)
 
 
-def _explain_missing_rank(
-    folder: str | os.PathLike, rank: int, fingerprint: Mapping[str, Any]
-) -> None:
+def _explain_missing_rank(folder: str | os.PathLike, rank: int, fingerprint: Mapping[str, Any]) -> None:
     """No file for ``rank``: if another rank's file exists, say how its setup differs."""
     present = sorted(Path(folder).glob("train_dataloader_dprank*.pt"))
     if not present:

@@ -118,7 +118,7 @@ class EnergonDataloader:
                 if self._restored:
                     raise _restore_failed(exc) from exc
                 raise
-            except Exception as exc:  # noqa: BLE001 - re-raised as it is unless made readable
+            except Exception as exc:
                 clear = _readable_error(exc)
                 if clear is None:
                     raise
@@ -235,7 +235,8 @@ class EnergonDataloader:
         if not isinstance(state, SavableDataLoaderState):
             what = (
                 f"a dict with keys {sorted(map(str, state))[:8]}"
-                if isinstance(state, dict) else f"a {type(state).__name__}"
+                if isinstance(state, dict)
+                else f"a {type(state).__name__}"
             )
             raise StateMismatchError(
                 f"not a loader state: expected what save_state() returns or Energon's "
@@ -248,16 +249,18 @@ class EnergonDataloader:
         with_workers = bool(slots) and isinstance(slots[0], SavableDatasetCheckpoint)
         saved_workers = len(slots) if with_workers else 0
         if saved_workers != workers or (not with_workers and len(slots) != 1):
-            raise StateMismatchError(mismatch_message(
-                "the loader state", [f"num_workers: saved {saved_workers}, now {workers}"]
-            ))
+            raise StateMismatchError(
+                mismatch_message("the loader state", [f"num_workers: saved {saved_workers}, now {workers}"])
+            )
         if workers == 0 and state.micro_batch_size is not None:
             batch = getattr(self._dataloader, "_get_batch_size", lambda: None)()
             if batch is not None and batch != state.micro_batch_size:
-                raise StateMismatchError(mismatch_message(
-                    "the loader state",
-                    [f"micro_batch_size: saved {state.micro_batch_size}, now {batch}"],
-                ))
+                raise StateMismatchError(
+                    mismatch_message(
+                        "the loader state",
+                        [f"micro_batch_size: saved {state.micro_batch_size}, now {batch}"],
+                    )
+                )
 
     def close(self) -> None:
         """Stop the loader's worker processes now (they also stop when it is collected)."""
@@ -286,8 +289,7 @@ def _empty_worker_error(loader: Any) -> Exception:
 
     config = getattr(loader, "worker_config", None)
     where = (
-        f" (data-parallel rank {config.rank} of {config.world_size}, "
-        f"{config.num_workers} worker(s) per rank)"
+        f" (data-parallel rank {config.rank} of {config.world_size}, {config.num_workers} worker(s) per rank)"
         if config is not None
         else ""
     )

@@ -21,24 +21,16 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from energon_plugins._quiet import import_quietly
-from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT, DEFAULT_TASK_ENCODER
-from energon_plugins.encoding.sample_config import MultiModalSampleConfig
-from energon_plugins.errors import ConfigError, DatasetError
-from energon_plugins.host.context import BuildContext
-from energon_plugins.loading.dataloader import EnergonDataloader
 from energon_plugins.config.dataset_check import (
     check_dataset,
     energon_dataset_errors,
     is_remote,
 )
 from energon_plugins.config.dataset_fit import check_fit
-from energon_plugins.loading.distributed import ParallelLayout, max_over_group, parallel_layout
 from energon_plugins.config.energon_arguments import (
     energon_argument_issues,
     split_energon_arguments,
 )
-from energon_plugins.loading.heap import freezes_heap
-from energon_plugins.loading.model_processor import resolve_image_processor
 from energon_plugins.config.settings import (
     CHECKPOINT_EVERY_MIN_N_SAMPLES,
     CHECKPOINT_EVERY_SEC,
@@ -48,6 +40,14 @@ from energon_plugins.config.settings import (
     raise_issues,
     settings_issues,
 )
+from energon_plugins.encoding.sample_config import MultiModalSampleConfig
+from energon_plugins.errors import ConfigError, DatasetError
+from energon_plugins.host.context import BuildContext
+from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT, DEFAULT_TASK_ENCODER
+from energon_plugins.loading.dataloader import EnergonDataloader
+from energon_plugins.loading.distributed import ParallelLayout, max_over_group, parallel_layout
+from energon_plugins.loading.heap import freezes_heap
+from energon_plugins.loading.model_processor import resolve_image_processor
 from energon_plugins.loading.validation import ValidationLoader
 
 logger = logging.getLogger(__name__)
@@ -63,9 +63,7 @@ def _encoder_selection(name: str, value: Any) -> tuple[str, Any] | None:
     if isinstance(value, Mapping):
         unknown = set(value) - {"name", "options"}
         if unknown or "name" not in value:
-            raise ConfigError(
-                f"{name}: expected {{name, options}}, got keys {sorted(map(str, value))}"
-            )
+            raise ConfigError(f"{name}: expected {{name, options}}, got keys {sorted(map(str, value))}")
         return str(value["name"]), value.get("options")
     return None
 
@@ -176,9 +174,9 @@ class EnergonMultiModalDataModule:
         settings = {name: arguments[name] for name in SETTING_NAMES}
         issues = settings_issues(settings)
         if validation_mode not in VALIDATION_MODES:
-            issues.append(ConfigIssue(
-                "validation_mode", f"must be 'finite' or 'infinite', got {validation_mode!r}"
-            ))
+            issues.append(
+                ConfigIssue("validation_mode", f"must be 'finite' or 'infinite', got {validation_mode!r}")
+            )
         issues += energon_argument_issues(kwargs, other_names=_KEYWORDS)
         if not isinstance(path, (str, os.PathLike)) or not str(path).strip():
             issues.append(ConfigIssue("path", f"expected a dataset path, got {path!r:.60}"))
@@ -212,7 +210,8 @@ class EnergonMultiModalDataModule:
         self.seq_length = int(seq_length)
         self.micro_batch_size = int(micro_batch_size)
         self.global_batch_size = (
-            int(global_batch_size) if global_batch_size is not None
+            int(global_batch_size)
+            if global_batch_size is not None
             else self.micro_batch_size * layout.dp_size
         )
         self.num_workers = int(num_workers)
@@ -317,9 +316,7 @@ class EnergonMultiModalDataModule:
     def _build_encoder(self, arg: Any, split: Literal["train", "val"]) -> Any:
         from energon_plugins.host.api import create
 
-        selection = _encoder_selection(
-            "task_encoder" if split == "train" else "validation_task_encoder", arg
-        )
+        selection = _encoder_selection("task_encoder" if split == "train" else "validation_task_encoder", arg)
         if arg is None:
             selection = (DEFAULT_TASK_ENCODER, None)
         if selection is None:
@@ -523,13 +520,17 @@ class EnergonMultiModalDataModule:
 
         from energon_plugins.loading.stages import finish_watchdogs
 
-        return self._pinned(finish_watchdogs(SavableDataLoader(
-            dataset,
-            checkpoint_every_sec=self.checkpoint_every_sec,
-            checkpoint_every_min_n_samples=self.checkpoint_every_min_n_samples,
-            n_checkpoints=self.n_checkpoints,
-            gc_freeze_at_start=freezes_heap(dataset, training=training),
-        )))
+        return self._pinned(
+            finish_watchdogs(
+                SavableDataLoader(
+                    dataset,
+                    checkpoint_every_sec=self.checkpoint_every_sec,
+                    checkpoint_every_min_n_samples=self.checkpoint_every_min_n_samples,
+                    n_checkpoints=self.n_checkpoints,
+                    gc_freeze_at_start=freezes_heap(dataset, training=training),
+                )
+            )
+        )
 
     def train_dataloader(self) -> EnergonDataloader:
         """The training loader (Energon's savable loader, cycling), built once and cached."""
@@ -538,9 +539,7 @@ class EnergonMultiModalDataModule:
 
             loader = self._savable_loader(self._loader_dataset(self.num_workers, "train"))
             config = loader.worker_config
-            fingerprint = loader_fingerprint(
-                self, dp_rank=config.rank, dp_world_size=config.world_size
-            )
+            fingerprint = loader_fingerprint(self, dp_rank=config.rank, dp_world_size=config.world_size)
             self.train_dataloader_object = EnergonDataloader(
                 loader, device=self.device, fingerprint=fingerprint
             )
@@ -562,8 +561,7 @@ class EnergonMultiModalDataModule:
         if self.val_dataloader_object is None:
             if self.validation_mode == "infinite":
                 dataset = self._loader_dataset(self.num_val_workers, "val")
-                self.val_dataloader_object = EnergonDataloader(
-                    self._savable_loader(dataset, training=False))
+                self.val_dataloader_object = EnergonDataloader(self._savable_loader(dataset, training=False))
             else:
                 self.val_dataloader_object = self._validation_loader()
         return self.val_dataloader_object
@@ -592,9 +590,7 @@ class EnergonMultiModalDataModule:
         )
         return ValidationLoader(
             loader,
-            pass_length=partial(
-                max_over_group, layout=self.parallel_layout(), what="len(val_dataloader())"
-            ),
+            pass_length=partial(max_over_group, layout=self.parallel_layout(), what="len(val_dataloader())"),
             count_by_pass=count_by_pass,
             batches_per_evaluation=self.val_batches_per_evaluation,
             template=template,
@@ -735,8 +731,9 @@ def _evaluation_loader(dataset: Any) -> Any:
     per pass), and the heap freeze left to :mod:`energon_plugins.loading.heap`."""
     from megatron.energon.savable_loader import BasicDataLoader
 
-    return BasicDataLoader(dataset, watchdog_timeout_seconds=None,
-                           gc_freeze_at_start=freezes_heap(dataset, training=False))
+    return BasicDataLoader(
+        dataset, watchdog_timeout_seconds=None, gc_freeze_at_start=freezes_heap(dataset, training=False)
+    )
 
 
 def _first_val_batch(

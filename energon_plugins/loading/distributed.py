@@ -48,7 +48,7 @@ def _group_size(group: Any, label: str) -> tuple[int, int]:
     """``(rank, size)`` of ``group`` through its ``rank()`` / ``size()`` methods."""
     try:
         rank, size = int(group.rank()), int(group.size())
-    except Exception as exc:  # noqa: BLE001 - re-raised naming the group
+    except Exception as exc:
         raise ConfigError(
             f"pg_collection.{label}: expected a process group answering rank() and size(), got "
             f"{type(group).__name__} ({type(exc).__name__}: {exc})"
@@ -85,8 +85,11 @@ def parallel_layout(pg_collection: Any = None) -> ParallelLayout:
         import torch.distributed as dist
 
         return ParallelLayout(
-            dp_rank=dist.get_rank(), dp_size=dist.get_world_size(), cp_size=cp_size,
-            tp_size=tp_size, distributed=True,
+            dp_rank=dist.get_rank(),
+            dp_size=dist.get_world_size(),
+            cp_size=cp_size,
+            tp_size=tp_size,
+            distributed=True,
         )
     return ParallelLayout(cp_size=cp_size, tp_size=tp_size)
 
@@ -133,9 +136,7 @@ def max_over_group(value: int, layout: ParallelLayout, what: str) -> int:
     return int(tensor.item())
 
 
-def rank_groups(
-    world_size: int, *, tp: int = 1, cp: int = 1, pp: int = 1
-) -> dict[str, list[list[int]]]:
+def rank_groups(world_size: int, *, tp: int = 1, cp: int = 1, pp: int = 1) -> dict[str, list[list[int]]]:
     """The rank groups of each parallelism (``tp``, ``cp``, ``dp``, ``pp``, ``dp-cp``, ``tp-cp``).
 
     Raises:
@@ -147,9 +148,7 @@ def rank_groups(
 
     model = tp * cp * pp
     if min(tp, cp, pp) < 1 or world_size % model:
-        raise ValueError(
-            f"world size {world_size} is not a multiple of tp*cp*pp = {tp}*{cp}*{pp} = {model}"
-        )
+        raise ValueError(f"world size {world_size} is not a multiple of tp*cp*pp = {tp}*{cp}*{pp} = {model}")
     gen = RankGenerator(tp=tp, ep=1, dp=world_size // model, pp=pp, cp=cp, order=ORDER)
     return {token: gen.get_ranks(token) for token in ("tp", "cp", "dp", "pp", "dp-cp", "tp-cp")}
 
@@ -162,6 +161,7 @@ def build_pg_collection(*, tp: int = 1, cp: int = 1, pp: int = 1) -> Any:
     size after ``tp * cp * pp``.
     """
     import torch.distributed as dist
+
     from energon_plugins._quiet import import_quietly
 
     groups_config = import_quietly("megatron.core.process_groups_config")

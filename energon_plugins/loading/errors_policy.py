@@ -186,7 +186,7 @@ class _GuardedReader:
     def __getitem__(self, index: Any) -> Any:
         try:
             return self._reader[index]
-        except Exception as exc:  # noqa: BLE001 - only truncations are handled
+        except Exception as exc:
             if not is_truncation(exc):
                 raise
             self._tracker.truncated(_shard_of(self._reader, index, exc), index, exc)
@@ -202,7 +202,7 @@ class _GuardedReader:
 def _shard_of(reader: Any, index: Any, exc: BaseException) -> str:
     """The path of the shard holding ``index`` (from the reader's index), else from ``exc``."""
     try:
-        pointer = reader._get_itar_sample_pointer(index)  # noqa: SLF001 - best effort
+        pointer = reader._get_itar_sample_pointer(index)
         name = reader.tar_filenames[pointer.tar_file_id]
         base = getattr(reader, "base_path", None)
         return str(base / name) if base is not None else str(name)
@@ -241,8 +241,7 @@ def guard_truncated_shards(dataset: Any, tracker: SkipTracker) -> int:
     count = 0
     for leaf in iter_leaves(dataset):
         leaf.join_readers = [
-            r if isinstance(r, _GuardedReader) else _GuardedReader(r, tracker)
-            for r in leaf.join_readers
+            r if isinstance(r, _GuardedReader) else _GuardedReader(r, tracker) for r in leaf.join_readers
         ]
         count += 1
     return count
@@ -256,7 +255,7 @@ class CountedBatch(Sample):
     worker: int
     skip_counts: dict
 
-    def pin_memory(self) -> "CountedBatch":
+    def pin_memory(self) -> CountedBatch:
         """A copy whose batch is pinned by torch's own pin-memory pass.
 
         Torch's pass (unlike Energon's generic one) keeps mapping subclasses and calls a nested
@@ -340,7 +339,7 @@ class SkipCountingDataset(TransparentRestore, BaseWrapperDataset):
                 item = self._wrap(batch)
                 reported = item.skip_counts
                 yield item
-        except Exception as exc:  # noqa: BLE001 - re-raised as it is unless made one message
+        except Exception as exc:
             # A sample that stops the loader: one message naming the sample, the stage and
             # the reason, here where the real exception (and its traceback) still exists.
             failure = sample_failure(exc)

@@ -23,7 +23,10 @@ from energon_plugins.host.kinds import BATCH_FORMAT
 from energon_plugins.loading.stages import TransparentRestore
 
 __all__ = [
-    "DEFAULT_BATCH_FORMAT", "BatchFormatDataset", "build_batch_format", "check_batch_format_arg",
+    "DEFAULT_BATCH_FORMAT",
+    "BatchFormatDataset",
+    "build_batch_format",
+    "check_batch_format_arg",
 ]
 
 
@@ -34,9 +37,7 @@ def _selection(value: Any) -> tuple[str, Any] | None:
     if isinstance(value, Mapping):
         unknown = set(value) - {"name", "options"}
         if unknown:
-            raise ConfigError(
-                f"batch_format: expected {{name, options}}, got keys {sorted(map(str, value))}"
-            )
+            raise ConfigError(f"batch_format: expected {{name, options}}, got keys {sorted(map(str, value))}")
         return str(value.get("name", DEFAULT_BATCH_FORMAT)), value.get("options")
     return None
 
@@ -64,9 +65,7 @@ def check_batch_format_arg(value: Any) -> None:
     spec.validate_options(selection[1], path="batch_format.options")
 
 
-def build_batch_format(
-    value: Any, context: BuildContext
-) -> tuple[Callable[[Any], Any] | None, str]:
+def build_batch_format(value: Any, context: BuildContext) -> tuple[Callable[[Any], Any] | None, str]:
     """``(fmt, label)``: the format ``value`` selects, built with ``context``, and how errors
     name it (``None`` and ``""`` for no format)."""
     if value is None:
@@ -79,9 +78,7 @@ def build_batch_format(
 
     registry = get_registry()
     spec = registry.resolve(BATCH_FORMAT, selection[0])
-    fmt = registry.create(
-        BATCH_FORMAT, selection[0], selection[1], context, path="batch_format.options"
-    )
+    fmt = registry.create(BATCH_FORMAT, selection[0], selection[1], context, path="batch_format.options")
     return fmt, spec.label
 
 
@@ -99,8 +96,7 @@ class BatchFormatDataset(TransparentRestore, BaseWrapperDataset):
 
     _savable_fields = ()
 
-    def __init__(self, dataset: Any, fmt: Callable[[Any], Any], *, label: str,
-                 encoder: Any = None) -> None:
+    def __init__(self, dataset: Any, fmt: Callable[[Any], Any], *, label: str, encoder: Any = None) -> None:
         super().__init__(dataset, worker_config=dataset.worker_config)
         self.fmt = fmt
         self.label = label
@@ -119,7 +115,7 @@ class BatchFormatDataset(TransparentRestore, BaseWrapperDataset):
             return self.fmt(batch)
         except BatchFormatError as exc:
             raise BatchFormatError(f"{exc} (from task encoder {self.encoder_label})") from exc
-        except Exception as exc:  # noqa: BLE001 - re-raised naming the format
+        except Exception as exc:
             raise BatchFormatError(
                 f"{self.label} failed on a batch of task encoder {self.encoder_label} "
                 f"({type(batch).__name__}): {type(exc).__name__}: {exc}"

@@ -75,8 +75,10 @@ def why_no_model_processor(tokenizer_or_path: Any) -> str:
     if not (directory / PROCESSOR_CONFIG).is_file():
         return f"tokenizer.path holds no {PROCESSOR_CONFIG}"
     if needs_remote_code(directory):
-        return (f"the {PROCESSOR_CONFIG} of tokenizer.path names code shipped in the directory "
-                "(auto_map), which is never run")
+        return (
+            f"the {PROCESSOR_CONFIG} of tokenizer.path names code shipped in the directory "
+            "(auto_map), which is never run"
+        )
     return f"tokenizer.path holds a {PROCESSOR_CONFIG}"
 
 
@@ -91,7 +93,7 @@ def load_model_image_processor(directory: Path, context: Any = None) -> Any:
 
     try:
         return create("image_processor", MODEL_PROCESSOR_NAME, {"path": str(directory)}, context)
-    except Exception as exc:  # noqa: BLE001 - re-raised with where the directory came from
+    except Exception as exc:
         text = " ".join(str(exc).split())
         raise ConfigError(
             f"tokenizer.path: the model directory {str(directory)!r} holds a {PROCESSOR_CONFIG} "

@@ -81,8 +81,10 @@ def can_zero_mask(batch: Any) -> bool:
 
 def is_padding_batch(batch: Any) -> bool:
     """Whether ``batch`` is a filler made by :func:`zero_loss_batch`."""
-    keys = batch.get("__key__", batch.get("__keys__")) if isinstance(batch, Mapping) else (
-        getattr(batch, "__key__", None)
+    keys = (
+        batch.get("__key__", batch.get("__keys__"))
+        if isinstance(batch, Mapping)
+        else (getattr(batch, "__key__", None))
     )
     if isinstance(keys, str):
         return keys == PADDING_KEY

@@ -25,15 +25,33 @@ class StateFileError(EnergonPluginsError, ValueError):
     a loader state never contains."""
 
 
-_BUILTINS = frozenset({
-    "list", "dict", "tuple", "set", "frozenset", "bytes", "bytearray", "str", "int", "float",
-    "bool", "complex", "slice", "range",
-})
+_BUILTINS = frozenset(
+    {
+        "list",
+        "dict",
+        "tuple",
+        "set",
+        "frozenset",
+        "bytes",
+        "bytearray",
+        "str",
+        "int",
+        "float",
+        "bool",
+        "complex",
+        "slice",
+        "range",
+    }
+)
 _NUMPY = frozenset({"_reconstruct", "scalar"})
-_ENERGON_SAVABLE_LOADER = frozenset({
-    "SavableCheckpoint", "SavableDataLoaderState", "SavableDatasetCheckpoint",
-    "SavableDatasetState",
-})
+_ENERGON_SAVABLE_LOADER = frozenset(
+    {
+        "SavableCheckpoint",
+        "SavableDataLoaderState",
+        "SavableDatasetCheckpoint",
+        "SavableDatasetState",
+    }
+)
 ALLOWED_GLOBALS: dict[str, frozenset[str]] = {
     "builtins": _BUILTINS,
     "__builtin__": _BUILTINS,
@@ -42,11 +60,23 @@ ALLOWED_GLOBALS: dict[str, frozenset[str]] = {
     "numpy.core.multiarray": _NUMPY,
     "numpy._core.multiarray": _NUMPY,
     "torch._utils": frozenset({"_rebuild_tensor_v2", "_rebuild_tensor"}),
-    "torch": frozenset({
-        "UntypedStorage", "ByteStorage", "CharStorage", "ShortStorage", "IntStorage",
-        "LongStorage", "HalfStorage", "FloatStorage", "DoubleStorage", "BFloat16Storage",
-        "BoolStorage", "ComplexFloatStorage", "ComplexDoubleStorage",
-    }),
+    "torch": frozenset(
+        {
+            "UntypedStorage",
+            "ByteStorage",
+            "CharStorage",
+            "ShortStorage",
+            "IntStorage",
+            "LongStorage",
+            "HalfStorage",
+            "FloatStorage",
+            "DoubleStorage",
+            "BFloat16Storage",
+            "BoolStorage",
+            "ComplexFloatStorage",
+            "ComplexDoubleStorage",
+        }
+    ),
     "torch.storage": frozenset({"UntypedStorage", "TypedStorage"}),
     "megatron.energon.state": frozenset({"FlexState"}),
     "megatron.energon.rng": frozenset({"SystemRngState"}),
@@ -95,8 +125,10 @@ class _RestrictedUnpickler(pickle.Unpickler):
         key = key.decode() if isinstance(key, bytes) else str(key)
         if key not in self._storages:
             raw = bytearray(self._read_storage(key))
-            untyped = torch.frombuffer(raw, dtype=torch.uint8).untyped_storage() if raw else (
-                torch.UntypedStorage(0)
+            untyped = (
+                torch.frombuffer(raw, dtype=torch.uint8).untyped_storage()
+                if raw
+                else (torch.UntypedStorage(0))
             )
             if storage_type is torch.UntypedStorage:
                 self._storages[key] = untyped
@@ -128,9 +160,7 @@ def load_state_file(path: "str | os.PathLike[str]") -> Any:
     with archive:
         pickles = [n for n in archive.namelist() if n == "data.pkl" or n.endswith("/data.pkl")]
         if not pickles:
-            raise StateFileError(
-                f"{where!r} is a zip archive but not a torch.save file (no data.pkl inside)"
-            )
+            raise StateFileError(f"{where!r} is a zip archive but not a torch.save file (no data.pkl inside)")
         prefix = pickles[0][: -len("data.pkl")]
 
         def read_storage(key: str) -> bytes:
@@ -144,8 +174,17 @@ def load_state_file(path: "str | os.PathLike[str]") -> Any:
                 "state never holds (allowed: Python containers and scalars, NumPy arrays, torch "
                 "tensors, Energon's state classes); refusing to load it"
             ) from exc
-        except (pickle.UnpicklingError, zipfile.BadZipFile, KeyError, EOFError, OSError, ValueError, TypeError,
-                AttributeError, IndexError) as exc:
+        except (
+            pickle.UnpicklingError,
+            zipfile.BadZipFile,
+            KeyError,
+            EOFError,
+            OSError,
+            ValueError,
+            TypeError,
+            AttributeError,
+            IndexError,
+        ) as exc:
             raise StateFileError(
                 f"cannot read loader state file {where!r}: it is truncated or corrupt "
                 f"({type(exc).__name__}: {exc})"

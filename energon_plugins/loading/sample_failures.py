@@ -53,12 +53,14 @@ _WORKER_TEXT = re.compile(r"^Caught (\w+) in DataLoader worker process (\d+)\.\n
 _FUNCTION_NAME = re.compile(r"<bound method [\w.]*?(\w+) of |<function [\w.<>]*?([\w<>]+) at ")
 _KEY_IN_DUMP = re.compile(r"__key__(?:=|: )'([^']*)'")
 _IN_A_ROW = re.compile(r"failed (\d+) times in a row")
-_CONTEXT_IN_MESSAGE = re.compile(
-    r" failed: (\w+\..*?) failed (?:due to system exception|\d+ times in a row)")
+_CONTEXT_IN_MESSAGE = re.compile(r" failed: (\w+\..*?) failed (?:due to system exception|\d+ times in a row)")
 _TRACEBACK_FUNCTION = re.compile(r'^  File ".*", line \d+, in (\w+)$', re.M)
 _FIRST_KEY = re.compile(r"'([^']*)'|\"([^\"]*)\"")
-_MESSAGE = re.compile(r"^(?:sample|batch of samples) (?P<key>.+?) failed in stage "
-                      r"(?P<stage>[\w ]+?): (?P<reason>.*)$", re.S)
+_MESSAGE = re.compile(
+    r"^(?:sample|batch of samples) (?P<key>.+?) failed in stage "
+    r"(?P<stage>[\w ]+?): (?P<reason>.*)$",
+    re.S,
+)
 
 
 class LoaderSampleError(SampleFailedError, FatalSampleError):
@@ -154,11 +156,14 @@ def _failing_batch(exc: BaseException) -> Any:
     return None
 
 
-def _build(cls: type[SampleFailedError], keys: list[str], stage: str,
-           reason: str) -> SampleFailedError:
+def _build(cls: type[SampleFailedError], keys: list[str], stage: str, reason: str) -> SampleFailedError:
     reason = _one_line(reason, MAX_REASON)
-    return cls(f"{_keys_text(keys)} failed in stage {stage}: {reason}",
-               key=keys[0] if keys else None, stage=stage, reason=reason)
+    return cls(
+        f"{_keys_text(keys)} failed in stage {stage}: {reason}",
+        key=keys[0] if keys else None,
+        stage=stage,
+        reason=reason,
+    )
 
 
 def sample_failure(exc: BaseException) -> SampleFailedError | None:
@@ -175,8 +180,9 @@ def sample_failure(exc: BaseException) -> SampleFailedError | None:
     if isinstance(exc, SampleFailedError):
         return None
     if isinstance(exc, BatchFormatError):
-        return _build(BatchFormatSampleError, sample_keys(_failing_batch(exc)),
-                      BATCH_FORMAT_STAGE, error_text(exc))
+        return _build(
+            BatchFormatSampleError, sample_keys(_failing_batch(exc)), BATCH_FORMAT_STAGE, error_text(exc)
+        )
     if not isinstance(exc, FatalSampleError) or isinstance(exc, EnergonPluginsError):
         return None  # the project's own errors (BadSampleError, ...) already name the sample
     context, sample = _failing_context(exc)
@@ -184,8 +190,7 @@ def sample_failure(exc: BaseException) -> SampleFailedError | None:
         stage = _innermost_stage(frame.f_code.co_name for frame in _frames(exc))
         if stage is None:
             return None  # not raised by the loader's pipeline (a task encoder called directly)
-        return _build(LoaderSampleError, _KEY_IN_DUMP.findall(str(exc))[:1], stage,
-                      error_text(exc))
+        return _build(LoaderSampleError, _KEY_IN_DUMP.findall(str(exc))[:1], stage, error_text(exc))
     keys = sample_keys(sample) or _KEY_IN_DUMP.findall(str(exc))[:1]
     caught = exc.__cause__ or exc.__context__
     reason = error_text(caught) if caught is not None else str(exc)
@@ -209,7 +214,7 @@ def worker_message(text: str, type_names: Iterable[str] = ()) -> str | None:
             break  # into the traceback's frames: the exception line was not found
         head, sep, message = line.partition(": ")
         if sep and (head.rsplit(".", 1)[-1] in names):
-            return "\n".join([message, *lines[index + 1:]]).strip()
+            return "\n".join([message, *lines[index + 1 :]]).strip()
     last = lines[-1]
     return last.partition(": ")[2].strip() or last.strip()
 
@@ -252,7 +257,7 @@ def with_readable_errors(batches: Iterable[Any]) -> Iterator[Any]:
     """Iterate ``batches``, raising :func:`readable_error`'s error for a failure."""
     try:
         yield from batches
-    except Exception as exc:  # noqa: BLE001 - re-raised as it is unless made readable
+    except Exception as exc:
         clear = readable_error(exc)
         if clear is None:
             raise

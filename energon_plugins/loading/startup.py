@@ -23,9 +23,7 @@ def import_heavy_modules() -> None:
         import_quietly(name)
 
 
-def build_datamodule_step_by_step(
-    config: str, overrides: Mapping[str, Any], status: Any
-) -> tuple[Any, Any]:
+def build_datamodule_step_by_step(config: str, overrides: Mapping[str, Any], status: Any) -> tuple[Any, Any]:
     """Check ``config`` with ``overrides``, import the heavy modules, build the datamodule.
 
     The datamodule gets no batch format (the task encoder's batches, which ``preview`` and
@@ -38,8 +36,8 @@ def build_datamodule_step_by_step(
     Raises:
         ConfigValidationError: the config (with the overrides) is invalid; nothing is imported.
     """
-    from energon_plugins.loading.datamodule import build_datamodule
     from energon_plugins.config.load import load_config
+    from energon_plugins.loading.datamodule import build_datamodule
 
     status.update(f"checking {config}...")
     checked = load_config(config, dict(overrides))

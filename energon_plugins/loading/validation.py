@@ -224,12 +224,14 @@ class ValidationLoader:
         if shortfall > 0:
             shortest = total - shortfall
             fix = f" (e.g. val_batches_per_evaluation={shortest}, which every rank reaches)"
-            raise ConfigError(self._unpaddable(
-                batch,
-                f"a data-parallel rank has only {shortest} real batch(es) per pass where each "
-                f"evaluation takes {total} ({self._wanted()})",
-                fix if shortest > 0 else "",
-            ))
+            raise ConfigError(
+                self._unpaddable(
+                    batch,
+                    f"a data-parallel rank has only {shortest} real batch(es) per pass where each "
+                    f"evaluation takes {total} ({self._wanted()})",
+                    fix if shortest > 0 else "",
+                )
+            )
 
     def _template_batch(self) -> Any:
         return self._template() if self._template is not None else None
@@ -262,9 +264,13 @@ class ValidationLoader:
                     "evaluate; check the split (energon info PATH) or drop validation"
                 )
             if not can_zero_mask(source):  # fewer batches than counted: samples were skipped
-                raise ConfigError(self._unpaddable(
-                    source, f"this rank ran out of real batches before the {len(self)} each "
-                    f"evaluation takes ({self._wanted()}; samples were skipped)"))
+                raise ConfigError(
+                    self._unpaddable(
+                        source,
+                        f"this rank ran out of real batches before the {len(self)} each "
+                        f"evaluation takes ({self._wanted()}; samples were skipped)",
+                    )
+                )
             self._filler = zero_loss_batch(source, self.ignore_index)
             self._filler_source = None
         return copy.deepcopy(self._filler)

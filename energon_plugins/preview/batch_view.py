@@ -187,9 +187,11 @@ def row_segments(batch: Any, row: int, pad_id: int | None, ignore_index: int) ->
             tail = segments[-1]
             ids = input_ids[row, tail.start : tail.end]
             labels = batch.labels[row, tail.start : tail.end]
-            if (pad_id is None or bool((ids == pad_id).all())) and bool(
-                (labels == ignore_index).all()
-            ) and len(segments) > 1:
+            if (
+                (pad_id is None or bool((ids == pad_id).all()))
+                and bool((labels == ignore_index).all())
+                and len(segments) > 1
+            ):
                 segments[-1] = Segment(tail.start, tail.end, True)
         return segments
     mask = getattr(batch, "attention_mask", None)
@@ -261,12 +263,15 @@ def encoder_token_ids(datamodule: Any) -> tuple[int | None, int, int | None]:
 
 
 def render_spans(
-    tokenizer: Any, ids: list[int], labels: list[int], ignore_index: int, image_id: int | None,
+    tokenizer: Any,
+    ids: list[int],
+    labels: list[int],
+    ignore_index: int,
+    image_id: int | None,
     video_id: int | None = None,
 ) -> list[Span]:
     """Group tokens into runs of (text, image or video, loss or not) and decode each text run."""
-    media = {token: kind for token, kind in ((video_id, "video"), (image_id, "image"))
-             if token is not None}
+    media = {token: kind for token, kind in ((video_id, "video"), (image_id, "image")) if token is not None}
     spans: list[Span] = []
     start = 0
     n = len(ids)
@@ -274,14 +279,11 @@ def render_spans(
         kind = media.get(ids[start], "text")
         loss = labels[start] != ignore_index
         end = start + 1
-        while end < n and media.get(ids[end], "text") == kind and (
-            labels[end] != ignore_index
-        ) == loss:
+        while end < n and media.get(ids[end], "text") == kind and (labels[end] != ignore_index) == loss:
             end += 1
         if kind != "text":
             token = getattr(tokenizer, "convert_ids_to_tokens", lambda i: f"<{kind}>")(ids[start])
-            spans.append(Span(collapsed_image_text(str(token), end - start), kind, loss,
-                              end - start))
+            spans.append(Span(collapsed_image_text(str(token), end - start), kind, loss, end - start))
         else:
             text = tokenizer.decode(ids[start:end], skip_special_tokens=False)
             spans.append(Span(text, "text", loss, end - start))

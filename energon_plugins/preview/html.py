@@ -70,11 +70,16 @@ def render_layout(row: dict[str, Any]) -> str:
     cells = []
     for field in row.get("fields", ()):
         shape = str(field.shape) if field.shape is not None else ""
-        cells.append(f"<tr><td><code>{html.escape(field.name)}</code></td><td>{shape}</td>"
-                     f"<td>{html.escape(field.dtype or field.value)}</td></tr>")
-    return (f"<h2>batch {row.get('batch', 0)}: {html.escape(row.get('format', ''))}</h2>"
-            "<table class='layout'><tr><th>key</th><th>shape</th><th>dtype / value</th></tr>"
-            + "".join(cells) + "</table>")
+        cells.append(
+            f"<tr><td><code>{html.escape(field.name)}</code></td><td>{shape}</td>"
+            f"<td>{html.escape(field.dtype or field.value)}</td></tr>"
+        )
+    return (
+        f"<h2>batch {row.get('batch', 0)}: {html.escape(row.get('format', ''))}</h2>"
+        "<table class='layout'><tr><th>key</th><th>shape</th><th>dtype / value</th></tr>"
+        + "".join(cells)
+        + "</table>"
+    )
 
 
 def render_page(title: str, rows: list[dict[str, Any]]) -> str:
@@ -121,8 +126,9 @@ def render_page(title: str, rows: list[dict[str, Any]]) -> str:
         for image in row["images"]:
             parts.append(f"<img alt='image' src='data:image/png;base64,{image}'>")
         for index, video in enumerate(row.get("videos", ())):
-            parts.append(f"<div class='strip'><span class='meta'>"
-                         f"{html.escape(describe_video(index, video))}</span>")
+            parts.append(
+                f"<div class='strip'><span class='meta'>{html.escape(describe_video(index, video))}</span>"
+            )
             for frame in video["frames"]:
                 parts.append(f"<img alt='frame' src='data:image/png;base64,{frame}'>")
             parts.append("</div>")

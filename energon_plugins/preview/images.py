@@ -21,18 +21,26 @@ def unpatchify(patches: Any, grid: Any, patch_size: int, merge_size: int, tempor
     return [frames[0] for frames in unpatchify_frames(patches, grid, patch_size, merge_size, temporal)]
 
 
-def unpatchify_frames(patches: Any, grid: Any, patch_size: int, merge_size: int,
-                      temporal: int) -> list[Any]:
+def unpatchify_frames(patches: Any, grid: Any, patch_size: int, merge_size: int, temporal: int) -> list[Any]:
     """Qwen-style patches and grids -> per grid entry, its ``(frames, C, H, W)`` frames."""
     images = []
     start = 0
     for t, h, w in grid.tolist():
         count = t * h * w
-        block = patches[start:start + count]
+        block = patches[start : start + count]
         start += count
         channels = block.shape[1] // (temporal * patch_size * patch_size)
-        block = block.reshape(t, h // merge_size, w // merge_size, merge_size, merge_size,
-                              channels, temporal, patch_size, patch_size)
+        block = block.reshape(
+            t,
+            h // merge_size,
+            w // merge_size,
+            merge_size,
+            merge_size,
+            channels,
+            temporal,
+            patch_size,
+            patch_size,
+        )
         # -> (t, temporal, C, h/m, m, p, w/m, m, p): undo the processor's permutation
         block = block.permute(0, 6, 5, 1, 3, 7, 2, 4, 8)
         frames = block.reshape(t * temporal, channels, h * patch_size, w * patch_size)
@@ -65,15 +73,18 @@ def _per_row(items: list[Any], counts: list[int]) -> list[list[Any]]:
     """``items`` dealt to rows by ``counts`` (a row whose items are missing gets none)."""
     out, offset = [], 0
     for n in counts:
-        out.append(items[offset:offset + int(n)] if len(items) >= offset + int(n) else [])
+        out.append(items[offset : offset + int(n)] if len(items) >= offset + int(n) else [])
         offset += int(n)
     return out
 
 
 def _processor_sizes(processor: Any) -> tuple[int, int, int]:
     inner = getattr(processor, "processor", processor)
-    return (int(getattr(inner, "patch_size", 14)), int(getattr(inner, "merge_size", 1)),
-            int(getattr(inner, "temporal_patch_size", 1)))
+    return (
+        int(getattr(inner, "patch_size", 14)),
+        int(getattr(inner, "merge_size", 1)),
+        int(getattr(inner, "temporal_patch_size", 1)),
+    )
 
 
 def row_videos(batch: Any, video_processor: Any = None) -> list[list[Any]]:

@@ -25,7 +25,6 @@ def collect_rows(datamodule: Any, count: int, batch_format: Any = None) -> list[
     applied to each, as the loader would, and every row carries the layout of that loop batch
     (``fields``, ``shapes``, ``format``) and its record key (``key``).
     """
-    from energon_plugins.preview.images import row_images, row_videos
     from energon_plugins.preview.batch_view import (
         Span,
         batch_layout,
@@ -39,6 +38,7 @@ def collect_rows(datamodule: Any, count: int, batch_format: Any = None) -> list[
         video_spans,
     )
     from energon_plugins.preview.html import image_to_png_base64
+    from energon_plugins.preview.images import row_images, row_videos
 
     tokenizer = datamodule.tokenizer
     image_id, ignore, pad_id = encoder_token_ids(datamodule)
@@ -48,10 +48,10 @@ def collect_rows(datamodule: Any, count: int, batch_format: Any = None) -> list[
     mean, std = _image_stats(image_processor)
     video_processor = getattr(encoder, "video_processor", None)
     video_mean, video_std = _image_stats(video_processor) if video_processor is not None else (mean, std)
-    draw = getattr(encoder, "preview_images", None) or (
-        lambda batch: row_images(batch, image_processor))
+    draw = getattr(encoder, "preview_images", None) or (lambda batch: row_images(batch, image_processor))
     draw_videos = getattr(encoder, "preview_videos", None) or (
-        lambda batch: row_videos(batch, video_processor))
+        lambda batch: row_videos(batch, video_processor)
+    )
     fmt, format_label = loop_batch_format(datamodule, batch_format)
     rows: list[dict[str, Any]] = []
     for batch_index, batch in enumerate(datamodule.train_dataloader()):
@@ -75,36 +75,65 @@ def collect_rows(datamodule: Any, count: int, batch_format: Any = None) -> list[
                 if segment.padding:
                     spans.append([Span(f"<pad x{segment.length}>", "pad", False, segment.length)])
                 else:
-                    spans.append(render_spans(tokenizer, ids[segment.start:segment.end],
-                                              labels[segment.start:segment.end], ignore, image_id,
-                                              video_id))
+                    spans.append(
+                        render_spans(
+                            tokenizer,
+                            ids[segment.start : segment.end],
+                            labels[segment.start : segment.end],
+                            ignore,
+                            image_id,
+                            video_id,
+                        )
+                    )
             n_images = int(num_images[row]) if row < len(num_images) else 0
-            images = [encoded for tensor in (drawable[row] if row < len(drawable) else [])
-                      if (encoded := image_to_png_base64(tensor, mean, std))]
+            images = [
+                encoded
+                for tensor in (drawable[row] if row < len(drawable) else [])
+                if (encoded := image_to_png_base64(tensor, mean, std))
+            ]
             note = ""
             if n_images and not images and batch.pixel_values is not None:
-                note = (f"{n_images} image(s) in pixel values {tuple(batch.pixel_values.shape)} "
-                        "(not rendered: a layout the preview cannot draw)")
+                note = (
+                    f"{n_images} image(s) in pixel values {tuple(batch.pixel_values.shape)} "
+                    "(not rendered: a layout the preview cannot draw)"
+                )
             n_videos = int(num_videos[row]) if row < len(num_videos) else 0
             counts = [count for _, count in zip(range(n_videos), video_counts)]
             token_spans = video_spans(ids, video_id, counts)
             strips = drawable_videos[row] if row < len(drawable_videos) else []
-            videos = [{
-                "frames": [encoded for frame in (strips[i] if i < len(strips) else [])
-                           if (encoded := image_to_png_base64(frame, video_mean, video_std))],
-                "tokens": counts[i] if i < len(counts) else None,
-                "span": token_spans[i] if i < len(token_spans) else None,
-            } for i in range(n_videos)]
+            videos = [
+                {
+                    "frames": [
+                        encoded
+                        for frame in (strips[i] if i < len(strips) else [])
+                        if (encoded := image_to_png_base64(frame, video_mean, video_std))
+                    ],
+                    "tokens": counts[i] if i < len(counts) else None,
+                    "span": token_spans[i] if i < len(token_spans) else None,
+                }
+                for i in range(n_videos)
+            ]
             key = keys[row] if row < len(keys) else None
             source = str(sources[row]) if sources is not None and row < len(sources) else None
-            rows.append({
-                "label": f"batch {batch_index} row {row}" + (" (packed)" if packed else ""),
-                "segments": segments, "width": len(ids), "spans": spans, "images": images,
-                "shapes": shapes, "num_images": n_images, "packed": packed, "note": note,
-                "videos": videos, "key": key, "source": source, "batch": batch_index,
-                "fields": fields,
-                "format": f"{format_label}, as the training loop reads it" if fmt else RAW_LABEL,
-            })
+            rows.append(
+                {
+                    "label": f"batch {batch_index} row {row}" + (" (packed)" if packed else ""),
+                    "segments": segments,
+                    "width": len(ids),
+                    "spans": spans,
+                    "images": images,
+                    "shapes": shapes,
+                    "num_images": n_images,
+                    "packed": packed,
+                    "note": note,
+                    "videos": videos,
+                    "key": key,
+                    "source": source,
+                    "batch": batch_index,
+                    "fields": fields,
+                    "format": f"{format_label}, as the training loop reads it" if fmt else RAW_LABEL,
+                }
+            )
             if len(rows) >= count:
                 return rows
     return rows

@@ -67,7 +67,7 @@ def plugin_names(name: str) -> PluginNames:
     if not isinstance(name, str) or not name.strip():
         raise ScaffoldError("plugin name: must not be empty (e.g. 'my-encoder')")
     if name.startswith(DIST_PREFIX) or name.startswith(DIST_PREFIX.replace("-", "_")):
-        bare = name[len(DIST_PREFIX):]
+        bare = name[len(DIST_PREFIX) :]
         raise ScaffoldError(
             f"plugin name {name!r}: give the plugin name without the {DIST_PREFIX!r} prefix "
             f"(e.g. {bare!r}); the distribution is named {DIST_PREFIX}NAME"

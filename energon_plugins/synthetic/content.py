@@ -62,8 +62,7 @@ def _caption(scene) -> str:
     if scene["count"] == 1:
         return f"A {scene['color']} {scene['shape']} on a {scene['background']} background."
     return (
-        f"{scene['count']} {scene['color']} {_PLURAL[scene['shape']]} on a "
-        f"{scene['background']} background."
+        f"{scene['count']} {scene['color']} {_PLURAL[scene['shape']]} on a {scene['background']} background."
     )
 
 
@@ -97,8 +96,7 @@ def make_sample(kind: str, rng, sizes) -> tuple[dict, dict[str, bytes]]:
     if kind == "vqa":
         scene, png = _scene(rng, sizes, shape="rectangle" if rng.integers(2) else None)
         question, answer = _qa(rng, scene)
-        record = {"context": question, "answers": [answer], "image_sizes": [scene["size"]],
-                  "scenes": [scene]}
+        record = {"context": question, "answers": [answer], "image_sizes": [scene["size"]], "scenes": [scene]}
         meta = {"question": question, "answers": [answer], "scene": scene}
         return record, {"png": png, "json": json.dumps(meta).encode()}
     if kind == "captioning":
@@ -135,8 +133,11 @@ def make_sample(kind: str, rng, sizes) -> tuple[dict, dict[str, bytes]]:
             scenes.append(scene)
             parts[f"{i}.png"] = png
         conversations = _conversation(rng, scenes)
-        record = {"conversations": conversations, "image_sizes": [s["size"] for s in scenes],
-                  "scenes": scenes}
+        record = {
+            "conversations": conversations,
+            "image_sizes": [s["size"] for s in scenes],
+            "scenes": scenes,
+        }
         parts["json"] = json.dumps({"conversations": conversations}).encode()
         return record, parts
     raise ValueError(f"kind: unknown dataset kind {kind!r}")  # pragma: no cover

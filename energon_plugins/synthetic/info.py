@@ -46,7 +46,7 @@ class DatasetInfo:
         }
 
     @classmethod
-    def from_json(cls, data: Mapping[str, Any]) -> "DatasetInfo":
+    def from_json(cls, data: Mapping[str, Any]) -> DatasetInfo:
         """Inverse of :meth:`to_json`."""
         return cls(
             path=pathlib.Path(data["path"]),
@@ -56,4 +56,3 @@ class DatasetInfo:
             shards=[pathlib.Path(s) for s in data["shards"]],
             corrupt_keys={k: list(v) for k, v in data.get("corrupt_keys", {}).items()},
         )
-

@@ -29,7 +29,9 @@ splits:
 """
 
 
-def write_demo_datasets(root, *, num_samples: int = 200, seed: int = 0, overwrite: bool = False) -> DatasetInfo:
+def write_demo_datasets(
+    root, *, num_samples: int = 200, seed: int = 0, overwrite: bool = False
+) -> DatasetInfo:
     """Write ``root/vqa``, ``root/captioning`` and the metadataset ``root/demo.yaml``.
 
     Both datasets use 32x32 images, 10 samples per shard and an 80/20 train/val split. A second
@@ -46,8 +48,7 @@ def write_demo_datasets(root, *, num_samples: int = 200, seed: int = 0, overwrit
         if info is not None:
             return info
     parts = [
-        write_dataset(root / kind, kind=kind, num_samples=num_samples, seed=seed + offset,
-                      overwrite=True)
+        write_dataset(root / kind, kind=kind, num_samples=num_samples, seed=seed + offset, overwrite=True)
         for offset, kind in enumerate(("vqa", "captioning"))
     ]
     yaml_path = root / "demo.yaml"

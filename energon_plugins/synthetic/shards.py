@@ -102,11 +102,9 @@ def _dataset_yaml(kind: str) -> tuple[str, str | None]:
             _SAMPLE_LOADER,
         )
     return (
-        "__module__: megatron.energon\n__class__: CrudeWebdataset\n"
-        f"subflavors:\n  format: {kind}\n",
+        f"__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors:\n  format: {kind}\n",
         None,
     )
-
 
 
 def _split_keys(path: pathlib.Path, shard_keys: dict[str, list[str]]) -> dict[str, list[str]]:
@@ -122,7 +120,6 @@ def _split_keys(path: pathlib.Path, shard_keys: dict[str, list[str]]) -> dict[st
         names.sort(key=order.index)
         result[name] = [key for n in names for key in shard_keys[n]]
     return result
-
 
 
 def write_dataset(

@@ -64,19 +64,15 @@ _CONTENT_MACRO = (
 _NL = "{{ '\\n' }}"
 
 _GENERIC_TEMPLATE = (
-    _CONTENT_MACRO
-    + "{{ bos_token }}"
+    _CONTENT_MACRO + "{{ bos_token }}"
     "{%- for message in messages -%}"
     "{{ message['role'] }}{{ ': ' }}{{ render(message['content'], '__IMAGE__') }}"
-    "{%- if message['role'] == 'assistant' -%}{{ eos_token }}{%- endif -%}"
-    + _NL
-    + "{%- endfor -%}"
+    "{%- if message['role'] == 'assistant' -%}{{ eos_token }}{%- endif -%}" + _NL + "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{ 'assistant: ' }}{%- endif -%}"
 )
 
 _LLAVA_TEMPLATE = (
-    _CONTENT_MACRO
-    + "{{ bos_token }}"
+    _CONTENT_MACRO + "{{ bos_token }}"
     "{%- if messages[0]['role'] == 'system' -%}"
     "{{ render(messages[0]['content'], '__IMAGE__') }}{{ ' ' }}"
     "{%- set loop_messages = messages[1:] -%}"
@@ -91,15 +87,13 @@ _LLAVA_TEMPLATE = (
 )
 
 _QWEN2_TEMPLATE = (
-    _CONTENT_MACRO
-    + "{%- for message in messages -%}"
+    _CONTENT_MACRO + "{%- for message in messages -%}"
     "{%- if loop.first and message['role'] != 'system' -%}"
-    "<|im_start|>system" + _NL + "__SYSTEM__<|im_end|>" + _NL
-    + "{%- endif -%}"
-    "<|im_start|>{{ message['role'] }}" + _NL
+    "<|im_start|>system" + _NL + "__SYSTEM__<|im_end|>" + _NL + "{%- endif -%}"
+    "<|im_start|>{{ message['role'] }}"
+    + _NL
     + "{{ render(message['content'], '<|vision_start|><|image_pad|><|vision_end|>') }}"
-    "<|im_end|>" + _NL
-    + "{%- endfor -%}"
+    "<|im_end|>" + _NL + "{%- endfor -%}"
     "{%- if add_generation_prompt -%}<|im_start|>assistant" + _NL + "{%- endif -%}"
 )
 
@@ -230,4 +224,3 @@ def save_demo_tokenizer(directory, family: str = "generic", **kwargs) -> pathlib
         json.dumps({"family": family, **{k: v for k, v in kwargs.items() if k != "corpus"}})
     )
     return directory
-

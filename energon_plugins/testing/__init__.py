@@ -18,7 +18,6 @@ when they run.
 from typing import TYPE_CHECKING
 
 from energon_plugins._lazy import lazy_attributes
-
 from energon_plugins.testing._common import ConformanceError
 
 _LAZY = {

@@ -50,8 +50,8 @@ def check_registration(kind: str, name: str) -> PluginSpec:
     distribution that declares an ``energon_plugins`` entry point), ``load-failures`` (no
     module of that distribution failed to load).
     """
-    from energon_plugins.host import api
     from energon_plugins.errors import EnergonPluginsError
+    from energon_plugins.host import api
     from energon_plugins.host.kinds import normalize_kind
     from energon_plugins.host.manager import get_registry
 
@@ -62,17 +62,18 @@ def check_registration(kind: str, name: str) -> PluginSpec:
         fail(_label(kind, name), "registered", str(exc))
     label = spec.label
     rows = [
-        row
-        for row in api.available(kind)
-        if row.name == spec.name and row.distribution == spec.distribution
+        row for row in api.available(kind) if row.name == spec.name and row.distribution == spec.distribution
     ]
     if not rows:
         fail(label, "listed", "energon_plugins.available() does not list it")
     if rows[0].status != "ok":
         fail(label, "listed", f"available() reports status {rows[0].status!r}: {rows[0].error}")
     if not isinstance(spec.description, str) or not spec.description.strip():
-        fail(label, "description", "register(...) was called without a description; "
-             "`energon-plugins list` shows it to users")
+        fail(
+            label,
+            "description",
+            "register(...) was called without a description; `energon-plugins list` shows it to users",
+        )
     _check_distribution(spec)
     failures = [
         f.summary
@@ -103,8 +104,11 @@ def _check_distribution(spec: PluginSpec) -> None:
         )
     groups = {ep.group for ep in dist.entry_points}
     if "energon_plugins" not in groups:
-        fail(spec.label, "distribution",
-             f"distribution {spec.distribution!r} declares no energon_plugins entry point")
+        fail(
+            spec.label,
+            "distribution",
+            f"distribution {spec.distribution!r} declares no energon_plugins entry point",
+        )
 
 
 def check_options(
@@ -134,16 +138,22 @@ def check_options(
     try:
         spec.validate_options(None)
     except PluginOptionsError as exc:
-        fail(label, "options-defaults",
-             f"the options do not validate with defaults (give every field a default): {exc}")
+        fail(
+            label,
+            "options-defaults",
+            f"the options do not validate with defaults (give every field a default): {exc}",
+        )
     try:
         spec.validate_options({UNKNOWN_OPTION: 1})
     except PluginOptionsError as exc:
         if spec.name not in str(exc):
             fail(label, "options-unknown-key", f"the error does not name the plugin: {exc}")
     except Exception as exc:  # noqa: BLE001 - any other error type breaks the rule
-        fail(label, "options-unknown-key",
-             f"an unknown option raised {type(exc).__name__} instead of PluginOptionsError: {exc}")
+        fail(
+            label,
+            "options-unknown-key",
+            f"an unknown option raised {type(exc).__name__} instead of PluginOptionsError: {exc}",
+        )
     else:
         fail(label, "options-unknown-key", f"the unknown option {UNKNOWN_OPTION!r} was accepted")
     try:
@@ -154,8 +164,11 @@ def check_options(
         try:
             json.dumps(spec.options.model_json_schema())
         except Exception as exc:  # noqa: BLE001
-            fail(label, "options-schema",
-                 f"{spec.options.__name__}.model_json_schema() failed: {type(exc).__name__}: {exc}")
+            fail(
+                label,
+                "options-schema",
+                f"{spec.options.__name__}.model_json_schema() failed: {type(exc).__name__}: {exc}",
+            )
     if subprocess_check:
         check_import_light(spec, validated)
     return validated
@@ -172,8 +185,9 @@ def check_and_build(kind: str, name: str, options: Any = None, context: Any = No
     spec = check_registration(kind, name)
     validated = check_options(kind, name, options)
     try:
-        component = get_registry().create(spec.kind, spec.qualified_name, validated,
-                                          context if context is not None else BuildContext())
+        component = get_registry().create(
+            spec.kind, spec.qualified_name, validated, context if context is not None else BuildContext()
+        )
     except Exception as exc:  # noqa: BLE001 - reported under the rule
         fail(spec.label, "builds", f"building failed: {type(exc).__name__}: {exc}")
     return spec, component
@@ -216,8 +230,7 @@ def check_import_light(spec: PluginSpec, options: Any = None) -> None:
     # Only this plugin's distribution (and the core): another plugin's heavy import is not its fault.
     env["ENERGON_PLUGINS_LOAD"] = spec.distribution
     env.pop("ENERGON_PLUGINS_DISABLE", None)
-    argument = json.dumps([spec.kind, spec.name, spec.distribution, spec.module,
-                           _options_json(options)])
+    argument = json.dumps([spec.kind, spec.name, spec.distribution, spec.module, _options_json(options)])
     proc = subprocess.run(
         [sys.executable, "-c", _PROBE, argument],
         capture_output=True,
@@ -227,8 +240,7 @@ def check_import_light(spec: PluginSpec, options: Any = None) -> None:
     )
     if proc.returncode != 0:
         tail = (proc.stderr.strip().splitlines() or ["(no output)"])[-1]
-        fail(spec.label, "import-light",
-             f"resolving and validating in a fresh interpreter failed: {tail}")
+        fail(spec.label, "import-light", f"resolving and validating in a fresh interpreter failed: {tail}")
     result = json.loads(proc.stdout.strip().splitlines()[-1])
     if result["heavy"]:
         top = sorted({m.split(".")[0] for m in result["heavy"]})

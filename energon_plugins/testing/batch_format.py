@@ -62,8 +62,10 @@ def sample_batches(context: Any = None, *, seed: int = 0, count: int = 12) -> li
         packed = index % 2 == 1
         pad = (1, 4)[(index // 2) % 2]
         packing = make_first_fit_decreasing(FirstFitDecreasingOptions(pad_to_multiple_of=pad))
-        encoder = PluginTaskEncoder(base.replace(seq_length=CAPACITY, packing=packing),
-                                    padding=("seq_length", "longest")[(index // 4) % 2])
+        encoder = PluginTaskEncoder(
+            base.replace(seq_length=CAPACITY, packing=packing),
+            padding=("seq_length", "longest")[(index // 4) % 2],
+        )
         rows = samples
         if packed:
             rows = [encoder.pack_selected_samples(g) for g in encoder.select_samples_to_pack(samples)]
@@ -91,10 +93,17 @@ def _random_sample(rng: random.Random, key: str) -> Any:
         labels[at:at] = [IGNORE] * count
     label_t = torch.tensor(labels)
     return EncodedSample(
-        __key__=key, __restore_key__=(), __subflavors__=None, __sources__=None,
-        input_ids=torch.tensor(ids), labels=label_t, loss_mask=(label_t != IGNORE).float(),
+        __key__=key,
+        __restore_key__=(),
+        __subflavors__=None,
+        __sources__=None,
+        input_ids=torch.tensor(ids),
+        labels=label_t,
+        loss_mask=(label_t != IGNORE).float(),
         pixel_values=torch.rand(len(counts), 3, 2, 2) if counts else None,
-        num_images=len(counts), seq_lengths=[len(ids)], image_token_counts=counts,
+        num_images=len(counts),
+        seq_lengths=[len(ids)],
+        image_token_counts=counts,
     )
 
 
@@ -183,8 +192,9 @@ def aligned_examples(output: Any) -> Examples:
                 if nxt >= tokens.shape[1] or int(labels[row, nxt]) == IGNORE:
                     continue
                 if nxt in starts:
-                    raise ValueError(f"row {row}: position {p} predicts the first token of the "
-                                     "next sub-sequence")
+                    raise ValueError(
+                        f"row {row}: position {p} predicts the first token of the next sub-sequence"
+                    )
                 out[(tuple(tokens[row, start : p + 1].tolist()), int(labels[row, nxt]))] += 1
     return out
 
@@ -229,14 +239,15 @@ def check_batch_format(
 
     for other in ({"input_ids": [1, 2]}, [1, 2], object()):
         if fmt(other) is not other:
-            fail(label, "format-passthrough",
-                 f"a {type(other).__name__} batch did not come back unchanged")
+            fail(label, "format-passthrough", f"a {type(other).__name__} batch did not come back unchanged")
 
     cases = sample_batches(context, seed=seed)
     refused = 0
     for number, (batch, samples) in enumerate(cases):
-        where = f"case {number} ({'packed' if batch.packed_seq_params is not None else 'unpacked'}" \
-                f", {batch.input_ids.shape[0]} row(s))"
+        where = (
+            f"case {number} ({'packed' if batch.packed_seq_params is not None else 'unpacked'}"
+            f", {batch.input_ids.shape[0]} row(s))"
+        )
         before = copy.deepcopy(batch)
         try:
             output = fmt(batch)
@@ -244,8 +255,12 @@ def check_batch_format(
             refused += 1  # a batch the loop cannot take, refused by name: allowed
             continue
         except Exception as exc:  # noqa: BLE001
-            fail(label, "format-raises", f"{where}: the format raised {type(exc).__name__}: "
-                 f"{exc} (refuse a batch the loop cannot take with BatchFormatError)")
+            fail(
+                label,
+                "format-raises",
+                f"{where}: the format raised {type(exc).__name__}: "
+                f"{exc} (refuse a batch the loop cannot take with BatchFormatError)",
+            )
         changed = batch_differences(batch, before)
         if changed:
             fail(label, "format-input-unchanged", f"{where}: {changed[0]}")
@@ -267,10 +282,13 @@ def check_batch_format(
         want = truth(samples)
         if got != want:
             missing, extra = want - got, got - want
-            fail(label, "format-labels",
-                 f"{where}: {sum(missing.values())} target(s) missing, e.g. "
-                 f"{list(missing)[:1]}, and {sum(extra.values())} not in the samples, e.g. "
-                 f"{list(extra)[:1]} (context, target)")
+            fail(
+                label,
+                "format-labels",
+                f"{where}: {sum(missing.values())} target(s) missing, e.g. "
+                f"{list(missing)[:1]}, and {sum(extra.values())} not in the samples, e.g. "
+                f"{list(extra)[:1]} (context, target)",
+            )
     if refused == len(cases):
         fail(label, "format-raises", f"the format refused all {refused} batches")
     return fmt

@@ -37,12 +37,13 @@ def _diff(a: Any, b: Any, path: str, out: list[str], limit: int) -> None:
         if not (torch.is_tensor(a) and torch.is_tensor(b)):
             out.append(f"{path}: {type(a).__name__} vs {type(b).__name__}")
         elif a.shape != b.shape or a.dtype != b.dtype:
-            out.append(f"{path}: shape/dtype {tuple(a.shape)} {a.dtype} vs "
-                       f"{tuple(b.shape)} {b.dtype}")
+            out.append(f"{path}: shape/dtype {tuple(a.shape)} {a.dtype} vs {tuple(b.shape)} {b.dtype}")
         elif not _tensors_equal(a, b):
             where = (a != b).nonzero()
-            out.append(f"{path}: values differ at {where.shape[0]} position(s), "
-                       f"first {tuple(where[0].tolist()) if len(where) else '?'}")
+            out.append(
+                f"{path}: values differ at {where.shape[0]} position(s), "
+                f"first {tuple(where[0].tolist()) if len(where) else '?'}"
+            )
         return
     fa, fb = _fields(a), _fields(b)
     if fa is not None or fb is not None:

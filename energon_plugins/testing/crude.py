@@ -61,8 +61,9 @@ def write_crude_dataset(
         parts["json"] = json.dumps({"conversations": conversations}).encode()
         records.append(parts)
     root = pathlib.Path(path)
-    shards = write_prepared_shards(root, records, samples_per_shard=samples_per_shard,
-                                   split_ratio=split_ratio)
+    shards = write_prepared_shards(
+        root, records, samples_per_shard=samples_per_shard, split_ratio=split_ratio
+    )
     (root / ".nv-meta" / "dataset.yaml").write_text(
         f"__module__: megatron.energon\n__class__: CrudeWebdataset\nsubflavors:\n  format: {fmt}\n"
     )
@@ -88,15 +89,17 @@ def write_prepared_shards(
     root = pathlib.Path(path)
     root.mkdir(parents=True, exist_ok=True)
     with contextlib.redirect_stdout(io.StringIO()):
-        with wds.ShardWriter(str(root / "shard-%06d.tar"), maxcount=samples_per_shard,
-                             verbose=0) as sink:
+        with wds.ShardWriter(str(root / "shard-%06d.tar"), maxcount=samples_per_shard, verbose=0) as sink:
             for record in records:
                 sink.write(record)
     shards = sorted(root.glob("shard-*.tar"))
     with contextlib.redirect_stdout(io.StringIO()):
         BaseWebdatasetFactory.prepare_dataset(
-            root, [s.name for s in shards], split_parts_ratio=list(split_ratio),
-            shuffle_seed=None, workers=1,
+            root,
+            [s.name for s in shards],
+            split_parts_ratio=list(split_ratio),
+            shuffle_seed=None,
+            workers=1,
         )
     return shards
 

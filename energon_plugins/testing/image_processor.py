@@ -77,8 +77,12 @@ def check_image_processor(
     spec, proc = check_and_build("image_processor", name, options, context)
     label = spec.label
     if not callable(proc):
-        fail(label, "callable", f"the factory returned {type(proc).__qualname__}, which is not "
-                                "callable like a transformers image processor")
+        fail(
+            label,
+            "callable",
+            f"the factory returned {type(proc).__qualname__}, which is not "
+            "callable like a transformers image processor",
+        )
 
     arrays = make_test_images()
     tensors = [as_energon_tensor(a) for a in arrays]
@@ -95,21 +99,30 @@ def check_image_processor(
     for index, tensor in enumerate(tensors):
         alone, alone_grid = _pixels(label, _call(label, proc, [tensor], f"image {index} alone"), 1)
         if alone.shape[1:] != slices[index].shape[1:] or alone.shape[0] != slices[index].shape[0]:
-            fail(label, "per-image",
-                 f"image {index} {tuple(tensor.shape)} alone gives pixel_values "
-                 f"{tuple(alone.shape)}, but its part of the batch is {tuple(slices[index].shape)}")
+            fail(
+                label,
+                "per-image",
+                f"image {index} {tuple(tensor.shape)} alone gives pixel_values "
+                f"{tuple(alone.shape)}, but its part of the batch is {tuple(slices[index].shape)}",
+            )
         if not torch.allclose(alone, slices[index], atol=PER_IMAGE_TOLERANCE, rtol=0):
             diff = float((alone - slices[index]).abs().max())
-            fail(label, "per-image", f"image {index} alone differs from its part of the batch "
-                                     f"(max abs difference {diff:.3g})")
+            fail(
+                label,
+                "per-image",
+                f"image {index} alone differs from its part of the batch (max abs difference {diff:.3g})",
+            )
 
     import PIL.Image
 
     pil_images = [PIL.Image.fromarray(a) for a in arrays]
     pil_pixels, _ = _pixels(label, _call(label, proc, pil_images, "PIL images"), len(arrays))
     if pil_pixels.shape != pixels.shape:
-        fail(label, "float-input", f"PIL input gives pixel_values {tuple(pil_pixels.shape)}, float "
-                                   f"tensors {tuple(pixels.shape)}")
+        fail(
+            label,
+            "float-input",
+            f"PIL input gives pixel_values {tuple(pil_pixels.shape)}, float tensors {tuple(pixels.shape)}",
+        )
     mean_diff = float((pil_pixels.float() - pixels.float()).abs().mean())
     if mean_diff > FLOAT_INPUT_TOLERANCE:
         fail(
@@ -126,11 +139,17 @@ def _call(label: str, proc: Any, images: list[Any], what: str) -> Any:
     try:
         out = proc(images=images, return_tensors="pt")
     except Exception as exc:  # noqa: BLE001 - reported under the rule
-        fail(label, "callable",
-             f"proc(images=[...], return_tensors='pt') on {what} raised {type(exc).__name__}: {exc}")
+        fail(
+            label,
+            "callable",
+            f"proc(images=[...], return_tensors='pt') on {what} raised {type(exc).__name__}: {exc}",
+        )
     if not isinstance(out, Mapping):
-        fail(label, "callable",
-             f"on {what} it returned {type(out).__qualname__}, not a mapping with pixel_values")
+        fail(
+            label,
+            "callable",
+            f"on {what} it returned {type(out).__qualname__}, not a mapping with pixel_values",
+        )
     return out
 
 
@@ -141,8 +160,12 @@ def _pixels(label: str, out: Mapping, count: int) -> tuple[Any, Any]:
         fail(label, "pixel-values", f"the result has no 'pixel_values' (keys: {sorted(out)})")
     pixels = out["pixel_values"]
     if not torch.is_tensor(pixels):
-        fail(label, "pixel-values", f"pixel_values is {type(pixels).__qualname__}, not a tensor "
-                                    "(return_tensors='pt' asks for torch tensors)")
+        fail(
+            label,
+            "pixel-values",
+            f"pixel_values is {type(pixels).__qualname__}, not a tensor "
+            "(return_tensors='pt' asks for torch tensors)",
+        )
     if not pixels.dtype.is_floating_point:
         fail(label, "pixel-values", f"pixel_values has dtype {pixels.dtype}, not floating point")
     if not bool(torch.isfinite(pixels).all()):
@@ -151,17 +174,25 @@ def _pixels(label: str, out: Mapping, count: int) -> tuple[Any, Any]:
     if grid is not None:
         grid = torch.as_tensor(grid)
         if tuple(grid.shape) != (count, 3):
-            fail(label, "pixel-values",
-                 f"image_grid_thw has shape {tuple(grid.shape)} for {count} images; expected "
-                 f"({count}, 3)")
+            fail(
+                label,
+                "pixel-values",
+                f"image_grid_thw has shape {tuple(grid.shape)} for {count} images; expected ({count}, 3)",
+            )
         patches = int(grid.prod(dim=-1).sum())
         if pixels.shape[0] != patches:
-            fail(label, "pixel-values", f"pixel_values has {pixels.shape[0]} rows, but "
-                                        f"image_grid_thw describes {patches} patches")
+            fail(
+                label,
+                "pixel-values",
+                f"pixel_values has {pixels.shape[0]} rows, but image_grid_thw describes {patches} patches",
+            )
     elif pixels.dim() != 4 or pixels.shape[0] != count:
-        fail(label, "pixel-values",
-             f"pixel_values has shape {tuple(pixels.shape)} for {count} images; expected "
-             f"({count}, C, H, W), or patches with image_grid_thw")
+        fail(
+            label,
+            "pixel-values",
+            f"pixel_values has shape {tuple(pixels.shape)} for {count} images; expected "
+            f"({count}, C, H, W), or patches with image_grid_thw",
+        )
     return pixels, grid
 
 

@@ -54,8 +54,7 @@ def random_cases(count: int = DEFAULT_CASES, seed: int = 0) -> list[tuple[list[i
         elif shape < 0.8:
             lengths = [rng.choice([1, capacity, max(1, capacity // 2)]) for _ in range(size)]
         else:
-            lengths = [max(1, min(capacity, int(rng.expovariate(4 / capacity)) + 1))
-                       for _ in range(size)]
+            lengths = [max(1, min(capacity, int(rng.expovariate(4 / capacity)) + 1)) for _ in range(size)]
         cases.append((lengths, capacity))
     return cases
 
@@ -100,8 +99,9 @@ def check_packing_strategy(
 
     def build() -> Any:
         try:
-            return get_registry().create(spec.kind, spec.qualified_name, validated,
-                                         context if context is not None else BuildContext())
+            return get_registry().create(
+                spec.kind, spec.qualified_name, validated, context if context is not None else BuildContext()
+            )
         except Exception as exc:  # noqa: BLE001 - reported under the rule
             fail(label, "builds", f"building failed: {type(exc).__name__}: {exc}")
 
@@ -116,8 +116,7 @@ def check_packing_strategy(
         problem = _check_case(strategy, twin, lengths, capacity, overlong=overlong)
         if problem is not None:
             rule, detail = problem
-            failures.append((len(lengths), rule,
-                             f"{detail} (lengths={lengths}, capacity={capacity})"))
+            failures.append((len(lengths), rule, f"{detail} (lengths={lengths}, capacity={capacity})"))
     if failures:
         size, rule, detail = min(failures, key=lambda f: f[0])
         fail(label, rule, f"{detail}; {len(failures)} failing buffer(s) in all")
@@ -144,10 +143,16 @@ def _check_case(
         return problem
     again = strategy.select(list(lengths), capacity)
     if _as_lists(again) != _as_lists(groups):
-        return "packing-deterministic", f"a second call gave {_as_lists(again)} instead of {_as_lists(groups)}"
+        return (
+            "packing-deterministic",
+            f"a second call gave {_as_lists(again)} instead of {_as_lists(groups)}",
+        )
     other = twin.select(list(lengths), capacity)
     if _as_lists(other) != _as_lists(groups):
-        return "packing-deterministic", f"a second instance gave {_as_lists(other)} instead of {_as_lists(groups)}"
+        return (
+            "packing-deterministic",
+            f"a second instance gave {_as_lists(other)} instead of {_as_lists(groups)}",
+        )
     plan = getattr(strategy, "plan", None)
     if callable(plan):
         try:
@@ -188,10 +193,12 @@ def _check_groups(groups: Any, lengths: Sequence[int], capacity: int) -> tuple[s
         seen.update(indices)
         total = sum(lengths[i] for i in indices)
         if len(indices) > 1 and total > capacity:
-            return "packing-capacity", (f"group {number} {indices} holds {total} tokens > "
-                                        f"capacity {capacity}")
+            return "packing-capacity", (
+                f"group {number} {indices} holds {total} tokens > capacity {capacity}"
+            )
     missing = [i for i, length in enumerate(lengths) if length <= capacity and i not in seen]
     if missing:
-        return "packing-complete", (f"samples {missing[:10]} fit the capacity but are in no group "
-                                    "(Energon discards them)")
+        return "packing-complete", (
+            f"samples {missing[:10]} fit the capacity but are in no group (Energon discards them)"
+        )
     return None

@@ -35,16 +35,18 @@ class RegistryFixture:
         self._stack = stack
         self.registry = self._use()
 
-    def _use(self, *modules: ModuleType | Any, entry_points: bool = True,
-             distribution: str = "<local>") -> Any:
+    def _use(
+        self, *modules: ModuleType | Any, entry_points: bool = True, distribution: str = "<local>"
+    ) -> Any:
         from energon_plugins.host.manager import load_registry, use_registry
 
         registry = load_registry(modules, entry_points=entry_points, distribution=distribution)
         self._stack.enter_context(use_registry(registry))
         return registry
 
-    def __call__(self, *modules: ModuleType | Any, entry_points: bool = True,
-                 distribution: str = "<local>") -> Any:
+    def __call__(
+        self, *modules: ModuleType | Any, entry_points: bool = True, distribution: str = "<local>"
+    ) -> Any:
         """Load a fresh registry with ``modules`` added (attributed to ``distribution``),
         make it the one in use for the rest of the test, and return it.
 
@@ -83,8 +85,7 @@ def energon_dataset(tmp_path: Any) -> Any:
         from energon_plugins.synthetic import write_dataset
 
         kwargs.setdefault("samples_per_shard", 5)
-        return write_dataset(root / f"{kind}-{next(counter)}", kind=kind,
-                             num_samples=num_samples, **kwargs)
+        return write_dataset(root / f"{kind}-{next(counter)}", kind=kind, num_samples=num_samples, **kwargs)
 
     return make
 

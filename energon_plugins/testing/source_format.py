@@ -47,15 +47,17 @@ def _scan(label: str, reader: Any, source: pathlib.Path) -> list[tuple[str, Any]
         fail(label, "source-scan", f"scan({str(source)!r}) raised {type(exc).__name__}: {exc}")
     for number, item in enumerate(items):
         if not (isinstance(item, tuple) and len(item) == 2 and isinstance(item[0], str) and item[0]):
-            fail(label, "source-scan",
-                 f"item {number} of scan() is {item!r:.80}, not (location: str, payload)")
+            fail(
+                label, "source-scan", f"item {number} of scan() is {item!r:.80}, not (location: str, payload)"
+            )
     if not items:
         fail(label, "source-scan", f"scan({str(source)!r}) yielded no record")
     return items
 
 
-def _load_all(label: str, reader: Any, items: list[tuple[str, Any]], image_token: str
-              ) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
+def _load_all(
+    label: str, reader: Any, items: list[tuple[str, Any]], image_token: str
+) -> tuple[list[tuple[str, Any]], list[tuple[str, str]]]:
     """``(good, rejected)``: ``(location, SourceRecord)`` of the records that pass the
     converter's checks, ``(location, reason)`` of the others."""
     from energon_plugins.convert.checks import sample_parts
@@ -66,21 +68,30 @@ def _load_all(label: str, reader: Any, items: list[tuple[str, Any]], image_token
         try:
             pickle.dumps(payload)
         except Exception as exc:  # noqa: BLE001
-            fail(label, "source-payload-pickle",
-                 f"record {location}: the payload does not pickle: {type(exc).__name__}: {exc}")
+            fail(
+                label,
+                "source-payload-pickle",
+                f"record {location}: the payload does not pickle: {type(exc).__name__}: {exc}",
+            )
         try:
             record = reader.load(payload)
         except RecordError as exc:
             rejected.append((location, exc.reason))
             continue
         except Exception as exc:  # noqa: BLE001 - the rule: bad records are RecordErrors
-            fail(label, "source-rejects",
-                 f"record {location}: load() raised {type(exc).__name__}: {exc}; raise "
-                 "energon_plugins.RecordError(reason, message) for a record it cannot read")
+            fail(
+                label,
+                "source-rejects",
+                f"record {location}: load() raised {type(exc).__name__}: {exc}; raise "
+                "energon_plugins.RecordError(reason, message) for a record it cannot read",
+            )
         if not isinstance(record, SourceRecord):
-            fail(label, "source-record",
-                 f"record {location}: load() returned {type(record).__name__}, not "
-                 "energon_plugins.SourceRecord")
+            fail(
+                label,
+                "source-record",
+                f"record {location}: load() returned {type(record).__name__}, not "
+                "energon_plugins.SourceRecord",
+            )
         try:
             sample_parts(record, location, image_token=image_token, reencode=None)
         except RecordError as exc:
@@ -102,7 +113,10 @@ def _read_back(path: pathlib.Path) -> list[Any]:
         cookers = [CHATML_COOKER]
 
     dataset = get_val_dataset(
-        str(path), split_part=SPLIT, batch_size=None, task_encoder=Cooking(),
+        str(path),
+        split_part=SPLIT,
+        batch_size=None,
+        task_encoder=Cooking(),
         worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
     )
     loader = get_loader(dataset, watchdog_timeout_seconds=None)
@@ -117,43 +131,65 @@ def _image_size(data: bytes) -> tuple[int, int]:
         return image.height, image.width
 
 
-def _check_roundtrip(label: str, name: str, source: pathlib.Path, options: Any,
-                     image_token: str, good: list, rejected: list) -> Any:
+def _check_roundtrip(
+    label: str, name: str, source: pathlib.Path, options: Any, image_token: str, good: list, rejected: list
+) -> Any:
     from energon_plugins.convert.run import convert_dataset
 
     with tempfile.TemporaryDirectory(prefix="check-source-format-") as tmp:
         try:
-            result = convert_dataset(source, pathlib.Path(tmp) / "out", name, options=options,
-                                     split_ratio=f"{SPLIT}=1", image_token=image_token, workers=0)
+            result = convert_dataset(
+                source,
+                pathlib.Path(tmp) / "out",
+                name,
+                options=options,
+                split_ratio=f"{SPLIT}=1",
+                image_token=image_token,
+                workers=0,
+            )
         except Exception as exc:  # noqa: BLE001
-            fail(label, "convert-roundtrip",
-                 f"convert_dataset raised {type(exc).__name__}: {exc}")
+            fail(label, "convert-roundtrip", f"convert_dataset raised {type(exc).__name__}: {exc}")
         written = result.written.get(SPLIT, 0)
         if written != len(good) or result.rejected_total != len(rejected):
-            fail(label, "convert-roundtrip",
-                 f"convert wrote {written} and rejected {result.rejected_total} record(s) "
-                 f"({result.rejected}); loading each record gives {len(good)} good and "
-                 f"{len(rejected)} rejected")
+            fail(
+                label,
+                "convert-roundtrip",
+                f"convert wrote {written} and rejected {result.rejected_total} record(s) "
+                f"({result.rejected}); loading each record gives {len(good)} good and "
+                f"{len(rejected)} rejected",
+            )
         try:
             samples = _read_back(result.output)
         except Exception as exc:  # noqa: BLE001
-            fail(label, "convert-roundtrip",
-                 f"Energon's loader cannot read the converted dataset: {type(exc).__name__}: {exc}")
+            fail(
+                label,
+                "convert-roundtrip",
+                f"Energon's loader cannot read the converted dataset: {type(exc).__name__}: {exc}",
+            )
         if len(samples) != len(good):
-            fail(label, "convert-roundtrip",
-                 f"Energon's loader read {len(samples)} sample(s), convert wrote {len(good)}")
+            fail(
+                label,
+                "convert-roundtrip",
+                f"Energon's loader read {len(samples)} sample(s), convert wrote {len(good)}",
+            )
         for sample, (location, record) in zip(samples, good):
             turns = [{"role": t["role"], "content": t["content"]} for t in sample.conversation]
             if turns != list(record.turns):
-                fail(label, "convert-roundtrip",
-                     f"record {location}: Energon reads back {turns!r:.200}, the reader loaded "
-                     f"{record.turns!r:.200}")
+                fail(
+                    label,
+                    "convert-roundtrip",
+                    f"record {location}: Energon reads back {turns!r:.200}, the reader loaded "
+                    f"{record.turns!r:.200}",
+                )
             sizes = [tuple(image.shape[-2:]) for image in sample.images]
             expected = [_image_size(data) for data in record.images]
             if sizes != expected:
-                fail(label, "convert-roundtrip",
-                     f"record {location}: Energon reads back images of sizes {sizes}, the "
-                     f"reader's bytes decode to {expected}")
+                fail(
+                    label,
+                    "convert-roundtrip",
+                    f"record {location}: Energon reads back images of sizes {sizes}, the "
+                    f"reader's bytes decode to {expected}",
+                )
     return result
 
 
@@ -196,10 +232,16 @@ def check_source_format(
         fail(label, "source-scan", "a second scan() gave other locations or another order")
     good, rejected = _load_all(label, reader, items, image_token)
     if rejects is not None and len(rejected) != rejects:
-        fail(label, "source-rejects",
-             f"{len(rejected)} record(s) rejected ({rejected!r:.200}), expected {rejects}")
+        fail(
+            label,
+            "source-rejects",
+            f"{len(rejected)} record(s) rejected ({rejected!r:.200}), expected {rejects}",
+        )
     if not good:
-        fail(label, "source-good", f"no record of {str(source)!r} passes the converter's checks "
-             f"(rejected: {rejected!r:.200})")
+        fail(
+            label,
+            "source-good",
+            f"no record of {str(source)!r} passes the converter's checks (rejected: {rejected!r:.200})",
+        )
     dumped = _options_json(spec.validate_options(options))
     return _check_roundtrip(label, spec.qualified_name, source, dumped, image_token, good, rejected)

@@ -92,8 +92,11 @@ def check_task_encoder(
     from megatron.energon import TaskEncoder
 
     if not isinstance(encoder, TaskEncoder):
-        fail(label, "task-encoder-type",
-             f"the factory returned {type(encoder).__qualname__}, not a megatron.energon.TaskEncoder")
+        fail(
+            label,
+            "task-encoder-type",
+            f"the factory returned {type(encoder).__qualname__}, not a megatron.energon.TaskEncoder",
+        )
     _check_stateless(label, encoder)
 
     with _dataset_path(dataset, dataset_kind) as (path, keys):
@@ -221,8 +224,7 @@ class _LoaderSetup:
             try:
                 loader = self.loader(encoder)
             except Exception as exc:  # noqa: BLE001
-                fail(label, "encodes", f"building Energon's loader failed: "
-                                       f"{type(exc).__name__}: {exc}")
+                fail(label, "encodes", f"building Energon's loader failed: {type(exc).__name__}: {exc}")
             iterator = iter(loader)
             first = self._take(label, iterator, before, "reading the first batches")
             state = loader.save_state_rank()
@@ -237,14 +239,20 @@ class _LoaderSetup:
             try:
                 loader.restore_state_rank(state)
             except Exception as exc:  # noqa: BLE001
-                fail(label, "resume-exact",
-                     f"restoring the saved loader state failed: {type(exc).__name__}: {exc}")
+                fail(
+                    label,
+                    "resume-exact",
+                    f"restoring the saved loader state failed: {type(exc).__name__}: {exc}",
+                )
             iterator = iter(loader)
             try:
                 return [next(iterator) for _ in range(count)]
             except Exception as exc:  # noqa: BLE001
-                fail(label, "resume-exact",
-                     f"reading after restoring the state failed: {type(exc).__name__}: {exc}")
+                fail(
+                    label,
+                    "resume-exact",
+                    f"reading after restoring the state failed: {type(exc).__name__}: {exc}",
+                )
             finally:
                 del iterator, loader
         return []  # pragma: no cover - fail() raised
@@ -295,56 +303,88 @@ def _check_batch(
     labels = _field(batch, "labels")
     for field_name, value in (("input_ids", input_ids), ("labels", labels)):
         if not torch.is_tensor(value):
-            fail(label, "batch-fields",
-                 f"{where}: {field_name} is {type(value).__name__}, expected a (B, L) tensor")
+            fail(
+                label,
+                "batch-fields",
+                f"{where}: {field_name} is {type(value).__name__}, expected a (B, L) tensor",
+            )
         if value.dim() != 2 or value.dtype.is_floating_point:
-            fail(label, "batch-fields", f"{where}: {field_name} must be a 2-D integer tensor, got "
-                                        f"{tuple(value.shape)} {value.dtype}")
+            fail(
+                label,
+                "batch-fields",
+                f"{where}: {field_name} must be a 2-D integer tensor, got {tuple(value.shape)} {value.dtype}",
+            )
     shape = tuple(input_ids.shape)
     if tuple(labels.shape) != shape:
-        fail(label, "batch-shapes",
-             f"{where}: labels {tuple(labels.shape)} and input_ids {shape} differ in shape")
+        fail(
+            label,
+            "batch-shapes",
+            f"{where}: labels {tuple(labels.shape)} and input_ids {shape} differ in shape",
+        )
     for field_name in ("loss_mask", "position_ids", "attention_mask"):
         value = _field(batch, field_name)
         if torch.is_tensor(value) and value.dim() == 2 and tuple(value.shape) != shape:
-            fail(label, "batch-shapes",
-                 f"{where}: {field_name} {tuple(value.shape)} and input_ids {shape} differ in shape")
+            fail(
+                label,
+                "batch-shapes",
+                f"{where}: {field_name} {tuple(value.shape)} and input_ids {shape} differ in shape",
+            )
         if torch.is_tensor(value) and value.dim() != 2 and value.shape[0] != shape[0]:
-            fail(label, "batch-shapes",
-                 f"{where}: {field_name} has {value.shape[0]} rows for {shape[0]} rows of input_ids")
+            fail(
+                label,
+                "batch-shapes",
+                f"{where}: {field_name} has {value.shape[0]} rows for {shape[0]} rows of input_ids",
+            )
     if shape[0] != int(context.micro_batch_size):
-        fail(label, "batch-shapes",
-             f"{where}: {shape[0]} rows, but micro_batch_size is {context.micro_batch_size}")
+        fail(
+            label,
+            "batch-shapes",
+            f"{where}: {shape[0]} rows, but micro_batch_size is {context.micro_batch_size}",
+        )
     if shape[1] > int(context.seq_length):
-        fail(label, "batch-length", f"{where}: {shape[1]} tokens per row > seq_length "
-                                    f"{context.seq_length}")
+        fail(label, "batch-length", f"{where}: {shape[1]} tokens per row > seq_length {context.seq_length}")
     valid = labels != ignore
     bad = valid & (labels < 0)
     if vocab is not None:
         bad |= valid & (labels >= vocab)
     if bool(bad.any()):
-        fail(label, "labels-ignore-index",
-             f"{where}: labels hold {sorted(set(labels[bad].tolist()))[:5]}, neither token ids "
-             f"nor the ignore index {ignore}")
+        fail(
+            label,
+            "labels-ignore-index",
+            f"{where}: labels hold {sorted(set(labels[bad].tolist()))[:5]}, neither token ids "
+            f"nor the ignore index {ignore}",
+        )
     if bool(valid.all()):
-        fail(label, "labels-ignore-index",
-             f"{where}: no label equals the ignore index {ignore} (the prompt and padding must "
-             "not be trained on)")
+        fail(
+            label,
+            "labels-ignore-index",
+            f"{where}: no label equals the ignore index {ignore} (the prompt and padding must "
+            "not be trained on)",
+        )
     if not bool(valid.any()):
-        fail(label, "labels-ignore-index", f"{where}: every label is the ignore index {ignore}: "
-                                           "nothing to train on")
+        fail(
+            label,
+            "labels-ignore-index",
+            f"{where}: every label is the ignore index {ignore}: nothing to train on",
+        )
     loss_mask = _field(batch, "loss_mask")
     if torch.is_tensor(loss_mask) and tuple(loss_mask.shape) == shape:
         mismatch = (loss_mask != 0) != valid
         if bool(mismatch.any()):
-            fail(label, "labels-loss-mask",
-                 f"{where}: loss_mask and labels disagree at {int(mismatch.sum())} position(s): "
-                 f"loss_mask must be non-zero exactly where labels != {ignore}")
+            fail(
+                label,
+                "labels-loss-mask",
+                f"{where}: loss_mask and labels disagree at {int(mismatch.sum())} position(s): "
+                f"loss_mask must be non-zero exactly where labels != {ignore}",
+            )
     pixel_values = _field(batch, "pixel_values")
     if pixel_values is not None:
         if not torch.is_tensor(pixel_values) or not pixel_values.dtype.is_floating_point:
-            fail(label, "batch-fields", f"{where}: pixel_values must be a float tensor, got "
-                                        f"{type(pixel_values).__name__}")
+            fail(
+                label,
+                "batch-fields",
+                f"{where}: pixel_values must be a float tensor, got {type(pixel_values).__name__}",
+            )
         if not bool(torch.isfinite(pixel_values).all()):
             fail(label, "batch-fields", f"{where}: pixel_values hold NaN or infinite values")
     batch_keys = _field(batch, "__key__")

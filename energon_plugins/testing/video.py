@@ -34,8 +34,9 @@ def video_frames(num_frames: int, size: tuple[int, int] = (32, 32), seed: int = 
     return frames
 
 
-def iter_video_frames(num_frames: int, size: tuple[int, int] = (32, 32), seed: int = 0,
-                      texture: bool = False) -> Iterator[np.ndarray]:
+def iter_video_frames(
+    num_frames: int, size: tuple[int, int] = (32, 32), seed: int = 0, texture: bool = False
+) -> Iterator[np.ndarray]:
     """The frames of :func:`video_frames` one at a time (long videos never sit in memory).
 
     ``texture``: pan a fixed random texture under the bar (camera motion over detail: a
@@ -51,16 +52,19 @@ def iter_video_frames(num_frames: int, size: tuple[int, int] = (32, 32), seed: i
         detail = coarse.repeat(8, axis=0).repeat(8, axis=1)[: height * 2, : width * 2]
     for i in range(num_frames):
         level = (i * 37) % 160
-        frame = np.stack([
-            (base[0] + level + xs * 96 // max(width, 1)) % 256,
-            (base[1] + ys * 96 // max(height, 1)) % 256,
-            (base[2] + 160 - level) % 256 + 0 * xs,
-        ], axis=-1).astype(np.uint8)
+        frame = np.stack(
+            [
+                (base[0] + level + xs * 96 // max(width, 1)) % 256,
+                (base[1] + ys * 96 // max(height, 1)) % 256,
+                (base[2] + 160 - level) % 256 + 0 * xs,
+            ],
+            axis=-1,
+        ).astype(np.uint8)
         if detail is not None:
             dy, dx = (i * 3) % height, (i * 5) % width
-            frame = frame + detail[dy:dy + height, dx:dx + width]
+            frame = frame + detail[dy : dy + height, dx : dx + width]
         bar = (i * max(1, width // 8)) % width
-        frame[:, bar:bar + max(1, width // 8)] = 255
+        frame[:, bar : bar + max(1, width // 8)] = 255
         yield frame
 
 
@@ -115,8 +119,12 @@ def video_size(data: bytes) -> dict[str, Any]:
 
     with av.open(io.BytesIO(data)) as container:
         stream = container.streams.video[0]
-        return {"frames": int(stream.frames), "fps": float(stream.average_rate),
-                "width": int(stream.width), "height": int(stream.height)}
+        return {
+            "frames": int(stream.frames),
+            "fps": float(stream.average_rate),
+            "width": int(stream.width),
+            "height": int(stream.height),
+        }
 
 
 def write_vidqa_dataset(
@@ -139,11 +147,17 @@ def write_vidqa_dataset(
     from energon_plugins.testing.crude import write_prepared_shards
 
     root = pathlib.Path(path)
-    records = [{"__key__": key, extension: video,
-                "json": json.dumps({"question": question, "answers": [answer]}).encode()}
-               for key, video, question, answer in samples]
-    shards = write_prepared_shards(root, records, samples_per_shard=samples_per_shard,
-                                   split_ratio=split_ratio)
+    records = [
+        {
+            "__key__": key,
+            extension: video,
+            "json": json.dumps({"question": question, "answers": [answer]}).encode(),
+        }
+        for key, video, question, answer in samples
+    ]
+    shards = write_prepared_shards(
+        root, records, samples_per_shard=samples_per_shard, split_ratio=split_ratio
+    )
     (root / ".nv-meta" / "dataset.yaml").write_text(
         "sample_type:\n  __module__: megatron.energon\n  __class__: VidQASample\n"
         f"field_map:\n  video: {extension}\n  context: json[question]\n  answers: json[answers]\n"

@@ -130,8 +130,9 @@ def image_bytes(value: Any, folder: pathlib.Path, where: str) -> bytes:
         return read_image_file(folder, value, where)
     if value is None:
         raise RecordError("missing_image", f"{where}: image is null")
-    raise RecordError("malformed", f"{where}: an image is {type(value).__name__}, expected a "
-                      "path, bytes or {bytes, path}")
+    raise RecordError(
+        "malformed", f"{where}: an image is {type(value).__name__}, expected a path, bytes or {{bytes, path}}"
+    )
 
 
 def source_files(source: pathlib.Path, suffixes: tuple[str, ...]) -> Iterator[tuple[pathlib.Path, str]]:

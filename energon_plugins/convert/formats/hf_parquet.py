@@ -26,8 +26,14 @@ _TURNS = ("messages", "conversations")
 _IMAGES = ("images", "image")
 
 
-def _pick(wanted: str | None, candidates: tuple[str, ...], names: list[str], what: str,
-          path: pathlib.Path, required: bool) -> str | None:
+def _pick(
+    wanted: str | None,
+    candidates: tuple[str, ...],
+    names: list[str],
+    what: str,
+    path: pathlib.Path,
+    required: bool,
+) -> str | None:
     if wanted is not None:
         if wanted not in names:
             raise ConvertError(f"{path}: no column {wanted!r} ({what}); columns: {', '.join(names)}")
@@ -94,9 +100,10 @@ class HFParquetReader:
         value = fields.get("images")
         listed = isinstance(value, (list, tuple))
         try:
-            images = [image_bytes(item, pathlib.Path(folder),
-                                  f"{column}[{i}]" if listed else column)
-                      for i, item in enumerate(as_list(value))]
+            images = [
+                image_bytes(item, pathlib.Path(folder), f"{column}[{i}]" if listed else column)
+                for i, item in enumerate(as_list(value))
+            ]
             turns = self._turns(fields, len(images))
         except RecordError as exc:
             exc.id = ident

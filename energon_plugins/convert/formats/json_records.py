@@ -45,8 +45,8 @@ class JsonConversationReader:
         for path, label in source_files(source, JSON_SUFFIXES):
             folder = str(pathlib.Path(self.options.image_folder or path.parent).expanduser().resolve())
             for location, payload in iter_json_records(
-                    path, label, max_record_bytes=self.options.max_record_bytes,
-                    max_depth=self.options.max_depth):
+                path, label, max_record_bytes=self.options.max_record_bytes, max_depth=self.options.max_depth
+            ):
                 yield location, (payload, folder)
 
     def load(self, payload: Any) -> SourceRecord:
@@ -59,8 +59,10 @@ class JsonConversationReader:
             field = self.image_field(record)
             values = self.image_values(record)
             single = not isinstance(record.get(field), (list, tuple))
-            images = [image_bytes(value, pathlib.Path(folder), field if single else f"{field}[{i}]")
-                      for i, value in enumerate(values)]
+            images = [
+                image_bytes(value, pathlib.Path(folder), field if single else f"{field}[{i}]")
+                for i, value in enumerate(values)
+            ]
         except RecordError as exc:
             exc.id = ident
             raise
@@ -86,8 +88,7 @@ class LlavaJsonReader(JsonConversationReader):
         """``conversations``, GPT style."""
         if "conversations" not in record:
             raise RecordError("malformed", f"no 'conversations' field (fields: {sorted(record)})")
-        return normalize_turns(record["conversations"], field="conversations",
-                               image_token=self.image_token)
+        return normalize_turns(record["conversations"], field="conversations", image_token=self.image_token)
 
 
 class ShareGPTReader(JsonConversationReader):

@@ -34,8 +34,7 @@ _PEEK = 4096
 _CHUNK = 2**20
 _BOM = b"\xef\xbb\xbf"
 _NOT_SPACE = re.compile(rb"[^ \t\r\n]")
-_TO_BRACKETS = re.compile(
-    rb'(?:[^\[\]{}"]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+([\[{]++|[\]}]++|")', re.DOTALL)
+_TO_BRACKETS = re.compile(rb'(?:[^\[\]{}"]++|"[^"\\]*+(?:\\.[^"\\]*+)*+")*+([\[{]++|[\]}]++|")', re.DOTALL)
 """Inside a container: everything up to the next run of opening or of closing brackets,
 whole strings (with their escapes) skipped in the same step; or up to the opening quote of a
 string that does not end in the chunk. Possessive, so a failed match never backtracks."""
@@ -88,8 +87,14 @@ class ArrayElements:
             comma, the file ending inside an element or before ``]``).
     """
 
-    def __init__(self, fh: BinaryIO, *, max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-                 max_depth: int = DEFAULT_MAX_DEPTH, chunk: int = _CHUNK) -> None:
+    def __init__(
+        self,
+        fh: BinaryIO,
+        *,
+        max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+        max_depth: int = DEFAULT_MAX_DEPTH,
+        chunk: int = _CHUNK,
+    ) -> None:
         self.fh = fh
         self.max_record_bytes = max_record_bytes
         self.max_depth = max_depth
@@ -138,8 +143,11 @@ class ArrayElements:
                     self.pos += 1
                     break
                 if following != ord(","):
-                    raise BrokenArray("the file ends before the array's ']'" if following is None
-                                      else f"{chr(following)!r} where ',' or ']' was expected")
+                    raise BrokenArray(
+                        "the file ends before the array's ']'"
+                        if following is None
+                        else f"{chr(following)!r} where ',' or ']' was expected"
+                    )
                 self.pos += 1
                 following = self._peek()
         if self._peek() is not None:
@@ -155,11 +163,17 @@ class ArrayElements:
         else:
             parts, size, deepest = self._follow()
         if deepest > max_depth:
-            return ("rejected", "too_deep", f"the record is nested {deepest} levels deep, more "
-                    f"than max_depth={max_depth}")
+            return (
+                "rejected",
+                "too_deep",
+                f"the record is nested {deepest} levels deep, more than max_depth={max_depth}",
+            )
         if size > limit:
-            return ("rejected", "record_too_large", f"the record is {size} bytes, more than "
-                    f"max_record_bytes={limit}")
+            return (
+                "rejected",
+                "record_too_large",
+                f"the record is {size} bytes, more than max_record_bytes={limit}",
+            )
         return ("json", b"".join(parts), max_depth)
 
     def _follow(self) -> tuple[list[bytes], int, int]:
@@ -218,7 +232,7 @@ class ArrayElements:
             if run == b'"':  # a string that goes on past this chunk
                 in_string = True
             elif run[0] in b"[{":
-                opened += run[:max(0, max_depth - depth)]
+                opened += run[: max(0, max_depth - depth)]
                 depth += len(run)
                 deepest = max(deepest, depth)
             else:
@@ -264,9 +278,13 @@ def _lines(fh: BinaryIO, max_record_bytes: int) -> Iterator[tuple[int, bytes | i
         yield number, line
 
 
-def iter_json_records(path: pathlib.Path, label: str, *,
-                      max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
-                      max_depth: int = DEFAULT_MAX_DEPTH) -> Iterator[tuple[str, tuple]]:
+def iter_json_records(
+    path: pathlib.Path,
+    label: str,
+    *,
+    max_record_bytes: int = DEFAULT_MAX_RECORD_BYTES,
+    max_depth: int = DEFAULT_MAX_DEPTH,
+) -> Iterator[tuple[str, tuple]]:
     """``(location, payload)`` for each record of ``path`` (a JSON array or JSON Lines file);
     decode a payload with :func:`decode_payload`. A record over ``max_record_bytes`` or (in an
     array) ``max_depth`` gets a payload that :func:`decode_payload` rejects, its bytes unread.
@@ -280,13 +298,13 @@ def iter_json_records(path: pathlib.Path, label: str, *,
         index = -1
         with path.open("rb") as fh:
             try:
-                for index, payload in enumerate(ArrayElements(
-                        fh, max_record_bytes=max_record_bytes, max_depth=max_depth)):
+                for index, payload in enumerate(
+                    ArrayElements(fh, max_record_bytes=max_record_bytes, max_depth=max_depth)
+                ):
                     yield f"{label}:#{index}", payload
             except BrokenArray as exc:
                 raise ConvertError(
-                    f"{path}: invalid JSON after record #{index} ({exc}); records before it "
-                    "were read"
+                    f"{path}: invalid JSON after record #{index} ({exc}); records before it were read"
                 ) from None
         return
     if first not in ("{", ""):
@@ -295,9 +313,14 @@ def iter_json_records(path: pathlib.Path, label: str, *,
     with path.open("rb") as fh:
         for number, line in _lines(fh, max_record_bytes):
             if isinstance(line, int):
-                yield f"{label}:{number}", ("rejected", "record_too_large", f"line {number} is "
-                                            f"{line} bytes, more than max_record_bytes="
-                                            f"{max_record_bytes}")
+                yield (
+                    f"{label}:{number}",
+                    (
+                        "rejected",
+                        "record_too_large",
+                        f"line {number} is {line} bytes, more than max_record_bytes={max_record_bytes}",
+                    ),
+                )
                 continue
             if not line.strip():
                 continue
@@ -331,8 +354,7 @@ def nesting_depth(value: Any, stop_after: int | None = None) -> int:
         deepest = max(deepest, level)
         if stop_after is not None and deepest > stop_after:
             break
-        pending.extend((child, level + 1) for child in children
-                       if isinstance(child, (dict, list)))
+        pending.extend((child, level + 1) for child in children if isinstance(child, (dict, list)))
     return deepest
 
 
@@ -350,14 +372,14 @@ def decode_payload(payload: tuple) -> dict:
     try:
         record = json.loads(data)
     except RecursionError:
-        raise RecordError("too_deep", f"the record is nested more than max_depth={max_depth} "
-                          "levels deep") from None
+        raise RecordError(
+            "too_deep", f"the record is nested more than max_depth={max_depth} levels deep"
+        ) from None
     except ValueError as exc:
         raise RecordError("malformed", f"invalid JSON: {exc}") from None
     if not isinstance(record, dict):
         raise RecordError("malformed", f"the record is {type(record).__name__}, not an object")
     depth = nesting_depth(record, stop_after=max_depth)
     if depth > max_depth:
-        raise RecordError("too_deep", f"the record is nested more than max_depth={max_depth} "
-                          "levels deep")
+        raise RecordError("too_deep", f"the record is nested more than max_depth={max_depth} levels deep")
     return record

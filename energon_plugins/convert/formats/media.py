@@ -37,9 +37,13 @@ DEFAULT_MAX_IMAGE_PIXELS = 8192 * 8192
 """The most pixels an image may declare in its header (64 Mi pixels, 8192 x 8192)."""
 
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
-_KINDS = ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
-          (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"),
-          (stat.S_ISSOCK, "a socket"))
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,12 +105,14 @@ def check_size(size: int, where: str, what: str, limits: MediaLimits) -> None:
         RecordError: ``too_large``, naming ``where`` (the record field) and ``what``.
     """
     if size > limits.max_image_size:
-        raise RecordError("too_large", f"{where}: {what} is {size} bytes, more than the "
-                          f"{limits.max_image_size} allowed (--max-image-size)")
+        raise RecordError(
+            "too_large",
+            f"{where}: {what} is {size} bytes, more than the "
+            f"{limits.max_image_size} allowed (--max-image-size)",
+        )
 
 
-def resolve_media_path(folder: str | os.PathLike, name: str, where: str,
-                       limits: MediaLimits) -> str:
+def resolve_media_path(folder: str | os.PathLike, name: str, where: str, limits: MediaLimits) -> str:
     """The real path (symlinks resolved) of media ``name`` of a record, relative to ``folder``
     (or absolute), after checking it is no URL and lies inside ``folder`` or an allowed root.
 
@@ -114,21 +120,24 @@ def resolve_media_path(folder: str | os.PathLike, name: str, where: str,
         RecordError: ``url``, ``outside_folder``.
     """
     if is_url(name):
-        raise RecordError("url", f"{where}: {name!r} is a URL; convert reads local files only "
-                          "(download the media first)")
+        raise RecordError(
+            "url", f"{where}: {name!r} is a URL; convert reads local files only (download the media first)"
+        )
     root = os.path.realpath(os.fspath(folder))
     path = os.path.realpath(os.path.join(root, name))
     roots = (root, *(os.path.realpath(extra) for extra in limits.allowed_roots))
     if not any(_inside(path, allowed) for allowed in roots):
         raise RecordError(
-            "outside_folder", f"{where}: {name!r} resolves to {path!r}, outside the media "
-            f"folder {root!r} (pass --allow-outside DIR to also read from DIR)"
+            "outside_folder",
+            f"{where}: {name!r} resolves to {path!r}, outside the media "
+            f"folder {root!r} (pass --allow-outside DIR to also read from DIR)",
         )
     return path
 
 
-def read_media_file(folder: str | os.PathLike, name: str, where: str,
-                    limits: MediaLimits | None = None) -> bytes:
+def read_media_file(
+    folder: str | os.PathLike, name: str, where: str, limits: MediaLimits | None = None
+) -> bytes:
     """The bytes of media file ``name`` of a record (relative to ``folder``, or absolute),
     under ``limits`` (default: those in force); see the module's checks.
 
@@ -143,14 +152,16 @@ def read_media_file(folder: str | os.PathLike, name: str, where: str,
     try:
         info = os.stat(path)
     except OSError as exc:
-        raise RecordError("missing_image", f"{where}: cannot read image {path!r}: "
-                          f"{exc.strerror or exc}") from None
+        raise RecordError(
+            "missing_image", f"{where}: cannot read image {path!r}: {exc.strerror or exc}"
+        ) from None
     _check_regular(info, path, where, limits)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
-        raise RecordError("missing_image", f"{where}: cannot read image {path!r}: "
-                          f"{exc.strerror or exc}") from None
+        raise RecordError(
+            "missing_image", f"{where}: cannot read image {path!r}: {exc.strerror or exc}"
+        ) from None
     with os.fdopen(fd, "rb") as fh:
         _check_regular(os.fstat(fd), path, where, limits)  # the file opened is the one checked
         data = fh.read(limits.max_image_size + 1)
@@ -162,6 +173,5 @@ def read_media_file(folder: str | os.PathLike, name: str, where: str,
 
 def _check_regular(info: os.stat_result, path: str, where: str, limits: MediaLimits) -> None:
     if not stat.S_ISREG(info.st_mode):
-        raise RecordError("not_a_file", f"{where}: {path!r} is {_kind(info.st_mode)}, not a "
-                          "regular file")
+        raise RecordError("not_a_file", f"{where}: {path!r} is {_kind(info.st_mode)}, not a regular file")
     check_size(info.st_size, where, repr(path), limits)

@@ -20,12 +20,14 @@ class LlavaJsonOptions(BaseModel):
         "inside it (symlinks resolved) or a root given with --allow-outside.",
     )
     max_record_bytes: ByteSize = Field(
-        default=DEFAULT_MAX_RECORD_BYTES, ge=1,
+        default=DEFAULT_MAX_RECORD_BYTES,
+        ge=1,
         description="The largest record (an array element or a line), in bytes ('16MiB' "
         "accepted); a larger one is rejected as record_too_large without being kept in memory.",
     )
     max_depth: int = Field(
-        default=DEFAULT_MAX_DEPTH, ge=1,
+        default=DEFAULT_MAX_DEPTH,
+        ge=1,
         description="The deepest nesting of lists and objects in a record (the record is "
         "level 1); a deeper one is rejected as too_deep.",
     )
@@ -41,8 +43,7 @@ class ShareGPTOptions(LlavaJsonOptions):
 
     turns_field: str | None = Field(
         default=None,
-        description="The record field holding the turns; default: 'messages', else "
-        "'conversations'.",
+        description="The record field holding the turns; default: 'messages', else 'conversations'.",
     )
     images_field: str | None = Field(
         default=None,
@@ -83,6 +84,4 @@ class HFParquetOptions(BaseModel):
         "default: the parquet folder. Such paths are read only from inside it (symlinks "
         "resolved) or a root given with --allow-outside.",
     )
-    batch_rows: int = Field(
-        default=256, ge=1, description="Rows read from a parquet file at a time."
-    )
+    batch_rows: int = Field(default=256, ge=1, description="Rows read from a parquet file at a time.")

@@ -22,8 +22,13 @@ from energon_plugins.encoding.samples import MultiModalBatch
 
 #: The flat packed-sequence keys of a THD batch (Bridge's ``_PACKED_SEQ_PARAM_KEYS``).
 PACKED_KEYS = (
-    "cu_seqlens_q", "cu_seqlens_kv", "cu_seqlens_q_padded", "cu_seqlens_kv_padded",
-    "max_seqlen_q", "max_seqlen_kv", "total_tokens",
+    "cu_seqlens_q",
+    "cu_seqlens_kv",
+    "cu_seqlens_q_padded",
+    "cu_seqlens_kv_padded",
+    "max_seqlen_q",
+    "max_seqlen_kv",
+    "total_tokens",
 )
 
 

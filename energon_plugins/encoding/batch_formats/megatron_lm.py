@@ -63,18 +63,17 @@ class MegatronLMFormat(BatchFormat):
     def source_image_token_id(self) -> int:
         """The image token the task encoder repeated (option, else from the context)."""
         if self._source_id is None:
-            from energon_plugins.encoding.sample_config import MultiModalSampleConfig
             from energon_plugins.encoding.chat.conversation import (
                 resolve_image_token_ids,
             )
+            from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 
             config = self.context.sample_config or MultiModalSampleConfig()
             try:
                 self._source_id = resolve_image_token_ids(self.context.tokenizer, config)[1]
-            except Exception as exc:  # noqa: BLE001 - re-raised naming the option
+            except Exception as exc:
                 raise self.refuse(
-                    f"cannot tell which token marks the images ({exc}); set the option "
-                    "source_image_token_id"
+                    f"cannot tell which token marks the images ({exc}); set the option source_image_token_id"
                 ) from exc
         return self._source_id
 
@@ -91,8 +90,7 @@ class MegatronLMFormat(BatchFormat):
         packed = batch.packed_seq_params is not None
         if packed and rows != 1:
             raise self.refuse(
-                f"a packed batch has {rows} rows; Megatron-LM's get_batch packs only with "
-                "micro_batch_size 1"
+                f"a packed batch has {rows} rows; Megatron-LM's get_batch packs only with micro_batch_size 1"
             )
         imgs, num_tiles = self._images(batch)
         targets = aligned_targets_array(batch, loss_on_array(batch, self.ignore_index))
@@ -144,14 +142,10 @@ class MegatronLMFormat(BatchFormat):
                 "patch encoders need a format of their own)"
             )
         if images is not None and int(tiles.shape[0]) != images:
-            raise self.refuse(
-                f"pixel_values hold {int(tiles.shape[0])} images but the rows count {images}"
-            )
+            raise self.refuse(f"pixel_values hold {int(tiles.shape[0])} images but the rows count {images}")
         return pixels.to(torch.float32).contiguous(), tiles
 
-    def _collapse(
-        self, batch: MultiModalBatch, targets: np.ndarray
-    ) -> tuple[torch.Tensor, torch.Tensor]:
+    def _collapse(self, batch: MultiModalBatch, targets: np.ndarray) -> tuple[torch.Tensor, torch.Tensor]:
         """Each image's run of tokens -> one :attr:`image_token_id`; labels kept in step.
 
         Vectorised over the batch (in numpy: these are many small operations, each far cheaper
@@ -183,15 +177,15 @@ class MegatronLMFormat(BatchFormat):
         """The flat position of each image's first token, checked against the batch's images."""
         rows, width = is_image.shape
         positions = np.flatnonzero(is_image)
-        counts = (batch.image_token_counts.numpy()
-                  if batch.image_token_counts is not None else None)
+        counts = batch.image_token_counts.numpy() if batch.image_token_counts is not None else None
         heads = None
         if counts is not None and int(counts.sum()) == len(positions):
             ends = counts.cumsum()
             heads, tails = positions[ends - counts], positions[ends - 1]
             if not ((tails - heads == counts - 1).all() and (tails // width == heads // width).all()):
-                raise self.refuse("an image's tokens are not contiguous in one row "
-                                  f"(token counts {counts.tolist()})")
+                raise self.refuse(
+                    f"an image's tokens are not contiguous in one row (token counts {counts.tolist()})"
+                )
         elif counts is None:  # one image per maximal run
             starts = is_image.copy()
             starts[:, 1:] &= ~is_image[:, :-1]

@@ -34,9 +34,7 @@ class VisualInputs:
     def __init__(self, **inputs: torch.Tensor | None) -> None:
         for key, value in inputs.items():
             if value is not None and not isinstance(value, torch.Tensor):
-                raise TypeError(
-                    f"VisualInputs.{key} must be a tensor or None, got {type(value).__name__}"
-                )
+                raise TypeError(f"VisualInputs.{key} must be a tensor or None, got {type(value).__name__}")
         self.__dict__.update(inputs)
 
     def as_model_kwargs(self) -> dict[str, torch.Tensor]:
@@ -83,7 +81,6 @@ class VisualInputs:
 
     def __repr__(self) -> str:
         parts = ", ".join(
-            f"{key}={None if value is None else tuple(value.shape)}"
-            for key, value in self.__dict__.items()
+            f"{key}={None if value is None else tuple(value.shape)}" for key, value in self.__dict__.items()
         )
         return f"VisualInputs({parts})"

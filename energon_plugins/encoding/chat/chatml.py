@@ -110,14 +110,11 @@ def json_turns(sample: dict) -> list:
     if isinstance(meta, list):
         return meta
     if not isinstance(meta, dict):
-        raise MissingFieldError(
-            f"sample {key!r}: no json part (a dict with {' / '.join(TURN_KEYS)})"
-        )
+        raise MissingFieldError(f"sample {key!r}: no json part (a dict with {' / '.join(TURN_KEYS)})")
     turns = next((meta[k] for k in TURN_KEYS if isinstance(meta.get(k), list)), None)
     if turns is None:
         raise MissingFieldError(
-            f"sample {key!r}: the json part has no {' / '.join(TURN_KEYS)} list "
-            f"(keys: {sorted(meta)})"
+            f"sample {key!r}: the json part has no {' / '.join(TURN_KEYS)} list (keys: {sorted(meta)})"
         )
     return turns
 
@@ -174,8 +171,7 @@ def text_turns(sample: ChatMLSample) -> list[tuple[str, str]]:
 def conversation_cookers(*formats: str) -> list[Cooker]:
     """One :func:`cook_chatml` cooker per ``format`` subflavor (default: all of
     :data:`CONVERSATION_FORMATS`), for a task encoder's ``cookers``."""
-    return [Cooker(cook_chatml, has_subflavors={"format": fmt})
-            for fmt in (formats or CONVERSATION_FORMATS)]
+    return [Cooker(cook_chatml, has_subflavors={"format": fmt}) for fmt in (formats or CONVERSATION_FORMATS)]
 
 
 CHATML_COOKER = Cooker(cook_chatml, has_subflavors={"format": CHATML_FORMAT})

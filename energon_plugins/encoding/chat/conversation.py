@@ -12,8 +12,6 @@ import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from energon_plugins.errors import ConfigError
-from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
 from energon_plugins.encoding.chat.rendering import (  # noqa: F401 - re-exported
     PLAIN_CHAT_TEMPLATE,
     Message,
@@ -22,7 +20,8 @@ from energon_plugins.encoding.chat.rendering import (  # noqa: F401 - re-exporte
     render_chat,
     uses_plain_rendering,
 )
-
+from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
+from energon_plugins.errors import ConfigError
 
 GPT_ROLES: dict[str, str] = {
     "human": "user",
@@ -46,8 +45,7 @@ def gpt_turns(conversations: Any, key: str) -> list[tuple[str, str]]:
         speaker = turn.get("from") if isinstance(turn, dict) else None
         if speaker not in GPT_ROLES:
             raise ValueError(
-                f"sample {key!r}: conversations[{i}].from is {speaker!r}; expected one of "
-                f"{sorted(GPT_ROLES)}"
+                f"sample {key!r}: conversations[{i}].from is {speaker!r}; expected one of {sorted(GPT_ROLES)}"
             )
         value = turn.get("value")
         if not isinstance(value, str):
@@ -142,7 +140,7 @@ def content_parts(content: Any, image_tag: str, video_tag: str | None = None) ->
         parts: list[dict[str, Any]] = []
         pos = 0
         for match in pattern.finditer(content):
-            piece = content[pos:match.start()]
+            piece = content[pos : match.start()]
             piece = piece.lstrip() if parts and parts[-1]["type"] != "text" else piece
             if piece.rstrip():
                 parts.append({"type": "text", "text": piece.rstrip()})
@@ -164,15 +162,12 @@ def content_parts(content: Any, image_tag: str, video_tag: str | None = None) ->
         else:
             expected = " or ".join(f"{{'type': {k!r}}}" for k in kinds)
             raise ValueError(
-                f"content part {i} is {part!r}; expected {{'type': 'text', 'text': str}} or "
-                f"{expected}"
+                f"content part {i} is {part!r}; expected {{'type': 'text', 'text': str}} or {expected}"
             )
     return parts
 
 
-def build_messages(
-    template: ConversationTemplate, turns: Sequence[tuple[str, str]]
-) -> list[Message]:
+def build_messages(template: ConversationTemplate, turns: Sequence[tuple[str, str]]) -> list[Message]:
     """Chat messages from ``(kind, text)`` turns, ``kind`` in ``system``/``user``/``assistant``.
 
     The template's role names are used, and its system prompt is put first unless the turns
@@ -409,9 +404,7 @@ def expand_image_tokens(
         raise ValueError(f"input_ids ({len(ids)}) and labels ({len(labs)}) differ in length")
     tags = ids.count(text_id)
     if tags != len(counts):
-        raise ValueError(
-            f"the text holds {tags} image tag(s) but the sample has {len(counts)} image(s)"
-        )
+        raise ValueError(f"the text holds {tags} image tag(s) but the sample has {len(counts)} image(s)")
     # Copy the runs between tags by slices (C) instead of token by token.
     out_ids: list[int] = []
     out_labels: list[int] = []

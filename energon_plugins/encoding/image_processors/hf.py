@@ -20,8 +20,8 @@ import difflib
 from pathlib import Path
 from typing import Any
 
-from energon_plugins.errors import ConfigError, PluginLoadError
 from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
+from energon_plugins.errors import ConfigError, PluginLoadError
 
 DEFAULT_CLASS = "CLIPImageProcessor"
 
@@ -76,6 +76,7 @@ def torchvision_backend(processor: Any) -> bool:
 
 def _fixed_output_size(processor: Any, height: int, width: int) -> tuple[int, int] | None:
     """The crop size, or a fixed ``{height, width}`` resize; None when the size varies."""
+
     def hw(size: Any) -> tuple[int, int] | None:
         if size is None:
             return None
@@ -105,8 +106,7 @@ def _qwen2_vl_grid(processor: Any, height: int, width: int) -> tuple[int, int, i
     get = size.get if isinstance(size, dict) else lambda key: getattr(size, key, None)
     min_pixels = get("shortest_edge") or getattr(processor, "min_pixels", None)
     max_pixels = get("longest_edge") or getattr(processor, "max_pixels", None)
-    rh, rw = smart_resize(height, width, factor=patch * merge, min_pixels=min_pixels,
-                          max_pixels=max_pixels)
+    rh, rw = smart_resize(height, width, factor=patch * merge, min_pixels=min_pixels, max_pixels=max_pixels)
     return 1, rh // patch, rw // patch
 
 
@@ -223,9 +223,7 @@ def _accepted_kwargs(cls: type) -> set[str] | None:
         try:
             return set(typing.get_type_hints(valid))
         except Exception:  # noqa: BLE001 - unresolvable annotations: read the raw names
-            return {
-                key for base in valid.__mro__ for key in getattr(base, "__annotations__", {})
-            }
+            return {key for base in valid.__mro__ for key in getattr(base, "__annotations__", {})}
     try:
         params = inspect.signature(cls.__init__).parameters.values()
     except (TypeError, ValueError):
@@ -246,9 +244,7 @@ def _check_kwargs(cls: type, name: str, kwargs: dict[str, Any]) -> None:
         for key in unknown:
             close = difflib.get_close_matches(key, sorted(accepted), n=1)
             hints.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
-        raise ConfigError(
-            f"image_processor.options.kwargs: {name} does not take {', '.join(hints)}"
-        )
+        raise ConfigError(f"image_processor.options.kwargs: {name} does not take {', '.join(hints)}")
 
 
 def build_hf_image_processor(
@@ -281,7 +277,7 @@ def build_hf_image_processor(
                 local_files_only=True,
                 **options.kwargs,
             )
-        except Exception as exc:  # noqa: BLE001 - re-raised with the path named
+        except Exception as exc:
             raise PluginLoadError(
                 f"image processor 'hf': cannot load from {str(path)!r}: {type(exc).__name__}: {exc}"
             ) from exc
@@ -293,8 +289,7 @@ def build_hf_image_processor(
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""
         raise ConfigError(
-            f"image_processor.options.class_name: transformers has no image processor "
-            f"class {name!r}.{hint}"
+            f"image_processor.options.class_name: transformers has no image processor class {name!r}.{hint}"
         )
     _check_kwargs(cls, name, options.kwargs)
     try:

@@ -124,17 +124,24 @@ def _raw_decoder_class() -> type:
         class RawImageDecoder(SampleDecoder):
             """Energon's ``SampleDecoder`` without the image handler: images stay bytes."""
 
-            def __init__(self, *, av_decode: Any = "AVDecoder", video_decode_audio: bool = False,
-                         guess_content: bool = False) -> None:
-                super().__init__(av_decode=av_decode, video_decode_audio=video_decode_audio,
-                                 guess_content=guess_content)
+            def __init__(
+                self,
+                *,
+                av_decode: Any = "AVDecoder",
+                video_decode_audio: bool = False,
+                guess_content: bool = False,
+            ) -> None:
+                super().__init__(
+                    av_decode=av_decode, video_decode_audio=video_decode_audio, guess_content=guess_content
+                )
                 self._config = {**self._config, "image_decode": RAW_IMAGE_DECODE}
                 self._decoder = webdataset.autodecode.Decoder(
                     GuessingHandlerWrapper.wrap(
                         guess_content,
-                        [_checked_image_bytes,
-                         AVWebdatasetDecoder(video_decode_audio=video_decode_audio,
-                                             av_decode=av_decode)],
+                        [
+                            _checked_image_bytes,
+                            AVWebdatasetDecoder(video_decode_audio=video_decode_audio, av_decode=av_decode),
+                        ],
                     )
                 )
 
@@ -233,8 +240,7 @@ def decode_uint8(data: Any, min_size: tuple[int, int] | None = None, index: int 
     if not _draft(img, min_size) and img.format == "JPEG" and img.mode in ("RGB", "L"):
         from torchvision.io import ImageReadMode, decode_jpeg
 
-        return decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8),
-                           mode=ImageReadMode.RGB)
+        return decode_jpeg(torch.frombuffer(bytearray(data), dtype=torch.uint8), mode=ImageReadMode.RGB)
     img.load()
     if img.mode != "RGB":
         img = img.convert("RGB")
@@ -259,8 +265,9 @@ def to_uint8_chw(image: Any, min_size: tuple[int, int] | None = None, index: int
     tensor = torch.from_numpy(np.asarray(image)) if isinstance(image, np.ndarray) else image
     if not torch.is_tensor(tensor):
         where = f"images[{index}]" if index is not None else "image"
-        raise TypeError(f"{where}: expected bytes, a PIL image, an array or a tensor, got "
-                        f"{type(image).__name__}")
+        raise TypeError(
+            f"{where}: expected bytes, a PIL image, an array or a tensor, got {type(image).__name__}"
+        )
     tensor = tensor.detach().cpu()
     if tensor.dim() == 2:
         tensor = tensor[None]
@@ -295,4 +302,3 @@ def to_pil(image: Any, min_size: tuple[int, int] | None = None, index: int | Non
 
     chw = to_uint8_chw(image, index=index)
     return Image.fromarray(np.ascontiguousarray(chw.permute(1, 2, 0).numpy()))
-

@@ -10,9 +10,7 @@ class HFImageProcessorOptions(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    path: str | None = Field(
-        default=None, description="A local directory with preprocessor_config.json."
-    )
+    path: str | None = Field(default=None, description="A local directory with preprocessor_config.json.")
     class_name: str | None = Field(
         default=None,
         description="A transformers image-processor class (e.g. CLIPImageProcessor), used "

@@ -76,4 +76,3 @@ def concatenated(parts: Sequence[Any], dim: int = 0) -> Any:
     dim = dim % len(shape)
     shape[dim] = sum(int(part.shape[dim]) for part in parts)
     return torch.cat(list(parts), dim=dim, out=new_output(tuple(shape), dtype))
-

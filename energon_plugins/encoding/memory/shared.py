@@ -146,7 +146,7 @@ def pool() -> SharedOutputPool | None:
         return None
     with _POOL_LOCK:
         if _POOL is None:
-            import torch.multiprocessing.reductions  # noqa: F401  (torch's reducers first)
+            import torch.multiprocessing.reductions
 
             _TORCH_REDUCE = reduction.ForkingPickler._extra_reducers[torch.UntypedStorage]
             reduction.ForkingPickler.register(torch.UntypedStorage, reduce_pooled_storage)
@@ -159,8 +159,10 @@ def reduce_pooled_storage(storage: torch.UntypedStorage) -> Any:
     segment = _POOL.sent(storage.data_ptr()) if _POOL is not None else None
     if segment is None or storage.nbytes() > segment.capacity:
         return _TORCH_REDUCE(storage)
-    return (rebuild_pooled_storage,
-            (reduction.DupFd(segment.fd), segment.size, segment.capacity, segment.generation))
+    return (
+        rebuild_pooled_storage,
+        (reduction.DupFd(segment.fd), segment.size, segment.capacity, segment.generation),
+    )
 
 
 def rebuild_pooled_storage(fd: Any, size: int, tail: int, generation: int) -> torch.UntypedStorage:

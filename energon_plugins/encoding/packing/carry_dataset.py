@@ -21,7 +21,7 @@ from typing import Any, Generic, TypeVar
 from megatron.energon.errors import ErrorContext, handle_restore_errors
 from megatron.energon.flavors.base_dataset import SavableDataset, set_sample_restore_key
 from megatron.energon.worker import WorkerConfig
-from megatron.energon.wrappers.base import BaseWrapperDataset, SampleIndex, get_sample_restore_key
+from megatron.energon.wrappers.base import BaseWrapperDataset, SampleIndex
 from megatron.energon.wrappers.buffer import SavableSampleBuffer
 
 __all__ = ["CarryOverPackingDataset", "Planner"]
@@ -38,9 +38,7 @@ may be carried). ``groups`` are lists of buffer indices to emit, in order; ``car
 indices to keep. An index in neither was dropped (the planner counts it)."""
 
 
-class CarryOverPackingDataset(
-    BaseWrapperDataset[T_sample, T_pack], Generic[T_sample, T_pack]
-):
+class CarryOverPackingDataset(BaseWrapperDataset[T_sample, T_pack], Generic[T_sample, T_pack]):
     """Pack a stream buffer by buffer, carrying the samples of under-filled packs forward.
 
     Args:
@@ -234,8 +232,7 @@ def _check_plan(groups: Sequence[Sequence[int]], carried: Sequence[int], n: int,
     for index in [i for g in groups for i in g] + list(carried):
         if not 0 <= index < n or index in seen:
             raise ValueError(
-                f"carry-over planner: index {index} is out of range or used twice "
-                f"(buffer of {n} samples)"
+                f"carry-over planner: index {index} is out of range or used twice (buffer of {n} samples)"
             )
         seen.add(index)
     if flush and carried:

@@ -49,9 +49,7 @@ class PackingOptions(BaseModel):
         default=0.995,
         ge=0.0,
         le=1.0,
-        description=(
-            "carry_over: a pack filled below this fraction of seq_length may be carried over."
-        ),
+        description=("carry_over: a pack filled below this fraction of seq_length may be carried over."),
     )
     max_carries: int = Field(
         default=8,

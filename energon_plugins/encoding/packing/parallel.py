@@ -10,8 +10,7 @@ Megatron-Bridge derives for its collate-time packing from the run's topology.
 import math
 
 
-def parallel_pad_multiple(cp_size: int = 1, tp_size: int = 1,
-                          sequence_parallel: bool | None = None) -> int:
+def parallel_pad_multiple(cp_size: int = 1, tp_size: int = 1, sequence_parallel: bool | None = None) -> int:
     """The multiple each packed sub-sequence must be padded to for ``cp_size`` and ``tp_size``.
 
     ``2 * cp_size`` when context parallelism is on (``cp_size`` > 1), combined (least common

@@ -247,9 +247,7 @@ def _refined(
     return exact if len(exact) < len(bins) else bins
 
 
-def fill_one_pack_at_a_time(
-    lengths: Sequence[int], items: Sequence[int], capacity: int
-) -> list[list[int]]:
+def fill_one_pack_at_a_time(lengths: Sequence[int], items: Sequence[int], capacity: int) -> list[list[int]]:
     """Pack ``items`` one pack at a time, each with the subset of the rest that fills it most.
 
     Every pack is an exact subset-sum optimum over the remaining items (a bitset of reachable
@@ -335,9 +333,7 @@ class GreedyKnapsack(PackingStrategy):
         return fill_largest_first(lengths, items, capacity)
 
 
-def fill_largest_first(
-    lengths: Sequence[int], items: Sequence[int], capacity: int
-) -> list[list[int]]:
+def fill_largest_first(lengths: Sequence[int], items: Sequence[int], capacity: int) -> list[list[int]]:
     """Fill packs one at a time, each by repeatedly taking the longest sample that still fits.
 
     Among equal lengths the lowest index is taken first. ``items`` must all fit ``capacity``.
@@ -368,9 +364,7 @@ def _check_capacity(capacity: Any) -> int:
     try:
         value = operator.index(capacity)
     except TypeError:
-        raise ValueError(
-            f"packing: capacity must be a positive integer, got {capacity!r}"
-        ) from None
+        raise ValueError(f"packing: capacity must be a positive integer, got {capacity!r}") from None
     if value < 1:
         raise ValueError(f"packing: capacity must be a positive integer, got {capacity!r}")
     return value
@@ -401,8 +395,7 @@ def _is_int(value: Any) -> bool:
 def _make(cls: type[PackingStrategy], options: BaseModel | None) -> PackingStrategy:
     if options is not None and not isinstance(options, cls.options_class):
         raise TypeError(
-            f"{cls.name}: options must be {cls.options_class.__name__}, "
-            f"got {type(options).__name__}"
+            f"{cls.name}: options must be {cls.options_class.__name__}, got {type(options).__name__}"
         )
     return cls(options)
 
@@ -426,8 +419,6 @@ def make_best_fit_decreasing(
     return _make(BestFitDecreasing, options)  # type: ignore[return-value]
 
 
-def make_greedy_knapsack(
-    options: GreedyKnapsackOptions | None, context: Any = None
-) -> GreedyKnapsack:
+def make_greedy_knapsack(options: GreedyKnapsackOptions | None, context: Any = None) -> GreedyKnapsack:
     """Factory of ``greedy-knapsack``."""
     return _make(GreedyKnapsack, options)  # type: ignore[return-value]

@@ -34,7 +34,6 @@ from megatron.energon import DefaultTaskEncoder, SkipSample, stateless
 from megatron.energon.errors import FatalSampleError
 from megatron.energon.task_encoder.base import TaskEncoder
 
-from energon_plugins.host.context import BuildContext
 from energon_plugins.encoding.image_processors.inputs import decoder_for
 from energon_plugins.encoding.memory.outputs import concatenated
 from energon_plugins.encoding.packed_seq import packed_seq_params
@@ -42,6 +41,7 @@ from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
 from energon_plugins.encoding.skips import CountedSkip
 from energon_plugins.encoding.task_encoders.packing import PackingMixin
+from energon_plugins.host.context import BuildContext
 
 T_sample = TypeVar("T_sample")
 
@@ -150,9 +150,7 @@ class PluginTaskEncoder(
         self.tokenizer = self.context.tokenizer
         self.image_processor = self.context.image_processor
         self.sample_config: MultiModalSampleConfig = (
-            self.context.sample_config
-            if self.context.sample_config is not None
-            else MultiModalSampleConfig()
+            self.context.sample_config if self.context.sample_config is not None else MultiModalSampleConfig()
         )
         self.seq_length = int(self.context.seq_length)
         self.packing = self.context.packing
@@ -221,8 +219,7 @@ class PluginTaskEncoder(
             reason, skip = "SkipSample", exc
         elif self.on_error == "raise":
             raise FatalSampleError(
-                f"{type(self).__name__} failed on sample {_sample_key(sample)!r}: "
-                f"{type(exc).__name__}: {exc}"
+                f"{type(self).__name__} failed on sample {_sample_key(sample)!r}: {type(exc).__name__}: {exc}"
             ) from exc
         else:
             reason = type(exc).__name__
@@ -366,17 +363,13 @@ class PluginTaskEncoder(
             return completed
         return self.combine_parts("pixel_values", [s.pixel_values for s in samples])
 
-    def combine_visual(
-        self, visuals: list[dict[str, torch.Tensor] | None]
-    ) -> dict[str, torch.Tensor] | None:
+    def combine_visual(self, visuals: list[dict[str, torch.Tensor] | None]) -> dict[str, torch.Tensor] | None:
         """Each key of the samples' ``visual`` mappings, combined by :meth:`collate_visual`."""
         keys = list(dict.fromkeys(key for visual in visuals if visual for key in visual))
         if not keys:
             return None
         return {
-            key: self.collate_visual(
-                key, [v[key] for v in visuals if v and v.get(key) is not None]
-            )
+            key: self.collate_visual(key, [v[key] for v in visuals if v and v.get(key) is not None])
             for key in keys
         }
 

@@ -52,9 +52,7 @@ class ImageTokensMixin:
             return [self.options.image_tokens] * num_images
         grid = _get(processed, "image_grid_thw")
         if grid is not None:
-            merge = self.options.merge_size or int(
-                getattr(self.image_processor, "merge_size", None) or 1
-            )
+            merge = self.options.merge_size or int(getattr(self.image_processor, "merge_size", None) or 1)
             counts = [int(t * h * w) // (merge * merge) for t, h, w in grid.tolist()]
         else:
             pixels = _get(processed, "pixel_values")
@@ -67,9 +65,7 @@ class ImageTokensMixin:
             height, width = int(pixels.shape[-2]), int(pixels.shape[-1])
             counts = [(height // patch) * (width // patch)] * int(pixels.shape[0])
         if len(counts) != num_images:
-            raise ValueError(
-                f"the image processor returned {len(counts)} images for {num_images} inputs"
-            )
+            raise ValueError(f"the image processor returned {len(counts)} images for {num_images} inputs")
         return counts
 
     def plan_images(self, images: list[Any]) -> tuple[list[int], torch.Tensor | None] | None:
@@ -135,9 +131,9 @@ class ImageTokensMixin:
             done[id(sample)] = _finished(sample, pixels[row : row + rows], own_grid)
             image, row = image + n, row + rows
         out = [done.get(id(s), s) for s in samples]
-        all_pending = all(
-            id(s) in done or s.pixel_values is None for s in samples
-        ) and row == int(pixels.shape[0])
+        all_pending = all(id(s) in done or s.pixel_values is None for s in samples) and row == int(
+            pixels.shape[0]
+        )
         return out, pixels if all_pending else None
 
     def _check_plan(self, sample: Any, counts: list[int], grid: torch.Tensor | None) -> None:
@@ -165,7 +161,11 @@ class ImageTokensMixin:
         return out, torch.as_tensor(pixels)
 
     def finish_sample(
-        self, sample: Any, ids: list[int], labels: list[int], images: list[torch.Tensor],
+        self,
+        sample: Any,
+        ids: list[int],
+        labels: list[int],
+        images: list[torch.Tensor],
         processed: tuple[Any, Any] | None = None,
     ) -> EncodedSample:
         """Process ``images``, expand their tags, truncate to ``seq_length``, build the sample.
@@ -177,8 +177,7 @@ class ImageTokensMixin:
         pixel values)`` of :meth:`process_images` when the caller has them already (they are
         not processed twice, nor deferred).
         """
-        plan = (self.plan_images(images) if images and processed is None and self._defer_images()
-                else None)
+        plan = self.plan_images(images) if images and processed is None and self._defer_images() else None
         if plan is not None:
             pixel_values = None
             counts, grid = plan

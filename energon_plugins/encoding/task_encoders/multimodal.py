@@ -26,8 +26,6 @@ from megatron.energon import CaptioningSample, InterleavedSample, VQASample, sta
 from megatron.energon.errors import FatalSampleError
 from megatron.energon.task_encoder.base import get_failure_tolerance
 
-from energon_plugins.host.context import BuildContext
-from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.chat.chatml import ChatMLSample, conversation_cookers, text_turns
 from energon_plugins.encoding.chat.conversation import (
     build_messages,
@@ -42,6 +40,8 @@ from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.image_tokens import ImageTokensMixin
 from energon_plugins.encoding.task_encoders.options import MultimodalOptions
+from energon_plugins.errors import ConfigError
+from energon_plugins.host.context import BuildContext
 
 SUPPORTED = (VQASample, CaptioningSample, InterleavedSample, ChatMLSample)
 
@@ -88,9 +88,7 @@ class MultimodalTaskEncoder(ImageTokensMixin, PluginTaskEncoder[Any]):
                 "transformers image processor works), or select a task encoder that brings its "
                 "own (such as hf-processor)"
             )
-        self.image_text_id, self.image_token_id = resolve_image_token_ids(
-            self.tokenizer, self.sample_config
-        )
+        self.image_text_id, self.image_token_id = resolve_image_token_ids(self.tokenizer, self.sample_config)
         template = self.sample_config.conversation_template
         if uses_plain_rendering(self.tokenizer, template):
             end_of_turn(self.tokenizer, template)  # refused now, not on every sample
@@ -99,8 +97,10 @@ class MultimodalTaskEncoder(ImageTokensMixin, PluginTaskEncoder[Any]):
     # ------------------------------------------------------------------ the loader's stage
     def build_encode_sample(self, dataset: Any, *, worker_config: Any) -> Any:
         """Energon's encoding stage, running :meth:`encode_sample_deferring` in the loader."""
-        if not self.defer_images or self._is_overridden(self.preencode_sample) or (
-            inspect.isgeneratorfunction(inspect.unwrap(type(self).encode_sample))
+        if (
+            not self.defer_images
+            or self._is_overridden(self.preencode_sample)
+            or (inspect.isgeneratorfunction(inspect.unwrap(type(self).encode_sample)))
         ):
             return super().build_encode_sample(dataset, worker_config=worker_config)
         from megatron.energon.wrappers import MapDataset
@@ -110,9 +110,7 @@ class MultimodalTaskEncoder(ImageTokensMixin, PluginTaskEncoder[Any]):
             self.encode_sample_deferring,
             worker_config=worker_config,
             stateless_map_fn=True,
-            failure_tolerance=get_failure_tolerance(
-                self.encode_sample, self.__default_failure_tolerance__
-            ),
+            failure_tolerance=get_failure_tolerance(self.encode_sample, self.__default_failure_tolerance__),
         )
 
     @stateless
@@ -132,9 +130,7 @@ class MultimodalTaskEncoder(ImageTokensMixin, PluginTaskEncoder[Any]):
         if isinstance(sample, VQASample):
             return self._encode_chat(sample, sample.context, vqa_answer(sample), [sample.image])
         if isinstance(sample, CaptioningSample):
-            return self._encode_chat(
-                sample, self.options.caption_prompt, sample.caption, [sample.image]
-            )
+            return self._encode_chat(sample, self.options.caption_prompt, sample.caption, [sample.image])
         if isinstance(sample, InterleavedSample):
             return self._encode_interleaved(sample)
         if isinstance(sample, ChatMLSample):

@@ -42,18 +42,14 @@ class PackedSample(EncodedSample):
     sub_keys: list[str] | None = None
 
 
-def _packed_token_fields(
-    samples: list[EncodedSample], laid_out: list[int]
-) -> dict[str, torch.Tensor] | None:
+def _packed_token_fields(samples: list[EncodedSample], laid_out: list[int]) -> dict[str, torch.Tensor] | None:
     """The samples' per-token fields end to end, each padded with 0 to its laid-out width."""
     keys = list(dict.fromkeys(k for s in samples if s.token_fields for k in s.token_fields))
     if not keys:
         return None
     out = {}
     for key in keys:
-        dtype = next(
-            s.token_fields[key].dtype for s in samples if s.token_fields and key in s.token_fields
-        )
+        dtype = next(s.token_fields[key].dtype for s in samples if s.token_fields and key in s.token_fields)
         row = torch.zeros(sum(laid_out), dtype=dtype)
         start = 0
         for sample, width in zip(samples, laid_out, strict=True):
@@ -88,8 +84,10 @@ class PackAssemblyMixin:
         visual, counts = sample.visual, sample.image_token_counts
         num_videos, video_counts = sample.num_videos, sample.video_token_counts
         is_media = torch.zeros_like(sample.input_ids, dtype=torch.bool)
-        for present, token_id in ((num_images, getattr(self, "image_token_id", None)),
-                                  (num_videos, getattr(self, "video_token_id", None))):
+        for present, token_id in (
+            (num_images, getattr(self, "image_token_id", None)),
+            (num_videos, getattr(self, "video_token_id", None)),
+        ):
             if present and isinstance(token_id, int):
                 is_media |= sample.input_ids == token_id
         if bool(is_media[cut:].any()):  # media cannot be split: cut before the first, keep none
@@ -97,9 +95,7 @@ class PackAssemblyMixin:
             pixel_values, grid, num_images, visual, counts = None, None, 0, None, []
             num_videos, video_counts = 0, []
         token_fields = (
-            {key: value[:cut] for key, value in sample.token_fields.items()}
-            if sample.token_fields
-            else None
+            {key: value[:cut] for key, value in sample.token_fields.items()} if sample.token_fields else None
         )
         return EncodedSample.derive_from(
             sample,
@@ -132,10 +128,7 @@ class PackAssemblyMixin:
         samples, all_pixels = self.complete_samples(samples)  # type: ignore[attr-defined]
         if any(s.length > capacity for s in samples):
             all_pixels = None  # a cut may drop images: concatenate what is kept
-            samples = [
-                self.truncate_for_packing(s, capacity) if s.length > capacity else s
-                for s in samples
-            ]
+            samples = [self.truncate_for_packing(s, capacity) if s.length > capacity else s for s in samples]
         ids, labels, masks, real, laid_out = [], [], [], [], []
         for sample in samples:
             n = sample.length
@@ -177,9 +170,7 @@ class PackAssemblyMixin:
             truncated=any(bool(s.truncated) for s in samples),
             visual=self.combine_visual([s.visual for s in samples]),  # type: ignore[attr-defined]
             token_fields=_packed_token_fields(samples, laid_out),
-            image_token_counts=None
-            if any(c is None for c in counts)
-            else [n for c in counts for n in c],  # type: ignore[union-attr]
+            image_token_counts=None if any(c is None for c in counts) else [n for c in counts for n in c],  # type: ignore[union-attr]
             num_videos=sum(int(s.num_videos) for s in samples),
             video_token_counts=None
             if any(c is None for c in video_counts)

@@ -42,11 +42,11 @@ from megatron.energon.task_encoder.base import get_failure_tolerance, get_statel
 from megatron.energon.wrappers.packing_dataset import PackingDataset
 
 from energon_plugins._stages import replace_stage_class
-from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.packed_seq import packed_seq_params
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.packed_rows import PackAssemblyMixin, PackedSample
 from energon_plugins.encoding.task_encoders.packing_selection import PackSelectionMixin
+from energon_plugins.errors import ConfigError
 
 __all__ = ["PackedSample", "PackingMixin", "packed_seq_params"]
 
@@ -62,8 +62,15 @@ class PackingMixin(PackSelectionMixin, PackAssemblyMixin):
     """
 
     # ------------------------------------------------------------------ the packing stage
-    def build_batch(self, dataset: Any, *, batch_size: Any, batch_drop_last: bool = False,
-                    packing_buffer_size: int | None = None, worker_config: Any) -> Any:
+    def build_batch(
+        self,
+        dataset: Any,
+        *,
+        batch_size: Any,
+        batch_drop_last: bool = False,
+        packing_buffer_size: int | None = None,
+        worker_config: Any,
+    ) -> Any:
         """Energon's ``build_batch``; with ``carry_over`` the packing stage carries over.
 
         Without packing and batching (``batch_size=None``), a last stage finishes each
@@ -109,8 +116,9 @@ class PackingMixin(PackSelectionMixin, PackAssemblyMixin):
         if unbatched:
             from megatron.energon.wrappers import MapDataset
 
-            dataset = MapDataset(dataset, self.complete_unbatched, worker_config=worker_config,
-                                 stateless_map_fn=True)
+            dataset = MapDataset(
+                dataset, self.complete_unbatched, worker_config=worker_config, stateless_map_fn=True
+            )
         return dataset
 
     @stateless

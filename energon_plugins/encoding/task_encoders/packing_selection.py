@@ -22,11 +22,11 @@ from typing import Any
 
 from megatron.energon.errors import FatalSampleError
 
-from energon_plugins.errors import ConfigError
 from energon_plugins.encoding.packing.carry import split_carry
 from energon_plugins.encoding.packing.options import PackingOptions
 from energon_plugins.encoding.packing.parallel import parallel_pad_multiple
 from energon_plugins.encoding.samples import EncodedSample
+from energon_plugins.errors import ConfigError
 
 # The packing stage's logger keeps the name it had before the packing mixin was split.
 logger = logging.getLogger("energon_plugins.encoding.task_encoders.packing")
@@ -155,7 +155,7 @@ class PackSelectionMixin:
                         f"group {group} holds {sum(lengths[i] for i in group)} tokens, more "
                         f"than the capacity {capacity}"
                     )
-        except Exception as exc:  # noqa: BLE001 - re-raised as fatal, with the keys named
+        except Exception as exc:
             overlong = [
                 f"{getattr(samples[i], '__key__', i)!s} ({lengths[i]})"
                 for i in range(len(samples))
@@ -163,26 +163,30 @@ class PackSelectionMixin:
             ]
             raise FatalSampleError(
                 f"packing strategy {strategy!r} failed on a buffer of {len(samples)} samples: "
-                f"{exc}" + (f"; overlong samples (key (length)): {', '.join(overlong)}"
-                            if overlong else "")
+                f"{exc}" + (f"; overlong samples (key (length)): {', '.join(overlong)}" if overlong else "")
             ) from exc
         self._count_overlong(samples, lengths, dropped, truncated)
         return groups, dropped, truncated
 
-    def _count_overlong(self, samples: list[Any], lengths: list[int], dropped: list[int],
-                        truncated: list[int]) -> None:
+    def _count_overlong(
+        self, samples: list[Any], lengths: list[int], dropped: list[int], truncated: list[int]
+    ) -> None:
         capacity = self.packing_capacity
         left_out = [i for i in dropped if lengths[i] <= capacity]
         dropped = [i for i in dropped if lengths[i] > capacity]
-        for reason, indices, what in ((DROPPED, dropped, "dropped"),
-                                      (TRUNCATED, truncated, "truncated to the capacity"),
-                                      (LEFT_OUT, left_out, "left out by the strategy")):
+        for reason, indices, what in (
+            (DROPPED, dropped, "dropped"),
+            (TRUNCATED, truncated, "truncated to the capacity"),
+            (LEFT_OUT, left_out, "left out by the strategy"),
+        ):
             if not indices:
                 continue
             self._error_counts[reason] += len(indices)
             logger.warning(
                 "packing: %d sample(s) %s (capacity %d): %s (totals so far: %s)",
-                len(indices), what, capacity,
+                len(indices),
+                what,
+                capacity,
                 ", ".join(f"{getattr(samples[i], '__key__', i)!s} ({lengths[i]})" for i in indices),
                 {k: v for k, v in self._error_counts.items() if k.startswith("packing_")},
             )

@@ -57,8 +57,9 @@ def budget_plans(
     """
     first = sampled_plan(infos, options, multiple)
     frames = list(first.frames)
-    floors = [min(f, round_frames(options.min_frames, info.num_frames, multiple))
-              for f, info in zip(frames, infos)]
+    floors = [
+        min(f, round_frames(options.min_frames, info.num_frames, multiple)) for f, info in zip(frames, infos)
+    ]
     pixels = max_pixels if max_pixels is not None else first.max_pixels
     yield VideoPlan(tuple(frames), pixels)
     while any(f > floor for f, floor in zip(frames, floors)):
@@ -82,8 +83,7 @@ def _fewer(frames: int, floor: int, multiple: int) -> int:
     return max(floor, fewer)
 
 
-def misfit(visual_tokens: int, length: int | None, max_visual_tokens: int | None,
-           seq_length: int) -> str:
+def misfit(visual_tokens: int, length: int | None, max_visual_tokens: int | None, seq_length: int) -> str:
     """Why a plan does not fit: its visual tokens over ``max_visual_tokens``, or its length
     (``None``: not known yet) over ``seq_length``; empty when it fits."""
     if max_visual_tokens is not None and visual_tokens > max_visual_tokens:
@@ -99,5 +99,6 @@ def budget_skip(key: Any, why: str) -> Any:
     from energon_plugins.encoding.skips import CountedSkip
 
     reason = BUDGET_REASON if why.startswith("visual") else "too_long"
-    return CountedSkip(reason, f"sample {key!r}: {why}, with the fewest frames and pixels the "
-                       "video options allow")
+    return CountedSkip(
+        reason, f"sample {key!r}: {why}, with the fewest frames and pixels the video options allow"
+    )

@@ -21,7 +21,6 @@ import torch
 from energon_plugins.encoding.skips import CountedSkip
 from energon_plugins.encoding.video.sampling import VideoInfo
 
-
 REASON = "video"
 """The skip reason of a video that cannot be decoded."""
 
@@ -93,18 +92,20 @@ def read_video_info(decoder: Any, name: str = "part") -> VideoInfo:
     """
     try:
         meta = decoder.get_metadata(get_audio=False)
-    except Exception as exc:  # noqa: BLE001 - PyAV / Energon raise many kinds
+    except Exception as exc:
         raise VideoDecodeError(f"video {name} cannot be read: {_describe(exc)}") from exc
     missing = [
-        field for field, value in (
-            ("frame count", meta.video_num_frames), ("frame rate", meta.video_fps),
-            ("frame size", meta.video_width), ("duration", meta.video_duration),
-        ) if not value
+        field
+        for field, value in (
+            ("frame count", meta.video_num_frames),
+            ("frame rate", meta.video_fps),
+            ("frame size", meta.video_width),
+            ("duration", meta.video_duration),
+        )
+        if not value
     ]
     if missing:
-        raise VideoDecodeError(
-            f"video {name} has no video stream with a {', '.join(missing)}"
-        )
+        raise VideoDecodeError(f"video {name} has no video stream with a {', '.join(missing)}")
     return VideoInfo(
         num_frames=int(meta.video_num_frames),
         fps=float(meta.video_fps),
@@ -130,7 +131,7 @@ def decode_frames(decoder: Any, info: VideoInfo, indices: list[int], name: str =
     decoder.suppress_warnings = True  # seconds on a frame-indexed container: exact at mid-frame
     try:
         clips, spans = decoder.get_video_clips([(t, t) for t in times], video_unit="seconds")
-    except Exception as exc:  # noqa: BLE001
+    except Exception as exc:
         raise VideoDecodeError(f"video {name} cannot be decoded: {_describe(exc)}") from exc
     if len(clips) != len(indices) or any(int(c.shape[0]) < 1 for c in clips):
         raise VideoDecodeError(
@@ -138,8 +139,9 @@ def decode_frames(decoder: Any, info: VideoInfo, indices: list[int], name: str =
             f"for could be decoded (its index lists {info.num_frames} frames)"
         )
     frames = torch.cat([clip[:1] for clip in clips], dim=0)
-    return SampledVideo(frames=frames, indices=list(indices),
-                        timestamps=[float(start) for start, _ in spans], info=info)
+    return SampledVideo(
+        frames=frames, indices=list(indices), timestamps=[float(start) for start, _ in spans], info=info
+    )
 
 
 def labelled_videos(sample: Any) -> list[tuple[Any, str]]:

@@ -33,49 +33,58 @@ class VideoOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     num_frames: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Keep this many frames, spread uniformly over the video (the video's own "
         "frame count if it has fewer). Excludes fps.",
     )
     fps: float | None = Field(
-        default=None, gt=0,
+        default=None,
+        gt=0,
         description="Keep this many frames per second of video time; None: 2.0 unless "
         "num_frames is set. Excludes num_frames.",
     )
     min_frames: int = Field(
-        default=1, ge=1,
+        default=1,
+        ge=1,
         description="Fewest frames kept of a video (short videos under fps sampling, and the "
         "floor the budget trades frames down to).",
     )
     max_frames: int = Field(
-        default=32, ge=1,
+        default=32,
+        ge=1,
         description="Most frames kept of a video.",
     )
     frame_multiple: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Round the frame count down to a multiple of this (Qwen's temporal patch "
         "holds 2 frames); None: the encoder's choice (the video processor's "
         "temporal_patch_size, else 1).",
     )
     min_pixels: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Frames smaller than this many pixels are scaled up (dynamic-resolution "
         "video processors: Qwen2/2.5/3-VL); None keeps the processor's setting.",
     )
     max_pixels: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Frames larger than this many pixels are scaled down (same processors); "
         "None keeps the processor's setting.",
     )
     max_visual_tokens: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Visual tokens a sample with videos may take (its images count too); "
         "over it (or over seq_length), frames then resolution are given up before the sample "
         "is skipped. None: no budget (a video sample longer than seq_length is still traded "
         "down, then skipped).",
     )
     budget_min_pixels: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="The lowest per-frame max_pixels the budget may go down to (processors "
         "with a pixel budget); None: the budget never lowers the resolution.",
     )
@@ -85,9 +94,7 @@ class VideoOptions(BaseModel):
         if self.num_frames is not None and self.fps is not None:
             raise ValueError("num_frames and fps exclude each other: set one of them")
         if self.min_frames > self.max_frames:
-            raise ValueError(
-                f"min_frames ({self.min_frames}) must not exceed max_frames ({self.max_frames})"
-            )
+            raise ValueError(f"min_frames ({self.min_frames}) must not exceed max_frames ({self.max_frames})")
         if self.min_pixels is not None and self.max_pixels is not None:
             if self.min_pixels > self.max_pixels:
                 raise ValueError(

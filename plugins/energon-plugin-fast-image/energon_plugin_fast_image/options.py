@@ -161,19 +161,25 @@ class FastQwen2VLOptions(BaseModel):
     min_pixels: int | None = Field(default=None, ge=1, description="Fewest pixels after resizing.")
     max_pixels: int | None = Field(default=None, ge=1, description="Most pixels after resizing.")
     patch_size: int | None = Field(default=None, ge=1, description="Vision patch size in pixels.")
-    temporal_patch_size: int | None = Field(default=None, ge=1, description="Frames per temporal patch (an image is repeated).")
+    temporal_patch_size: int | None = Field(
+        default=None, ge=1, description="Frames per temporal patch (an image is repeated)."
+    )
     merge_size: int | None = Field(default=None, ge=1, description="Patches merged per side into one token.")
-    image_mean: list[float] | None = Field(default=None, min_length=3, max_length=3, description="Per-channel mean (RGB).")
-    image_std: list[float] | None = Field(default=None, min_length=3, max_length=3, description="Per-channel std (RGB), > 0.")
+    image_mean: list[float] | None = Field(
+        default=None, min_length=3, max_length=3, description="Per-channel mean (RGB)."
+    )
+    image_std: list[float] | None = Field(
+        default=None, min_length=3, max_length=3, description="Per-channel std (RGB), > 0."
+    )
     jpeg_draft: bool = Field(
         default=False,
         description="Decode JPEGs at 1/2, 1/4 or 1/8 scale in the DCT domain while the result "
         "stays at least the resize target (only images much larger than max_pixels gain).",
     )
     torch_threads: int | None = Field(
-        default=1, ge=1,
-        description="torch intra-op threads while a call runs (restored after); null leaves "
-        "torch's setting.",
+        default=1,
+        ge=1,
+        description="torch intra-op threads while a call runs (restored after); null leaves torch's setting.",
     )
 
     @field_validator("image_std")
@@ -184,7 +190,5 @@ class FastQwen2VLOptions(BaseModel):
     @model_validator(mode="after")
     def _range(self) -> "FastQwen2VLOptions":
         if self.min_pixels and self.max_pixels and self.min_pixels > self.max_pixels:
-            raise ValueError(
-                f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})"
-            )
+            raise ValueError(f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})")
         return self

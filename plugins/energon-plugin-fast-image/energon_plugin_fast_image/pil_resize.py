@@ -27,7 +27,6 @@ way: a rare pixel is one level off (measured: about 2 in 100,000 for bicubic).
 import dataclasses
 import functools
 import math
-
 import warnings
 
 import numpy as np
@@ -137,11 +136,13 @@ def vertical_first(in_h: int, in_w: int, out_h: int, out_w: int) -> bool:
 
 def _round_clip(x: torch.Tensor) -> torch.Tensor:
     # Sums are in units of 2**-22; Pillow adds half a unit of the result, floors and clips.
-    return x.mul_(2.0 ** -PRECISION_BITS).add_(0.5).floor_().clamp_(0, 255)
+    return x.mul_(2.0**-PRECISION_BITS).add_(0.5).floor_().clamp_(0, 255)
 
 
 @functools.lru_cache(maxsize=512)
-def _sparse_weights(plan: AxisPlan, in_size: int, out_size: int, first: int, mode: str, dtype: torch.dtype) -> torch.Tensor:
+def _sparse_weights(
+    plan: AxisPlan, in_size: int, out_size: int, first: int, mode: str, dtype: torch.dtype
+) -> torch.Tensor:
     """The plan's outputs as a sparse CSR ``(count, pad_lo + in_size + pad_hi)`` matrix."""
     starts, fixed = fixed_point_taps(in_size, out_size, mode)
     starts, fixed = starts[first : first + plan.count], fixed[first : first + plan.count]

@@ -19,8 +19,7 @@ def register_image_processors(register):
         "fast-siglip",
         "energon_plugin_fast_image.processor:build_fast_siglip",
         options="energon_plugin_fast_image.options:FastSiglipOptions",
-        description="SigLIP preprocessing in batched torch on uint8 (resize to a fixed size, "
-        "normalize)",
+        description="SigLIP preprocessing in batched torch on uint8 (resize to a fixed size, normalize)",
     )
     register(
         "fast-qwen2-vl",

@@ -22,15 +22,15 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from energon_plugin_fast_image.pil_resize import resize_batch, vertical_first
+from energon_plugin_fast_image.settings import ProcessorSettings, resolve_settings
 from energon_plugins.encoding.image_processors.inputs import (
     decode_uint8,
     image_size,
     is_encoded,
 )
 from energon_plugins.encoding.memory.outputs import new_output
-
-from energon_plugin_fast_image.pil_resize import resize_batch, vertical_first
-from energon_plugin_fast_image.settings import ProcessorSettings, resolve_settings
 
 _PIL_CODES = {"nearest": 0, "bilinear": 2, "bicubic": 3}
 
@@ -79,8 +79,7 @@ def to_uint8_hwc(image: Any, index: int = 0) -> torch.Tensor:
             tensor = tensor.cpu()
     else:
         raise TypeError(
-            f"images[{index}]: expected a PIL image, numpy array or torch tensor, "
-            f"got {type(image).__name__}"
+            f"images[{index}]: expected a PIL image, numpy array or torch tensor, got {type(image).__name__}"
         )
     if tensor.ndim == 2:
         tensor = tensor[:, :, None]
@@ -200,9 +199,7 @@ class FastImageProcessor:
     do_resize = property(lambda self: self.settings.do_resize)
     size = property(lambda self: dict(self.settings.size))
     do_center_crop = property(lambda self: self.settings.do_center_crop)
-    crop_size = property(
-        lambda self: dict(self.settings.crop_size) if self.settings.crop_size else None
-    )
+    crop_size = property(lambda self: dict(self.settings.crop_size) if self.settings.crop_size else None)
     do_rescale = property(lambda self: self.settings.do_rescale)
     rescale_factor = property(lambda self: self.settings.rescale_factor)
     do_normalize = property(lambda self: self.settings.do_normalize)
@@ -400,8 +397,11 @@ def _draft(options: Any) -> bool:
 
 def _build(family: str, options: Any) -> FastImageProcessor:
     return FastImageProcessor(
-        resolve_settings(family, options), family, _threads(options),
-        resize_kernel=_kernel(options), jpeg_draft=_draft(options),
+        resolve_settings(family, options),
+        family,
+        _threads(options),
+        resize_kernel=_kernel(options),
+        jpeg_draft=_draft(options),
     )
 
 

@@ -17,15 +17,15 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from energon_plugin_fast_image.processor import FastBatchFeature, call_items, torch_threads
+from energon_plugin_fast_image.qwen_settings import QwenSettings, resolve_qwen_settings, smart_resize
 from energon_plugins.encoding.image_processors.inputs import (
     image_size,
     is_encoded,
     to_uint8_chw,
 )
 from energon_plugins.encoding.memory.outputs import new_output
-
-from energon_plugin_fast_image.processor import FastBatchFeature, call_items, torch_threads
-from energon_plugin_fast_image.qwen_settings import QwenSettings, resolve_qwen_settings, smart_resize
 
 CHANNELS = 3
 BAND_BYTES = 2 << 20
@@ -72,8 +72,11 @@ class FastQwen2VLProcessor:
 
     def to_dict(self) -> dict[str, Any]:
         """The settings as a transformers-style dict."""
-        return {**dataclasses.asdict(self.settings), "size": self.size,
-                "image_processor_type": "fast-qwen2-vl"}
+        return {
+            **dataclasses.asdict(self.settings),
+            "size": self.size,
+            "image_processor_type": "fast-qwen2-vl",
+        }
 
     # -- planning ------------------------------------------------------------------------------
     def resize_target(self, height: int, width: int) -> tuple[int, int]:
@@ -95,8 +98,7 @@ class FastQwen2VLProcessor:
         chw = to_uint8_chw(image, min_size=draft, index=index)
         if tuple(chw.shape[-2:]) == target:
             return chw
-        return F.interpolate(chw[None], size=target, mode="bicubic", antialias=True,
-                             align_corners=False)[0]
+        return F.interpolate(chw[None], size=target, mode="bicubic", antialias=True, align_corners=False)[0]
 
     def _write_patches(self, chw: torch.Tensor, out: torch.Tensor) -> None:
         """Cut ``chw`` into merge-ordered patches and write them normalized into ``out`` rows.

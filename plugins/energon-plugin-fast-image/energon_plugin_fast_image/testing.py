@@ -26,12 +26,12 @@ def natural_image(rng: np.random.Generator, height: int, width: int) -> np.ndarr
     return np.clip(img + 0.5, 0, 255).astype(np.uint8)
 
 
-def mixed_size_images(
-    n: int, seed: int = 0, min_side: int = 200, max_side: int = 640
-) -> list[np.ndarray]:
+def mixed_size_images(n: int, seed: int = 0, min_side: int = 200, max_side: int = 640) -> list[np.ndarray]:
     """``n`` natural images with random sizes in ``[min_side, max_side]`` (seeded)."""
     rng = np.random.default_rng(seed)
     return [
-        natural_image(rng, int(rng.integers(min_side, max_side + 1)), int(rng.integers(min_side, max_side + 1)))
+        natural_image(
+            rng, int(rng.integers(min_side, max_side + 1)), int(rng.integers(min_side, max_side + 1))
+        )
         for _ in range(n)
     ]

@@ -3,20 +3,20 @@
 import io
 import json
 import math
-import sys
 import subprocess
+import sys
 import warnings
 
 import numpy as np
 import PIL.Image
 import pytest
 import torch
-
-import energon_plugins
-from energon_plugins import PluginLoadError, PluginOptionsError
 from energon_plugin_fast_image.pil_resize import resize_batch, vertical_first
 from energon_plugin_fast_image.settings import DEFAULTS
 from energon_plugin_fast_image.testing import mixed_size_images, natural_image
+
+import energon_plugins
+from energon_plugins import PluginLoadError, PluginOptionsError
 
 transformers = pytest.importorskip("transformers")
 
@@ -138,7 +138,9 @@ def test_mixed_sizes_within_tolerance(family, kernel, tolerance):
     out = proc(images=[torch.from_numpy(a).permute(2, 0, 1) for a in arrays])["pixel_values"]
     diff = (out - _hf_pixels(_hf(family, kernel), arrays)).abs()
     worst = diff.flatten(1).max(1).values
-    assert float(worst.max()) <= tolerance, [(a.shape, float(m)) for a, m in zip(arrays, worst) if m > tolerance]
+    assert float(worst.max()) <= tolerance, [
+        (a.shape, float(m)) for a, m in zip(arrays, worst) if m > tolerance
+    ]
     assert float(diff.mean()) < 1e-5
 
 
@@ -165,8 +167,16 @@ def test_jpeg_bytes_decode_like_pil_and_draft_mode_stays_close():
 def test_resize_equals_pillow_bit_for_bit_in_float64(mode, code):
     """The float64 resize is Pillow's: both pass orders, up/down, non-square, with crop windows."""
     rng = np.random.default_rng(12)
-    cases = [(37, 250, 224, 224), (300, 120, 90, 200), (120, 120, 40, 100), (64, 64, 224, 224),
-             (500, 333, 336, 224), (333, 500, 224, 336), (90, 900, 224, 2240), (250, 20, 13, 17)]
+    cases = [
+        (37, 250, 224, 224),
+        (300, 120, 90, 200),
+        (120, 120, 40, 100),
+        (64, 64, 224, 224),
+        (500, 333, 336, 224),
+        (333, 500, 224, 336),
+        (90, 900, 224, 2240),
+        (250, 20, 13, 17),
+    ]
     vertical_first_seen = set()
     for h, w, oh, ow in cases:
         image = natural_image(rng, h, w)
@@ -231,9 +241,14 @@ def test_unknown_option_suggests_the_right_name():
 
 
 def test_reads_settings_from_save_pretrained_directory(tmp_path):
-    hf = _hf("clip", "torchvision", size={"shortest_edge": 256},
-             crop_size={"height": 240, "width": 240},
-             image_mean=[0.1, 0.2, 0.3], image_std=[0.4, 0.5, 0.6])
+    hf = _hf(
+        "clip",
+        "torchvision",
+        size={"shortest_edge": 256},
+        crop_size={"height": 240, "width": 240},
+        image_mean=[0.1, 0.2, 0.3],
+        image_std=[0.4, 0.5, 0.6],
+    )
     hf.save_pretrained(tmp_path)
     assert (tmp_path / "preprocessor_config.json").exists()
     proc = energon_plugins.create("image_processor", "fast-clip", {"path": str(tmp_path)})
@@ -287,7 +302,9 @@ def test_crop_larger_than_image_pads_like_transformers(kernel):
     """A crop larger than the resized image zero-pads around it, as each backend does."""
     crop = {"height": 250, "width": 231}
     hf = _hf("clip", kernel, crop_size=crop)
-    proc = energon_plugins.create("image_processor", "fast-clip", {"crop_size": crop, "resize_kernel": kernel})
+    proc = energon_plugins.create(
+        "image_processor", "fast-clip", {"crop_size": crop, "resize_kernel": kernel}
+    )
     image = natural_image(np.random.default_rng(6), 224, 224)  # no resize: exact comparison
     ref = _hf_pixels(hf, [image])
     out = proc(images=[image])["pixel_values"]

@@ -8,14 +8,14 @@ import numpy as np
 import PIL.Image
 import pytest
 import torch
-
-import energon_plugins
-from energon_plugins import PluginOptionsError
 from energon_plugin_fast_image.qwen_settings import PRESETS, smart_resize
 from energon_plugin_fast_image.testing import natural_image
 
+import energon_plugins
+from energon_plugins import PluginOptionsError
+
 transformers = pytest.importorskip("transformers")
-from transformers.models.qwen2_vl.image_processing_qwen2_vl import (  # noqa: E402
+from transformers.models.qwen2_vl.image_processing_qwen2_vl import (
     smart_resize as hf_smart_resize,
 )
 
@@ -24,8 +24,10 @@ TOLERANCE = 0.02  # the goal; the resize is transformers' own kernel, so the fig
 
 def _hf(model="qwen2-vl", **kwargs):
     preset = PRESETS[model]
-    settings = {key: preset[key] for key in ("patch_size", "temporal_patch_size", "merge_size",
-                                               "min_pixels", "max_pixels")}
+    settings = {
+        key: preset[key]
+        for key in ("patch_size", "temporal_patch_size", "merge_size", "min_pixels", "max_pixels")
+    }
     settings.update(image_mean=list(preset["image_mean"]), image_std=list(preset["image_std"]))
     settings.update(kwargs)
     with warnings.catch_warnings():
@@ -50,8 +52,9 @@ def test_smart_resize_equals_transformers(model):
         if max(h, w) / min(h, w) > 200:
             continue
         args = (h, w, factor, preset["min_pixels"], preset["max_pixels"])
-        assert smart_resize(*args) == hf_smart_resize(h, w, factor=factor, min_pixels=args[3],
-                                                      max_pixels=args[4]), (h, w)
+        assert smart_resize(*args) == hf_smart_resize(
+            h, w, factor=factor, min_pixels=args[3], max_pixels=args[4]
+        ), (h, w)
     with pytest.raises(ValueError, match="aspect ratio"):
         smart_resize(10, 3000, factor, preset["min_pixels"], preset["max_pixels"])
 
@@ -101,15 +104,20 @@ def test_reads_a_saved_preprocessor_config_and_options_win(tmp_path):
     proc = energon_plugins.create("image_processor", "fast-qwen2-vl", {"path": str(tmp_path)})
     assert (proc.patch_size, proc.min_pixels, proc.max_pixels) == (16, 32 * 32 * 8, 32 * 32 * 64)
     assert proc.image_mean == pytest.approx([0.5, 0.5, 0.5])
-    proc = energon_plugins.create("image_processor", "fast-qwen2-vl",
-                                  {"path": str(tmp_path), "max_pixels": 32 * 32 * 16})
+    proc = energon_plugins.create(
+        "image_processor", "fast-qwen2-vl", {"path": str(tmp_path), "max_pixels": 32 * 32 * 16}
+    )
     assert proc.max_pixels == 32 * 32 * 16 and proc.size["longest_edge"] == 32 * 32 * 16
 
 
 @pytest.mark.parametrize(
     "options, field",
-    [({"min_pixels": 0}, "min_pixels"), ({"image_std": [1, 0, 1]}, "image_std"),
-     ({"model": "qwen4-vl"}, "model"), ({"max_pixel": 10}, "max_pixel")],
+    [
+        ({"min_pixels": 0}, "min_pixels"),
+        ({"image_std": [1, 0, 1]}, "image_std"),
+        ({"model": "qwen4-vl"}, "model"),
+        ({"max_pixel": 10}, "max_pixel"),
+    ],
 )
 def test_bad_options_name_the_field(options, field):
     with pytest.raises(PluginOptionsError, match=field):
@@ -124,16 +132,29 @@ def test_drives_the_qwen2_vl_task_encoder_with_packing(tmp_path):
     pytest.importorskip("energon_plugin_qwen_vl")
     from energon_plugins.synthetic import build_demo_tokenizer, write_dataset
 
-    info = write_dataset(tmp_path / "chatml", kind="chatml", num_samples=12, samples_per_shard=4,
-                         image_size=((40, 30), (200, 150)), seed=5, split_ratio=(("train", 1.0),))
+    info = write_dataset(
+        tmp_path / "chatml",
+        kind="chatml",
+        num_samples=12,
+        samples_per_shard=4,
+        image_size=((40, 30), (200, 150)),
+        seed=5,
+        split_ratio=(("train", 1.0),),
+    )
     tok = build_demo_tokenizer("qwen2")
     pixels = {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 24}
 
     def first_batches(name):
         proc = energon_plugins.create("image_processor", name, pixels)
         dm = energon_plugins.EnergonMultiModalDataModule(
-            str(info.path), tok, proc, seq_length=1024, micro_batch_size=1, num_workers=0,
-            shuffle_buffer_size=None, packing_buffer_size=6,
+            str(info.path),
+            tok,
+            proc,
+            seq_length=1024,
+            micro_batch_size=1,
+            num_workers=0,
+            shuffle_buffer_size=None,
+            packing_buffer_size=6,
             packing=energon_plugins.create("packing_strategy", "first-fit-decreasing"),
             task_encoder={"name": "qwen2-vl", "options": {"padding": "longest"}},
             batch_format=None,  # the encoder's packed batch, compared field by field

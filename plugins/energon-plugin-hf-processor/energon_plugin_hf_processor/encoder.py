@@ -39,14 +39,6 @@ from megatron.energon import (
     stateless,
 )
 
-from energon_plugins.encoding.chat.chatml import ChatMLSample, conversation_cookers
-from energon_plugins.encoding.samples import EncodedSample
-from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
-from energon_plugins.encoding.video.budget import VideoPlan
-from energon_plugins.encoding.video.decode import SampledVideo
-from energon_plugins.errors import ConfigError
-from energon_plugins.host.context import BuildContext
-
 from energon_plugin_hf_processor import outputs
 from energon_plugin_hf_processor.families import FamilySpec, family_for
 from energon_plugin_hf_processor.labels import ChatRenderer
@@ -61,6 +53,13 @@ from energon_plugin_hf_processor.processor import (
 )
 from energon_plugin_hf_processor.video import ProcessorVideo
 from energon_plugin_hf_processor.video_fit import encode_fitting_videos
+from energon_plugins.encoding.chat.chatml import ChatMLSample, conversation_cookers
+from energon_plugins.encoding.samples import EncodedSample
+from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
+from energon_plugins.encoding.video.budget import VideoPlan
+from energon_plugins.encoding.video.decode import SampledVideo
+from energon_plugins.errors import ConfigError
+from energon_plugins.host.context import BuildContext
 
 logger = logging.getLogger(__name__)
 
@@ -82,8 +81,7 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
     """
 
     cookers = conversation_cookers()
-    supported_sample_types = (ChatMLSample, VQASample, VidQASample, CaptioningSample,
-                              InterleavedSample)
+    supported_sample_types = (ChatMLSample, VQASample, VidQASample, CaptioningSample, InterleavedSample)
     #: Images reach the processor as the 8-bit images they were stored as; videos as Energon's
     #: lazy AVDecoder (only the kept frames are decoded, in encode_sample).
     decoder = SampleDecoder(image_decode="pil", av_decode="AVDecoder")
@@ -99,7 +97,9 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         if context.tokenizer is not None and len(context.tokenizer) != len(tokenizer):
             logger.warning(
                 "hf-processor: the configured tokenizer has %d tokens, the processor's %d; "
-                "the processor's tokenizer is used", len(context.tokenizer), len(tokenizer),
+                "the processor's tokenizer is used",
+                len(context.tokenizer),
+                len(tokenizer),
             )
         context = context.replace(tokenizer=tokenizer, image_processor=processor.image_processor)
         super().__init__(context, on_error=options.on_error, padding=options.padding)
@@ -123,8 +123,9 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         self.image_token_id = embedding_token_id(processor, self.family.embedding_token)
         #: The token whose positions hold video embeddings (counted per video); ``None``
         #: without a video processor.
-        self.video_token_id = (embedding_token_id(processor, self.family.video_embedding_token)
-                               if self.video.available else None)
+        self.video_token_id = (
+            embedding_token_id(processor, self.family.video_embedding_token) if self.video.available else None
+        )
         #: What the chat template writes for one image in running text (interleaved samples).
         self.image_placeholder = image_placeholder(processor, self.renderer, self.image_tag)
         self._warned: set[str] = set()
@@ -136,15 +137,18 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         from PIL import Image
 
         sample = VQASample(
-            __key__="hf-processor-set-up-check", __restore_key__=(),
-            image=Image.new("RGB", (32, 32), (128, 64, 32)), context="?", answers=["ok"],
+            __key__="hf-processor-set-up-check",
+            __restore_key__=(),
+            image=Image.new("RGB", (32, 32), (128, 64, 32)),
+            context="?",
+            answers=["ok"],
         )
         try:
             messages, images, _ = self.sample_messages(sample)
             text, spans = self.renderer.render_conversation(messages)
             #: Tokens of the shortest one-image sample (a 32x32 image, one-word turns).
             self.shortest_sample = self._encode(sample, text, spans, images, check_length=False)
-        except Exception as exc:  # noqa: BLE001 - reported with what was being set up
+        except Exception as exc:
             raise ConfigError(
                 f"task_encoder hf-processor: {type(self.processor).__name__} failed on a test "
                 f"sample with processor_kwargs {self.call_kwargs}: {type(exc).__name__}: {exc}"
@@ -175,13 +179,12 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         text, spans = self.renderer.render_conversation(messages)
         return self._encode(sample, text, spans, images, videos)
 
-    def sample_messages(
-        self, sample: Any
-    ) -> tuple[list[dict[str, Any]], list[Any], list[tuple[Any, str]]]:
+    def sample_messages(self, sample: Any) -> tuple[list[dict[str, Any]], list[Any], list[tuple[Any, str]]]:
         """The messages (content as typed parts), images and videos of a conversation-like
         sample; each video as ``(Energon's AVDecoder or bytes, the file it came from)``."""
-        return sample_messages(sample, self.image_tag, self.video_tag,
-                               self.options.system_prompt, self.options.caption_prompt)
+        return sample_messages(
+            sample, self.image_tag, self.video_tag, self.options.system_prompt, self.options.caption_prompt
+        )
 
     def _encode_interleaved(self, sample: InterleavedSample) -> EncodedSample:
         """Text and images in their order, every text token labelled, eos appended."""
@@ -200,47 +203,72 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         return CountedSkip(reason, f"sample {getattr(sample, '__key__', None)!r}: {what}")
 
     # ------------------------------------------------------------------ the processor call
-    def call_processor(self, text: str, images: list[Any], videos: list[SampledVideo] = (),
-                       plan: VideoPlan | None = None) -> Any:
+    def call_processor(
+        self, text: str, images: list[Any], videos: list[SampledVideo] = (), plan: VideoPlan | None = None
+    ) -> Any:
         """The processor on one rendered text, its images and its pre-sampled videos, as
         ``apply_chat_template`` calls it (see :func:`.outputs.call_processor`)."""
         videos_kwargs = self.video.call_kwargs(videos, plan or VideoPlan(())) if videos else None
         return outputs.call_processor(
-            self.processor, text, images, [video.frames for video in videos],
-            call_kwargs=self.call_kwargs, image_kwargs=self.image_kwargs,
+            self.processor,
+            text,
+            images,
+            [video.frames for video in videos],
+            call_kwargs=self.call_kwargs,
+            image_kwargs=self.image_kwargs,
             videos_kwargs=videos_kwargs,
         )
 
     def _encode(
-        self, sample: Any, text: str, spans: list[tuple[int, int]], images: list[Any],
-        videos: list[tuple[Any, str]] = (), *, append_eos: bool = False, check_length: bool = True,
+        self,
+        sample: Any,
+        text: str,
+        spans: list[tuple[int, int]],
+        images: list[Any],
+        videos: list[tuple[Any, str]] = (),
+        *,
+        append_eos: bool = False,
+        check_length: bool = True,
     ) -> EncodedSample:
         if not videos:
-            return self._encode_once(sample, text, spans, images, append_eos=append_eos,
-                                     check_length=check_length)
+            return self._encode_once(
+                sample, text, spans, images, append_eos=append_eos, check_length=check_length
+            )
         return encode_fitting_videos(
-            sample, list(videos), self.video, has_images=bool(images), seq_length=self.seq_length,
-            encode=lambda sampled, plan: self._encode_once(sample, text, spans, images, sampled,
-                                                           plan, check_length=False),
+            sample,
+            list(videos),
+            self.video,
+            has_images=bool(images),
+            seq_length=self.seq_length,
+            encode=lambda sampled, plan: self._encode_once(
+                sample, text, spans, images, sampled, plan, check_length=False
+            ),
         )
 
     def _encode_once(
-        self, sample: Any, text: str, spans: list[tuple[int, int]], images: list[Any],
-        videos: list[SampledVideo] = (), plan: VideoPlan | None = None,
-        *, append_eos: bool = False, check_length: bool = True,
+        self,
+        sample: Any,
+        text: str,
+        spans: list[tuple[int, int]],
+        images: list[Any],
+        videos: list[SampledVideo] = (),
+        plan: VideoPlan | None = None,
+        *,
+        append_eos: bool = False,
+        check_length: bool = True,
     ) -> EncodedSample:
         """One processor call, its output as the sample (skipped if too long or unlabelled)."""
         out = self.call_processor(text, images, list(videos), plan)
         layout = outputs.output_layout(self.family, out, len(images), len(videos))
         eos = getattr(self.processor.tokenizer, "eos_token_id", None) if append_eos else None
-        tokens = outputs.label_tokens(out, spans, layout, self.image_token_id,
-                                      self.video_token_id, eos)
+        tokens = outputs.label_tokens(out, spans, layout, self.image_token_id, self.video_token_id, eos)
         ids = tokens.input_ids
         if check_length and len(ids) > self.seq_length:
             raise self._skip(sample, "too_long", f"{len(ids)} tokens > seq_length {self.seq_length}")
         if not tokens.labelled.any():
-            raise CountedSkip("no_label_tokens", f"sample {getattr(sample, '__key__', None)!r} "
-                              "has no label tokens")
+            raise CountedSkip(
+                "no_label_tokens", f"sample {getattr(sample, '__key__', None)!r} has no label tokens"
+            )
         label_mask = torch.from_numpy(tokens.labelled)
         labels = torch.where(label_mask, ids, torch.full_like(ids, self.ignore_index))
         visual = outputs.visual_inputs(out, layout)
@@ -270,7 +298,9 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
                 logger.warning(
                     "hf-processor: %s returns %r, which family %r does not keep; it is left out "
                     "of the samples (register a FamilySpec that names it)",
-                    type(self.processor).__name__, key, family.name,
+                    type(self.processor).__name__,
+                    key,
+                    family.name,
                 )
 
     # ------------------------------------------------------------------ preview

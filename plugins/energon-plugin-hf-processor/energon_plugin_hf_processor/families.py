@@ -157,28 +157,48 @@ _QWEN_GRID = dict(grid="image_grid_thw", token_fields=("mm_token_type_ids",), pi
 _QWEN_VIDEO = {"pixel_values_videos": "concat", "video_grid_thw": "concat"}
 
 BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
-    FamilySpec("qwen2-vl", ("Qwen2VLProcessor", "ColQwen2Processor"), visual=_QWEN_VIDEO,
-               **_QWEN_GRID),
-    FamilySpec("qwen2.5-vl", ("Qwen2_5_VLProcessor",),
-               visual={**_QWEN_VIDEO, "second_per_grid_ts": "concat"}, **_QWEN_GRID),
+    FamilySpec("qwen2-vl", ("Qwen2VLProcessor", "ColQwen2Processor"), visual=_QWEN_VIDEO, **_QWEN_GRID),
+    FamilySpec(
+        "qwen2.5-vl",
+        ("Qwen2_5_VLProcessor",),
+        visual={**_QWEN_VIDEO, "second_per_grid_ts": "concat"},
+        **_QWEN_GRID,
+    ),
     FamilySpec("qwen3-vl", ("Qwen3VLProcessor",), visual=_QWEN_VIDEO, **_QWEN_GRID),
     FamilySpec("glm-4v", ("Glm4vProcessor", "Glm46VProcessor"), visual=_QWEN_VIDEO, **_QWEN_GRID),
     FamilySpec("llava", ("LlavaProcessor",)),
-    FamilySpec("llava-next", ("LlavaNextProcessor",), pixel_values="pad_concat",
-               visual={"image_sizes": "concat"}),
-    FamilySpec("llava-onevision", ("LlavaOnevisionProcessor",), pixel_values="pad_concat",
-               visual={"image_sizes": "concat", "batch_num_images": "concat",
-                       "pixel_values_videos": "concat"}, fixed_video_frames=True),
-    FamilySpec("idefics3", ("Idefics3Processor",), pixel_values="image_row",
-               visual={"pixel_attention_mask": "image_row"}),
-    FamilySpec("smolvlm", ("SmolVLMProcessor",), pixel_values="image_row",
-               visual={"pixel_attention_mask": "image_row"}, video_embedding_token="image_token",
-               video_with_images=False),
-    FamilySpec("gemma3", ("Gemma3Processor",), token_fields=("token_type_ids",),
-               embedding_token="tokenizer.image_token"),
+    FamilySpec(
+        "llava-next", ("LlavaNextProcessor",), pixel_values="pad_concat", visual={"image_sizes": "concat"}
+    ),
+    FamilySpec(
+        "llava-onevision",
+        ("LlavaOnevisionProcessor",),
+        pixel_values="pad_concat",
+        visual={"image_sizes": "concat", "batch_num_images": "concat", "pixel_values_videos": "concat"},
+        fixed_video_frames=True,
+    ),
+    FamilySpec(
+        "idefics3",
+        ("Idefics3Processor",),
+        pixel_values="image_row",
+        visual={"pixel_attention_mask": "image_row"},
+    ),
+    FamilySpec(
+        "smolvlm",
+        ("SmolVLMProcessor",),
+        pixel_values="image_row",
+        visual={"pixel_attention_mask": "image_row"},
+        video_embedding_token="image_token",
+        video_with_images=False,
+    ),
+    FamilySpec(
+        "gemma3",
+        ("Gemma3Processor",),
+        token_fields=("token_type_ids",),
+        embedding_token="tokenizer.image_token",
+    ),
     FamilySpec("internvl", ("InternVLProcessor",), video_embedding_token="image_token"),
-    FamilySpec("pixtral", ("PixtralProcessor",), pixel_values="pad_concat",
-               visual={"image_sizes": "concat"}),
+    FamilySpec("pixtral", ("PixtralProcessor",), pixel_values="pad_concat", visual={"image_sizes": "concat"}),
 )
 """The families this distribution knows (the README's families table)."""
 
@@ -242,7 +262,10 @@ def _load_entry_points() -> None:
         except Exception as exc:  # noqa: BLE001 - one broken plugin must not stop the others
             logger.error(
                 "hf-processor: family entry point %r (%s) failed to load: %s: %s",
-                ep.name, ep.value, type(exc).__name__, exc,
+                ep.name,
+                ep.value,
+                type(exc).__name__,
+                exc,
             )
 
 
@@ -276,8 +299,7 @@ def family_for(processor: Any, name: str | None = None) -> FamilySpec:
     return GENERIC
 
 
-def generic_layout(outputs: dict[str, Any], num_images: int, length: int,
-                   num_videos: int = 0) -> FamilySpec:
+def generic_layout(outputs: dict[str, Any], num_images: int, length: int, num_videos: int = 0) -> FamilySpec:
     """A spec for an unknown processor, guessed from one call's outputs.
 
     ``pixel_values`` is padded and concatenated per image; ``image_grid_thw`` is the grid;
@@ -299,6 +321,9 @@ def generic_layout(outputs: dict[str, Any], num_images: int, length: int,
         elif shape and shape[0] in {n for n in (num_images, num_videos) if n}:
             visual[key] = "pad_concat"
     return dataclasses.replace(
-        GENERIC, pixel_values="pad_concat", grid=grid, visual=visual,
+        GENERIC,
+        pixel_values="pad_concat",
+        grid=grid,
+        visual=visual,
         token_fields=tuple(token_fields),
     )

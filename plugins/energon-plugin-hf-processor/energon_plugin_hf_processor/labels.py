@@ -77,19 +77,21 @@ class ChatRenderer:
     def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = False) -> str:
         """The text ``processor.apply_chat_template(messages, tokenize=False)`` gives."""
         rendered, _ = self._render_jinja(
-            conversations=[list(messages)], chat_template=self.template,
-            add_generation_prompt=add_generation_prompt, **self.template_kwargs,
+            conversations=[list(messages)],
+            chat_template=self.template,
+            add_generation_prompt=add_generation_prompt,
+            **self.template_kwargs,
         )
         return rendered[0]
 
-    def render_conversation(
-        self, messages: Sequence[dict[str, Any]]
-    ) -> tuple[str, list[tuple[int, int]]]:
+    def render_conversation(self, messages: Sequence[dict[str, Any]]) -> tuple[str, list[tuple[int, int]]]:
         """The rendered text and the character span of every assistant answer in it."""
         if self.markers:
             rendered, indices = self._render_jinja(
-                conversations=[list(messages)], chat_template=self.template,
-                return_assistant_tokens_mask=True, **self.template_kwargs,
+                conversations=[list(messages)],
+                chat_template=self.template,
+                return_assistant_tokens_mask=True,
+                **self.template_kwargs,
             )
             text = rendered[0]
             spans = [_strip(text, a, b) for a, b in indices[0]]
@@ -97,7 +99,10 @@ class ChatRenderer:
                 raise ValueError("the chat template's generation markers enclose no answer")
         else:
             text, spans = assistant_char_spans(
-                self.render, messages, lambda m: m["role"] == "assistant", answer_text,
+                self.render,
+                messages,
+                lambda m: m["role"] == "assistant",
+                answer_text,
             )
         return text, [self._through_end_of_turn(text, a, b) for a, b in spans]
 

@@ -37,8 +37,9 @@ class ImageCountMismatchError(ValueError):
     """A sample's text holds a different number of image (or video) places than it has media."""
 
 
-def user_turn(text: str, image_tag: str, num_images: int, video_tag: str | None = None,
-              num_videos: int = 0) -> list[dict[str, Any]]:
+def user_turn(
+    text: str, image_tag: str, num_images: int, video_tag: str | None = None, num_videos: int = 0
+) -> list[dict[str, Any]]:
     """A user content with ``num_images`` images and ``num_videos`` videos: at their tags, else
     before the text (videos, then images)."""
     parts = content_parts(text, image_tag, video_tag)
@@ -51,12 +52,15 @@ def user_turn(text: str, image_tag: str, num_images: int, video_tag: str | None 
 
 
 def conversation_messages(
-    turns: list[tuple[str, Any]], image_tag: str, system_prompt: str | None,
+    turns: list[tuple[str, Any]],
+    image_tag: str,
+    system_prompt: str | None,
     video_tag: str | None = None,
 ) -> list[Message]:
     """``(role, content)`` turns as messages of typed parts, a system turn first if asked."""
-    messages = [{"role": role, "content": content_parts(content, image_tag, video_tag)}
-                for role, content in turns]
+    messages = [
+        {"role": role, "content": content_parts(content, image_tag, video_tag)} for role, content in turns
+    ]
     if system_prompt and (not messages or messages[0]["role"] != "system"):
         messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})
     return messages
@@ -69,14 +73,19 @@ def check_images(messages: list[Message], num_images: int, key: str, num_videos:
         places = sum(1 for m in messages for p in m["content"] if p["type"] == kind)
         if places != count:
             raise ImageCountMismatchError(
-                f"sample {key!r}: the conversation places {places} {kind}(s) but the sample has "
-                f"{count}"
+                f"sample {key!r}: the conversation places {places} {kind}(s) but the sample has {count}"
             )
 
 
-def qa_messages(question: str, answer: str, image_tag: str, num_images: int,
-                system_prompt: str | None, video_tag: str | None = None,
-                num_videos: int = 0) -> list[Message]:
+def qa_messages(
+    question: str,
+    answer: str,
+    image_tag: str,
+    num_images: int,
+    system_prompt: str | None,
+    video_tag: str | None = None,
+    num_videos: int = 0,
+) -> list[Message]:
     """``user: [media, question]``, ``assistant: answer`` (a system turn first if asked)."""
     messages = [
         {"role": "user", "content": user_turn(question, image_tag, num_images, video_tag, num_videos)},
@@ -88,7 +97,10 @@ def qa_messages(question: str, answer: str, image_tag: str, num_images: int,
 
 
 def sample_messages(
-    sample: Any, image_tag: str, video_tag: str | None, system_prompt: str | None,
+    sample: Any,
+    image_tag: str,
+    video_tag: str | None,
+    system_prompt: str | None,
     caption_prompt: str,
 ) -> tuple[list[Message], list[Any], list[tuple[Any, str]]]:
     """The messages (content as typed parts), images and videos of a conversation-like

@@ -39,17 +39,20 @@ class HFProcessorOptions(BaseModel):
         description="The user text of a captioning sample (the caption is the answer).",
     )
     min_pixels: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Images smaller than this many pixels are scaled up (processors with "
         "dynamic resolution: Qwen2/2.5/3-VL, GLM-4V); None keeps the processor's setting.",
     )
     max_pixels: int | None = Field(
-        default=None, ge=1,
+        default=None,
+        ge=1,
         description="Images larger than this many pixels are scaled down (same processors); "
         "None keeps the processor's setting.",
     )
     max_images: int | None = Field(
-        default=None, ge=0,
+        default=None,
+        ge=0,
         description="A sample with more images is skipped and counted (too_many_images), or "
         "fails under on_error: raise. None: no limit.",
     )
@@ -82,9 +85,19 @@ class HFProcessorOptions(BaseModel):
                 raise ValueError(
                     f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})"
                 )
-        reserved = {"text", "images", "videos", "return_tensors", "return_offsets_mapping",
-                    "return_text_replacement_offsets", "add_special_tokens", "images_kwargs",
-                    "videos_kwargs", "video_metadata", "do_sample_frames"}
+        reserved = {
+            "text",
+            "images",
+            "videos",
+            "return_tensors",
+            "return_offsets_mapping",
+            "return_text_replacement_offsets",
+            "add_special_tokens",
+            "images_kwargs",
+            "videos_kwargs",
+            "video_metadata",
+            "do_sample_frames",
+        }
         clash = sorted(reserved & set(self.processor_kwargs))
         if clash:
             raise ValueError(f"processor_kwargs: {', '.join(clash)} are set by the encoder")

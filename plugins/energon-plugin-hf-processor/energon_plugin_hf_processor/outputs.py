@@ -17,18 +17,22 @@ from typing import Any
 import numpy as np
 import torch
 
-from energon_plugins.encoding.image_processors.hf import energon_image_to_pil
-
 from energon_plugin_hf_processor.families import GENERIC, FamilySpec, generic_layout
 from energon_plugin_hf_processor.labels import expanded_positions, token_mask
+from energon_plugins.encoding.image_processors.hf import energon_image_to_pil
 
 #: Processor outputs that are not model inputs of the sample (or are read separately).
 TEXT_KEYS = ("input_ids", "attention_mask", "offset_mapping", "text_replacement_offsets")
 
 
 def call_processor(
-    processor: Any, text: str, images: Sequence[Any], frames: Sequence[Any] = (), *,
-    call_kwargs: dict[str, Any], image_kwargs: dict[str, Any],
+    processor: Any,
+    text: str,
+    images: Sequence[Any],
+    frames: Sequence[Any] = (),
+    *,
+    call_kwargs: dict[str, Any],
+    image_kwargs: dict[str, Any],
     videos_kwargs: dict[str, Any] | None = None,
 ) -> Any:
     """The processor on one rendered text, its images and its videos' frames.
@@ -61,8 +65,12 @@ def call_processor(
     if frames:
         kwargs["videos_kwargs"] = {**(videos_kwargs or {}), "return_tensors": "pt"}
     out = processor(
-        text=[text], images=[pil] if pil else None, videos=list(frames) if frames else None,
-        return_offsets_mapping=True, return_text_replacement_offsets=True, **kwargs,
+        text=[text],
+        images=[pil] if pil else None,
+        videos=list(frames) if frames else None,
+        return_offsets_mapping=True,
+        return_text_replacement_offsets=True,
+        **kwargs,
     )
     skip = getattr(processor, "skip_tensor_conversion", None)
     return BatchFeature(dict(out), tensor_type="pt", skip_tensor_conversion=skip)
@@ -92,8 +100,12 @@ def output_layout(family: FamilySpec, out: Any, num_images: int, num_videos: int
 
 
 def label_tokens(
-    out: Any, spans: Sequence[tuple[int, int]], layout: FamilySpec,
-    image_token_id: int | None, video_token_id: int | None, eos_token_id: int | None = None,
+    out: Any,
+    spans: Sequence[tuple[int, int]],
+    layout: FamilySpec,
+    image_token_id: int | None,
+    video_token_id: int | None,
+    eos_token_id: int | None = None,
 ) -> TokenLabels:
     """The labels of the tokens inside ``spans`` (character spans of the rendered text).
 
@@ -107,26 +119,33 @@ def label_tokens(
     replacements = list(reported[0]) if reported is not None and len(reported) else []
     shifted = expanded_positions([p for span in spans for p in span], replacements)
     labelled = token_mask(offsets, list(zip(shifted[0::2], shifted[1::2])))
-    media = {kind: [token_mask(offsets, [r["new_span"]]) for r in replacements
-                    if r["type"] == kind] for kind in ("image", "video")}
+    media = {
+        kind: [token_mask(offsets, [r["new_span"]]) for r in replacements if r["type"] == kind]
+        for kind in ("image", "video")
+    }
     for mask in media["image"] + media["video"]:
         labelled &= ~mask
     ids_np = ids.numpy()
 
     def count(masks: list[np.ndarray], token_id: int | None) -> list[int]:
-        return [int((ids_np[m] == token_id).sum()) if token_id is not None else int(m.sum())
-                for m in masks]
+        return [int((ids_np[m] == token_id).sum()) if token_id is not None else int(m.sum()) for m in masks]
 
     token_fields = {
         key: torch.as_tensor(out[key][0]).to(torch.long)
-        for key in layout.token_fields if out.get(key) is not None
+        for key in layout.token_fields
+        if out.get(key) is not None
     }
     if isinstance(eos_token_id, int) and (len(ids_np) == 0 or ids_np[-1] != eos_token_id):
         ids = torch.cat([ids, torch.tensor([eos_token_id])])
         labelled = np.append(labelled, True)
         token_fields = {k: torch.cat([v, v.new_zeros(1)]) for k, v in token_fields.items()}
-    return TokenLabels(ids, labelled, count(media["image"], image_token_id),
-                       count(media["video"], video_token_id), token_fields)
+    return TokenLabels(
+        ids,
+        labelled,
+        count(media["image"], image_token_id),
+        count(media["video"], video_token_id),
+        token_fields,
+    )
 
 
 def visual_inputs(out: Any, layout: FamilySpec) -> dict[str, torch.Tensor]:
@@ -136,6 +155,5 @@ def visual_inputs(out: Any, layout: FamilySpec) -> dict[str, torch.Tensor]:
 
 def unused_outputs(out: Any, layout: FamilySpec) -> list[str]:
     """The output keys the family neither keeps nor drops (they are left out of the sample)."""
-    kept = {"pixel_values", layout.grid, *layout.visual, *layout.token_fields, *layout.drop,
-            *TEXT_KEYS}
+    kept = {"pixel_values", layout.grid, *layout.visual, *layout.token_fields, *layout.drop, *TEXT_KEYS}
     return [key for key in out if key not in kept]

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from energon_plugins.errors import ConfigError
-
 from energon_plugin_hf_processor.families import FamilySpec
 from energon_plugin_hf_processor.labels import ChatRenderer
 from energon_plugin_hf_processor.options import HFProcessorOptions
+from energon_plugins.errors import ConfigError
 
 
 def load_processor(options: HFProcessorOptions, tokenizer: Any = None) -> Any:
@@ -47,10 +46,15 @@ def load_processor(options: HFProcessorOptions, tokenizer: Any = None) -> Any:
         processor = AutoProcessor.from_pretrained(
             str(path), local_files_only=True, trust_remote_code=options.trust_remote_code
         )
-    except Exception as exc:  # noqa: BLE001 - reported with the option that names it
-        hint = "" if options.trust_remote_code else (
-            " (a processor outside transformers needs trust_remote_code: true)"
-            if "trust_remote_code" in str(exc) else ""
+    except Exception as exc:
+        hint = (
+            ""
+            if options.trust_remote_code
+            else (
+                " (a processor outside transformers needs trust_remote_code: true)"
+                if "trust_remote_code" in str(exc)
+                else ""
+            )
         )
         raise ConfigError(
             f"task_encoder.options.processor: AutoProcessor cannot load {str(path)!r}: "
@@ -73,8 +77,7 @@ def end_of_turn_tokens(processor: Any) -> list[str]:
     """Special tokens that may close a turn: the tokenizer's, less the multimodal ones."""
     tok = processor.tokenizer
     multimodal = {
-        getattr(processor, attr, None)
-        for attr in ("image_token", "video_token", "audio_token", "boi_token")
+        getattr(processor, attr, None) for attr in ("image_token", "video_token", "audio_token", "boi_token")
     } | {getattr(tok, attr, None) for attr in ("image_token", "boi_token", "eoi_token")}
     return [t for t in tok.all_special_tokens if t not in multimodal]
 
@@ -98,8 +101,7 @@ def processor_call_kwargs(
     size = getattr(image_processor, "size", None)
     if family.pixel_budget and getattr(size, "longest_edge", None) is not None:
         if any(v is not None for v in budget.values()):
-            image_kwargs["size"] = {k: v if v is not None else getattr(size, k)
-                                    for k, v in budget.items()}
+            image_kwargs["size"] = {k: v if v is not None else getattr(size, k) for k, v in budget.items()}
         return kwargs, image_kwargs
     for name in ("min_pixels", "max_pixels"):
         value = getattr(options, name)
@@ -135,11 +137,20 @@ def image_placeholder(processor: Any, renderer: ChatRenderer, image_tag: str) ->
     left, right = "\u27e6", "\u27e7"
     image_token = getattr(processor, "image_token", None) or image_tag
     try:
-        text = renderer.render([{"role": "user", "content": [
-            {"type": "text", "text": left}, {"type": "image"}, {"type": "text", "text": right},
-        ]}])
+        text = renderer.render(
+            [
+                {
+                    "role": "user",
+                    "content": [
+                        {"type": "text", "text": left},
+                        {"type": "image"},
+                        {"type": "text", "text": right},
+                    ],
+                }
+            ]
+        )
     except Exception:  # noqa: BLE001 - templates that need more turns: the bare token
         return image_token
     start, end = text.find(left), text.find(right)
-    between = text[start + 1:end] if 0 <= start < end else ""
+    between = text[start + 1 : end] if 0 <= start < end else ""
     return between if image_token in between else image_token

@@ -59,9 +59,20 @@ class TinySpec:
 
 
 _QWEN_SPECIAL = (
-    "<|endoftext|>", "<|im_start|>", "<|im_end|>", "<|object_ref_start|>", "<|object_ref_end|>",
-    "<|box_start|>", "<|box_end|>", "<|quad_start|>", "<|quad_end|>", "<|vision_start|>",
-    "<|vision_end|>", "<|vision_pad|>", "<|image_pad|>", "<|video_pad|>",
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
 )
 _LLAMA_SPECIAL = ("<unk>", "<s>", "</s>")
 _ROW_COL = tuple(f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6))
@@ -72,15 +83,22 @@ def _qwen_vl(processor_cls: str, patch_size: int, video_cls: str) -> Callable[[A
         import transformers
 
         image = transformers.Qwen2VLImageProcessor(
-            patch_size=patch_size, merge_size=2, temporal_patch_size=2,
-            min_pixels=(2 * patch_size) ** 2, max_pixels=(2 * patch_size) ** 2 * 16,
+            patch_size=patch_size,
+            merge_size=2,
+            temporal_patch_size=2,
+            min_pixels=(2 * patch_size) ** 2,
+            max_pixels=(2 * patch_size) ** 2 * 16,
         )
         video = getattr(transformers, video_cls)(
-            patch_size=patch_size, merge_size=2, temporal_patch_size=2,
+            patch_size=patch_size,
+            merge_size=2,
+            temporal_patch_size=2,
             size={"shortest_edge": (2 * patch_size) ** 2, "longest_edge": (2 * patch_size) ** 2 * 16},
         )
         return getattr(transformers, processor_cls)(
-            image_processor=image, tokenizer=tokenizer, video_processor=video,
+            image_processor=image,
+            tokenizer=tokenizer,
+            video_processor=video,
             chat_template=templates.QWEN3_VL if "3" in processor_cls else templates.QWEN2_VL,
         )
 
@@ -92,8 +110,11 @@ def _llava(tokenizer: Any) -> Any:
 
     image = transformers.CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
     return transformers.LlavaProcessor(
-        image_processor=image, tokenizer=tokenizer, patch_size=14,
-        vision_feature_select_strategy="default", num_additional_image_tokens=1,
+        image_processor=image,
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
         chat_template=templates.LLAVA_15,
     )
 
@@ -102,12 +123,16 @@ def _llava_next(tokenizer: Any) -> Any:
     import transformers
 
     image = transformers.LlavaNextImageProcessor(
-        size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28},
+        size={"shortest_edge": 28},
+        crop_size={"height": 28, "width": 28},
         image_grid_pinpoints=[[28, 56], [56, 28], [56, 56]],
     )
     return transformers.LlavaNextProcessor(
-        image_processor=image, tokenizer=tokenizer, patch_size=14,
-        vision_feature_select_strategy="default", num_additional_image_tokens=1,
+        image_processor=image,
+        tokenizer=tokenizer,
+        patch_size=14,
+        vision_feature_select_strategy="default",
+        num_additional_image_tokens=1,
         chat_template=templates.LLAVA_NEXT_MISTRAL,
     )
 
@@ -116,12 +141,17 @@ def _llava_onevision(tokenizer: Any) -> Any:
     import transformers
 
     image = transformers.LlavaOnevisionImageProcessor(
-        size={"height": 28, "width": 28}, image_grid_pinpoints=[[28, 56], [56, 28], [56, 56]],
+        size={"height": 28, "width": 28},
+        image_grid_pinpoints=[[28, 56], [56, 28], [56, 56]],
     )
     video = transformers.LlavaOnevisionVideoProcessor(size={"height": 28, "width": 28})
     return transformers.LlavaOnevisionProcessor(
-        image_processor=image, tokenizer=tokenizer, video_processor=video, num_image_tokens=4,
-        vision_feature_select_strategy="full", chat_template=templates.LLAVA_ONEVISION,
+        image_processor=image,
+        tokenizer=tokenizer,
+        video_processor=video,
+        num_image_tokens=4,
+        vision_feature_select_strategy="full",
+        chat_template=templates.LLAVA_ONEVISION,
     )
 
 
@@ -129,10 +159,15 @@ def _idefics3(tokenizer: Any) -> Any:
     import transformers
 
     image = transformers.Idefics3ImageProcessor(
-        size={"longest_edge": 56}, max_image_size={"longest_edge": 28}, do_image_splitting=True,
+        size={"longest_edge": 56},
+        max_image_size={"longest_edge": 28},
+        do_image_splitting=True,
     )
     return transformers.Idefics3Processor(
-        image_processor=image, tokenizer=tokenizer, image_seq_len=1, chat_template=templates.IDEFICS3,
+        image_processor=image,
+        tokenizer=tokenizer,
+        image_seq_len=1,
+        chat_template=templates.IDEFICS3,
     )
 
 
@@ -140,13 +175,19 @@ def _smolvlm(tokenizer: Any) -> Any:
     import transformers
 
     image = transformers.SmolVLMImageProcessor(
-        size={"longest_edge": 56}, max_image_size={"longest_edge": 28}, do_image_splitting=True,
+        size={"longest_edge": 56},
+        max_image_size={"longest_edge": 28},
+        do_image_splitting=True,
     )
     video = transformers.SmolVLMVideoProcessor(
-        size={"longest_edge": 28}, max_image_size={"longest_edge": 28},
+        size={"longest_edge": 28},
+        max_image_size={"longest_edge": 28},
     )
     return transformers.SmolVLMProcessor(
-        image_processor=image, tokenizer=tokenizer, video_processor=video, image_seq_len=1,
+        image_processor=image,
+        tokenizer=tokenizer,
+        video_processor=video,
+        image_seq_len=1,
         chat_template=templates.SMOLVLM,
     )
 
@@ -156,7 +197,10 @@ def _gemma3(tokenizer: Any) -> Any:
 
     image = transformers.Gemma3ImageProcessor(size={"height": 28, "width": 28})
     return transformers.Gemma3Processor(
-        image_processor=image, tokenizer=tokenizer, image_seq_length=4, chat_template=templates.GEMMA3,
+        image_processor=image,
+        tokenizer=tokenizer,
+        image_seq_length=4,
+        chat_template=templates.GEMMA3,
     )
 
 
@@ -164,11 +208,17 @@ def _internvl(tokenizer: Any) -> Any:
     import transformers
 
     image = transformers.GotOcr2ImageProcessor(
-        size={"height": 28, "width": 28}, crop_to_patches=True, min_patches=1, max_patches=4,
+        size={"height": 28, "width": 28},
+        crop_to_patches=True,
+        min_patches=1,
+        max_patches=4,
     )
     video = transformers.InternVLVideoProcessor(size={"height": 28, "width": 28})
     return transformers.InternVLProcessor(
-        image_processor=image, tokenizer=tokenizer, video_processor=video, image_seq_length=1,
+        image_processor=image,
+        tokenizer=tokenizer,
+        video_processor=video,
+        image_seq_length=1,
         chat_template=templates.INTERNVL,
     )
 
@@ -176,45 +226,141 @@ def _internvl(tokenizer: Any) -> Any:
 TINY_SPECS: dict[str, TinySpec] = {
     spec.name: spec
     for spec in (
-        TinySpec("qwen2-vl", _QWEN_SPECIAL, _qwen_vl("Qwen2VLProcessor", 14, "Qwen2VLVideoProcessor"),
-                 "Qwen/Qwen2-VL-7B-Instruct", pad="<|endoftext|>", eos="<|im_end|>"),
-        TinySpec("qwen2.5-vl", _QWEN_SPECIAL,
-                 _qwen_vl("Qwen2_5_VLProcessor", 14, "Qwen2VLVideoProcessor"),
-                 "Qwen/Qwen2.5-VL-7B-Instruct", pad="<|endoftext|>", eos="<|im_end|>"),
-        TinySpec("qwen3-vl", _QWEN_SPECIAL, _qwen_vl("Qwen3VLProcessor", 16, "Qwen3VLVideoProcessor"),
-                 "Qwen/Qwen3-VL-8B-Instruct", pad="<|endoftext|>", eos="<|im_end|>"),
-        TinySpec("llava", (*_LLAMA_SPECIAL, "<image>", "<pad>"), _llava, "llava-hf/llava-1.5-7b-hf",
-                 pad="<pad>", bos="<s>", eos="</s>", unk="<unk>", extra={"image_token": "<image>"}),
-        TinySpec("llava-next", (*_LLAMA_SPECIAL, "<image>", "<pad>"), _llava_next,
-                 "llava-hf/llava-v1.6-mistral-7b-hf", pad="<pad>", bos="<s>", eos="</s>",
-                 unk="<unk>", extra={"image_token": "<image>"}),
-        TinySpec("llava-onevision", (*_QWEN_SPECIAL[:3], "<image>", "<video>"), _llava_onevision,
-                 "llava-hf/llava-onevision-qwen2-0.5b-ov-hf", pad="<|endoftext|>", eos="<|im_end|>",
-                 extra={"image_token": "<image>", "video_token": "<video>"}),
-        TinySpec("idefics3", ("<|begin_of_text|>", "<|end_of_text|>", "<fake_token_around_image>",
-                              "<image>", "<end_of_utterance>", "<global-img>", *_ROW_COL),
-                 _idefics3, "HuggingFaceM4/Idefics3-8B-Llama3", pad="<|end_of_text|>",
-                 bos="<|begin_of_text|>", eos="<end_of_utterance>"),
-        TinySpec("smolvlm", ("<|endoftext|>", "<|im_start|>", "<fake_token_around_image>", "<image>",
-                             "<end_of_utterance>", "<global-img>", *_ROW_COL),
-                 _smolvlm, "HuggingFaceTB/SmolVLM-Instruct", pad="<|endoftext|>", bos="<|im_start|>",
-                 eos="<end_of_utterance>"),
-        TinySpec("gemma3", ("<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>",
-                            "<start_of_image>", "<end_of_image>", "<image_soft_token>"),
-                 _gemma3, "google/gemma-3-4b-it", pad="<pad>", bos="<bos>", eos="<eos>", unk="<unk>",
-                 extra={"image_token": "<image_soft_token>", "boi_token": "<start_of_image>",
-                        "eoi_token": "<end_of_image>"}),
-        TinySpec("internvl", (*_QWEN_SPECIAL[:3], "<img>", "</img>", "<IMG_CONTEXT>", "<video>"),
-                 _internvl, "OpenGVLab/InternVL3-1B-hf", pad="<|endoftext|>", eos="<|im_end|>",
-                 extra={"start_image_token": "<img>", "end_image_token": "</img>",
-                        "context_image_token": "<IMG_CONTEXT>", "video_token": "<video>"}),
+        TinySpec(
+            "qwen2-vl",
+            _QWEN_SPECIAL,
+            _qwen_vl("Qwen2VLProcessor", 14, "Qwen2VLVideoProcessor"),
+            "Qwen/Qwen2-VL-7B-Instruct",
+            pad="<|endoftext|>",
+            eos="<|im_end|>",
+        ),
+        TinySpec(
+            "qwen2.5-vl",
+            _QWEN_SPECIAL,
+            _qwen_vl("Qwen2_5_VLProcessor", 14, "Qwen2VLVideoProcessor"),
+            "Qwen/Qwen2.5-VL-7B-Instruct",
+            pad="<|endoftext|>",
+            eos="<|im_end|>",
+        ),
+        TinySpec(
+            "qwen3-vl",
+            _QWEN_SPECIAL,
+            _qwen_vl("Qwen3VLProcessor", 16, "Qwen3VLVideoProcessor"),
+            "Qwen/Qwen3-VL-8B-Instruct",
+            pad="<|endoftext|>",
+            eos="<|im_end|>",
+        ),
+        TinySpec(
+            "llava",
+            (*_LLAMA_SPECIAL, "<image>", "<pad>"),
+            _llava,
+            "llava-hf/llava-1.5-7b-hf",
+            pad="<pad>",
+            bos="<s>",
+            eos="</s>",
+            unk="<unk>",
+            extra={"image_token": "<image>"},
+        ),
+        TinySpec(
+            "llava-next",
+            (*_LLAMA_SPECIAL, "<image>", "<pad>"),
+            _llava_next,
+            "llava-hf/llava-v1.6-mistral-7b-hf",
+            pad="<pad>",
+            bos="<s>",
+            eos="</s>",
+            unk="<unk>",
+            extra={"image_token": "<image>"},
+        ),
+        TinySpec(
+            "llava-onevision",
+            (*_QWEN_SPECIAL[:3], "<image>", "<video>"),
+            _llava_onevision,
+            "llava-hf/llava-onevision-qwen2-0.5b-ov-hf",
+            pad="<|endoftext|>",
+            eos="<|im_end|>",
+            extra={"image_token": "<image>", "video_token": "<video>"},
+        ),
+        TinySpec(
+            "idefics3",
+            (
+                "<|begin_of_text|>",
+                "<|end_of_text|>",
+                "<fake_token_around_image>",
+                "<image>",
+                "<end_of_utterance>",
+                "<global-img>",
+                *_ROW_COL,
+            ),
+            _idefics3,
+            "HuggingFaceM4/Idefics3-8B-Llama3",
+            pad="<|end_of_text|>",
+            bos="<|begin_of_text|>",
+            eos="<end_of_utterance>",
+        ),
+        TinySpec(
+            "smolvlm",
+            (
+                "<|endoftext|>",
+                "<|im_start|>",
+                "<fake_token_around_image>",
+                "<image>",
+                "<end_of_utterance>",
+                "<global-img>",
+                *_ROW_COL,
+            ),
+            _smolvlm,
+            "HuggingFaceTB/SmolVLM-Instruct",
+            pad="<|endoftext|>",
+            bos="<|im_start|>",
+            eos="<end_of_utterance>",
+        ),
+        TinySpec(
+            "gemma3",
+            (
+                "<pad>",
+                "<eos>",
+                "<bos>",
+                "<unk>",
+                "<start_of_turn>",
+                "<end_of_turn>",
+                "<start_of_image>",
+                "<end_of_image>",
+                "<image_soft_token>",
+            ),
+            _gemma3,
+            "google/gemma-3-4b-it",
+            pad="<pad>",
+            bos="<bos>",
+            eos="<eos>",
+            unk="<unk>",
+            extra={
+                "image_token": "<image_soft_token>",
+                "boi_token": "<start_of_image>",
+                "eoi_token": "<end_of_image>",
+            },
+        ),
+        TinySpec(
+            "internvl",
+            (*_QWEN_SPECIAL[:3], "<img>", "</img>", "<IMG_CONTEXT>", "<video>"),
+            _internvl,
+            "OpenGVLab/InternVL3-1B-hf",
+            pad="<|endoftext|>",
+            eos="<|im_end|>",
+            extra={
+                "start_image_token": "<img>",
+                "end_image_token": "</img>",
+                "context_image_token": "<IMG_CONTEXT>",
+                "video_token": "<video>",
+            },
+        ),
     )
 }
 
 TINY_FAMILIES: tuple[str, ...] = tuple(TINY_SPECS)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def _trained_tokenizer(special: tuple[str, ...]) -> str:
     """A byte-level BPE trained on a small corpus, with ``special`` as its first ids (JSON)."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
@@ -223,8 +369,10 @@ def _trained_tokenizer(special: tuple[str, ...]) -> str:
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
     tokenizer.decoder = decoders.ByteLevel()
     trainer = trainers.BpeTrainer(
-        vocab_size=600, special_tokens=list(special),
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False,
+        vocab_size=600,
+        special_tokens=list(special),
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
     )
     tokenizer.train_from_iterator(_CORPUS, trainer=trainer)
     return tokenizer.to_str()
@@ -239,7 +387,10 @@ def build_tiny_tokenizer(family: str) -> Any:
     named = {spec.pad, spec.bos, spec.eos, spec.unk}
     return PreTrainedTokenizerFast(
         tokenizer_object=Tokenizer.from_str(_trained_tokenizer(spec.special)),
-        pad_token=spec.pad, bos_token=spec.bos, eos_token=spec.eos, unk_token=spec.unk,
+        pad_token=spec.pad,
+        bos_token=spec.bos,
+        eos_token=spec.eos,
+        unk_token=spec.unk,
         additional_special_tokens=[t for t in spec.special if t not in named],
         extra_special_tokens=dict(spec.extra),
         clean_up_tokenization_spaces=False,

@@ -15,13 +15,12 @@ import itertools
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from energon_plugin_hf_processor.families import FamilySpec
 from energon_plugins.encoding.video.budget import VideoPlan, budget_plans
 from energon_plugins.encoding.video.decode import SampledVideo
 from energon_plugins.encoding.video.options import VideoOptions
 from energon_plugins.encoding.video.sampling import VideoInfo
 from energon_plugins.errors import ConfigError
-
-from energon_plugin_hf_processor.families import FamilySpec
 
 
 class ProcessorVideo:
@@ -38,8 +37,9 @@ class ProcessorVideo:
             processor without a pixel budget.
     """
 
-    def __init__(self, processor: Any, family: FamilySpec, options: VideoOptions,
-                 user_kwargs: dict[str, Any]) -> None:
+    def __init__(
+        self, processor: Any, family: FamilySpec, options: VideoOptions, user_kwargs: dict[str, Any]
+    ) -> None:
         self.processor = processor
         self.family = family
         self.options = options
@@ -81,12 +81,16 @@ class ProcessorVideo:
         """``{"size": ...}`` of a plan for a pixel-budget video processor (else empty)."""
         if not self.pixel_budget:
             return {}
-        changed = (self.options.min_pixels is not None or self.options.max_pixels is not None
-                   or plan.max_pixels != self.max_pixels)
+        changed = (
+            self.options.min_pixels is not None
+            or self.options.max_pixels is not None
+            or plan.max_pixels != self.max_pixels
+        )
         if not changed or "size" in self.user_kwargs:
             return {}
-        return {"size": {"shortest_edge": min(self._min_pixels, plan.max_pixels),
-                         "longest_edge": plan.max_pixels}}
+        return {
+            "size": {"shortest_edge": min(self._min_pixels, plan.max_pixels), "longest_edge": plan.max_pixels}
+        }
 
     def call_kwargs(self, videos: Sequence[SampledVideo], plan: VideoPlan) -> dict[str, Any]:
         """The ``videos_kwargs`` of a processor call on pre-sampled frames."""
@@ -97,8 +101,10 @@ class ProcessorVideo:
         }
         # Qwen's video processors warn unless the per-frame cap choice is explicit; False is
         # their current behaviour (and the processor's own output with the default).
-        if (getattr(self.video_processor, "cap_pixels_per_frame", False) is None
-                and "cap_pixels_per_frame" not in self.user_kwargs):
+        if (
+            getattr(self.video_processor, "cap_pixels_per_frame", False) is None
+            and "cap_pixels_per_frame" not in self.user_kwargs
+        ):
             kwargs["cap_pixels_per_frame"] = False
         return kwargs
 

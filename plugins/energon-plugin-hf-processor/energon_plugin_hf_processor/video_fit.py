@@ -14,6 +14,7 @@ from typing import Any
 
 from megatron.energon.errors import FatalSampleError
 
+from energon_plugin_hf_processor.video import ProcessorVideo
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.base import CountedSkip
 from energon_plugins.encoding.video.budget import VideoPlan, budget_skip, misfit
@@ -25,15 +26,18 @@ from energon_plugins.encoding.video.decode import (
 )
 from energon_plugins.encoding.video.sampling import frame_indices
 
-from energon_plugin_hf_processor.video import ProcessorVideo
-
 #: Encodes the sample with these decoded videos under this plan (no length check).
 EncodeWithVideos = Callable[[list[SampledVideo], VideoPlan], EncodedSample]
 
 
 def encode_fitting_videos(
-    sample: Any, videos: list[tuple[Any, str]], video: ProcessorVideo, *, has_images: bool,
-    seq_length: int, encode: EncodeWithVideos,
+    sample: Any,
+    videos: list[tuple[Any, str]],
+    video: ProcessorVideo,
+    *,
+    has_images: bool,
+    seq_length: int,
+    encode: EncodeWithVideos,
 ) -> EncodedSample:
     """Sample the videos, then try the budget's plans until one fits.
 
@@ -55,11 +59,13 @@ def encode_fitting_videos(
     key = getattr(sample, "__key__", None)
     family, options = video.family, video.options
     if not video.available:
-        raise ValueError(f"sample {key!r} holds videos, but {type(video.processor).__name__} "
-                         "has no video processor")
+        raise ValueError(
+            f"sample {key!r} holds videos, but {type(video.processor).__name__} has no video processor"
+        )
     if has_images and not family.video_with_images:
-        raise ValueError(f"sample {key!r}: the {family.name} processor cannot take "
-                         "images and videos in one sample")
+        raise ValueError(
+            f"sample {key!r}: the {family.name} processor cannot take images and videos in one sample"
+        )
     if family.fixed_video_frames and options.num_frames is None:
         raise FatalSampleError(
             f"task_encoder.options.video.num_frames: {family.name} takes the videos of a "
@@ -69,11 +75,13 @@ def encode_fitting_videos(
     decoders = [(as_av_decoder(value, label), label) for value, label in videos]
     infos = [read_video_info(decoder, label) for decoder, label in decoders]
     if family.fixed_video_frames:
-        short = [label for (_, label), info in zip(decoders, infos)
-                 if info.num_frames < options.num_frames]
+        short = [label for (_, label), info in zip(decoders, infos) if info.num_frames < options.num_frames]
         if short:
-            raise CountedSkip("video_frames", f"sample {key!r}: video {short[0]} has fewer "
-                              f"than video.num_frames={options.num_frames} frames")
+            raise CountedSkip(
+                "video_frames",
+                f"sample {key!r}: video {short[0]} has fewer "
+                f"than video.num_frames={options.num_frames} frames",
+            )
     budget = options.max_visual_tokens
     known: tuple[int, int] | None = None  # (tokens besides the videos', image tokens)
     why = ""
@@ -85,8 +93,10 @@ def encode_fitting_videos(
             why = misfit(visual, length, budget, seq_length)
             if why:
                 continue
-        sampled = [decode_frames(decoder, info, frame_indices(info.num_frames, n), label)
-                   for (decoder, label), info, n in zip(decoders, infos, plan.frames)]
+        sampled = [
+            decode_frames(decoder, info, frame_indices(info.num_frames, n), label)
+            for (decoder, label), info, n in zip(decoders, infos, plan.frames)
+        ]
         encoded = encode(sampled, plan)
         video_tokens = sum(encoded.video_token_counts or ())
         image_tokens = sum(encoded.image_token_counts or ())

@@ -12,43 +12,61 @@ import types
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import pytest
+import torch
 
 # Hand-written conversations: single image, several images, text only, several turns, a
 # system turn, GPT-style and ChatML turns, list-of-parts content. Image sizes (w, h) are tiny
 # and of mixed aspect ratios so that tiles, grids and padding differ between images.
 CONVERSATIONS = {
-    "single": ([(40, 60)], [
-        {"from": "human", "value": "<image>\nWhat color is the square?"},
-        {"from": "gpt", "value": "The square is red."},
-    ]),
-    "multi": ([(70, 30), (30, 30)], [
-        {"from": "human", "value": "<image>\n<image>\nWhich one is larger?"},
-        {"from": "gpt", "value": "The first one."},
-    ]),
-    "text": ([], [
-        {"role": "user", "content": "Say hello."},
-        {"role": "assistant", "content": "Hello."},
-    ]),
-    "turns": ([(56, 44)], [
-        {"from": "human", "value": "<image>\nHow many circles are there?"},
-        {"from": "gpt", "value": "There are 3 circles."},
-        {"from": "human", "value": "What color is the background?"},
-        {"from": "gpt", "value": "The background is blue."},
-    ]),
-    "system": ([(90, 50)], [
-        {"role": "system", "content": "You are a helpful assistant."},
-        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe the image."}]},
-        {"role": "assistant", "content": "A red circle on a blue background."},
-    ]),
-    "twotext": ([], [
-        {"from": "human", "value": "One?"},
-        {"from": "gpt", "value": "One."},
-        {"from": "human", "value": "Two?"},
-        {"from": "gpt", "value": "Two."},
-    ]),
+    "single": (
+        [(40, 60)],
+        [
+            {"from": "human", "value": "<image>\nWhat color is the square?"},
+            {"from": "gpt", "value": "The square is red."},
+        ],
+    ),
+    "multi": (
+        [(70, 30), (30, 30)],
+        [
+            {"from": "human", "value": "<image>\n<image>\nWhich one is larger?"},
+            {"from": "gpt", "value": "The first one."},
+        ],
+    ),
+    "text": (
+        [],
+        [
+            {"role": "user", "content": "Say hello."},
+            {"role": "assistant", "content": "Hello."},
+        ],
+    ),
+    "turns": (
+        [(56, 44)],
+        [
+            {"from": "human", "value": "<image>\nHow many circles are there?"},
+            {"from": "gpt", "value": "There are 3 circles."},
+            {"from": "human", "value": "What color is the background?"},
+            {"from": "gpt", "value": "The background is blue."},
+        ],
+    ),
+    "system": (
+        [(90, 50)],
+        [
+            {"role": "system", "content": "You are a helpful assistant."},
+            {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "Describe the image."}]},
+            {"role": "assistant", "content": "A red circle on a blue background."},
+        ],
+    ),
+    "twotext": (
+        [],
+        [
+            {"from": "human", "value": "One?"},
+            {"from": "gpt", "value": "One."},
+            {"from": "human", "value": "Two?"},
+            {"from": "gpt", "value": "Two."},
+        ],
+    ),
 }
 
 
@@ -85,8 +103,7 @@ def conversation_data(tmp_path_factory):
         images = [_make_image(size, 100 * n + i) for i, size in enumerate(sizes)]
         originals[key] = (images, conversation)
         samples.append((key, images, conversation))
-    write_crude_dataset(root, samples, fmt="chatml", samples_per_shard=2,
-                        split_ratio=(("train", 1.0),))
+    write_crude_dataset(root, samples, fmt="chatml", samples_per_shard=2, split_ratio=(("train", 1.0),))
     return root, originals
 
 
@@ -95,13 +112,22 @@ def _datamodule(path, processor_dir, tokenizer, *, packed, seq_length=2048, **op
 
     kwargs = {}
     if packed:
-        kwargs = {"packing": energon_plugins.create("packing_strategy", "first-fit-decreasing"),
-                  "packing_buffer_size": 6}
+        kwargs = {
+            "packing": energon_plugins.create("packing_strategy", "first-fit-decreasing"),
+            "packing_buffer_size": 6,
+        }
     return energon_plugins.EnergonMultiModalDataModule(
-        str(path), tokenizer, None, seq_length=seq_length, micro_batch_size=2, num_workers=0,
+        str(path),
+        tokenizer,
+        None,
+        seq_length=seq_length,
+        micro_batch_size=2,
+        num_workers=0,
         shuffle_buffer_size=None,
-        task_encoder={"name": "hf-processor",
-                      "options": {"processor": str(processor_dir), "padding": "longest", **options}},
+        task_encoder={
+            "name": "hf-processor",
+            "options": {"processor": str(processor_dir), "padding": "longest", **options},
+        },
         batch_format=None,  # the task encoder's own batch
         **kwargs,
     )
@@ -118,7 +144,6 @@ def _batches(dm, keys):
         if seen >= set(keys):
             return
     raise AssertionError(f"keys never seen: {sorted(set(keys) - seen)}")
-
 
 
 @pytest.fixture(scope="session")
@@ -163,16 +188,21 @@ def hf_messages(conversation, images, videos=()):
                 elif piece:
                     parts.append({"type": "text", "text": piece})
         else:
-            parts = [{"type": p["type"], p["type"]: next(media[p["type"]])}
-                     if p["type"] in media else p for p in content]
+            parts = [
+                {"type": p["type"], p["type"]: next(media[p["type"]])} if p["type"] in media else p
+                for p in content
+            ]
         messages.append({"role": role, "content": parts})
     return messages
 
 
 def answers(conversation):
     """The assistant answers of a GPT-style or ChatML conversation."""
-    return [t.get("value", t.get("content")) for t in conversation
-            if t.get("from") == "gpt" or t.get("role") == "assistant"]
+    return [
+        t.get("value", t.get("content"))
+        for t in conversation
+        if t.get("from") == "gpt" or t.get("role") == "assistant"
+    ]
 
 
 def label_runs(labels):
@@ -207,41 +237,68 @@ def check_labels(tokenizer, reference, ids, labels, expected_answers, end_token)
 
 
 END_OF_TURN = {
-    "qwen2-vl": "<|im_end|>", "qwen2.5-vl": "<|im_end|>", "qwen3-vl": "<|im_end|>",
-    "llava": "", "llava-next": "</s>", "llava-onevision": "<|im_end|>",
-    "idefics3": "<end_of_utterance>", "smolvlm": "<end_of_utterance>",
-    "gemma3": "<end_of_turn>", "internvl": "<|im_end|>",
+    "qwen2-vl": "<|im_end|>",
+    "qwen2.5-vl": "<|im_end|>",
+    "qwen3-vl": "<|im_end|>",
+    "llava": "",
+    "llava-next": "</s>",
+    "llava-onevision": "<|im_end|>",
+    "idefics3": "<end_of_utterance>",
+    "smolvlm": "<end_of_utterance>",
+    "gemma3": "<end_of_turn>",
+    "internvl": "<|im_end|>",
 }
 
 
 @pytest.fixture(scope="session")
 def golden():
     """The golden tests' helpers: ``hf_messages``, ``answers``, ``check_labels``, ``END_OF_TURN``."""
-    return types.SimpleNamespace(hf_messages=hf_messages, answers=answers, label_runs=label_runs,
-                                 check_labels=check_labels, END_OF_TURN=END_OF_TURN)
+    return types.SimpleNamespace(
+        hf_messages=hf_messages,
+        answers=answers,
+        label_runs=label_runs,
+        check_labels=check_labels,
+        END_OF_TURN=END_OF_TURN,
+    )
 
 
 # ------------------------------------------------------------------ videos
 # (key, videos as (container, frames, fps, (w, h)), images as (w, h), conversation)
 VIDEO_SAMPLES = {
-    "clip": ([("mp4", 16, 8, (32, 32))], [], [
-        {"from": "human", "value": "<video>\nWhat happens?"},
-        {"from": "gpt", "value": "A bar moves."},
-    ]),
-    "clip+image": ([("mp4", 12, 6, (48, 32))], [(40, 40)], [
-        {"from": "human", "value": "<image>\n<video>\nSame colour?"},
-        {"from": "gpt", "value": "No."},
-    ]),
-    "two-clips": ([("mp4", 10, 5, (32, 48)), ("webm", 8, 4, (32, 32))], [], [
-        {"from": "human", "value": "<video><video>Which is longer?"},
-        {"from": "gpt", "value": "The first one."},
-        {"from": "human", "value": "And the second?"},
-        {"from": "gpt", "value": "Two seconds."},
-    ]),
-    "no-media": ([], [], [
-        {"role": "user", "content": "Say hello."},
-        {"role": "assistant", "content": "Hello."},
-    ]),
+    "clip": (
+        [("mp4", 16, 8, (32, 32))],
+        [],
+        [
+            {"from": "human", "value": "<video>\nWhat happens?"},
+            {"from": "gpt", "value": "A bar moves."},
+        ],
+    ),
+    "clip+image": (
+        [("mp4", 12, 6, (48, 32))],
+        [(40, 40)],
+        [
+            {"from": "human", "value": "<image>\n<video>\nSame colour?"},
+            {"from": "gpt", "value": "No."},
+        ],
+    ),
+    "two-clips": (
+        [("mp4", 10, 5, (32, 48)), ("webm", 8, 4, (32, 32))],
+        [],
+        [
+            {"from": "human", "value": "<video><video>Which is longer?"},
+            {"from": "gpt", "value": "The first one."},
+            {"from": "human", "value": "And the second?"},
+            {"from": "gpt", "value": "Two seconds."},
+        ],
+    ),
+    "no-media": (
+        [],
+        [],
+        [
+            {"role": "user", "content": "Say hello."},
+            {"role": "assistant", "content": "Hello."},
+        ],
+    ),
 }
 
 
@@ -260,14 +317,12 @@ def video_data(tmp_path_factory):
     for n, (key, (videos, sizes, conversation)) in enumerate(VIDEO_SAMPLES.items()):
         encoded = []
         for i, (container, frames, fps, size) in enumerate(videos):
-            data = encode_video(video_frames(frames, size, seed=10 * n + i), fps,
-                                container=container, gop=4)
+            data = encode_video(video_frames(frames, size, seed=10 * n + i), fps, container=container, gop=4)
             encoded.append((container, data, np.stack(decode_every_frame(data)), fps))
         images = [_make_image(size, 100 * n + i) for i, size in enumerate(sizes)]
         originals[key] = {"videos": encoded, "images": images, "conversation": conversation}
         samples.append((key, images, conversation, [(c, d) for c, d, _, _ in encoded]))
-    write_crude_dataset(root, samples, fmt="chatml", samples_per_shard=1,
-                        split_ratio=(("train", 1.0),))
+    write_crude_dataset(root, samples, fmt="chatml", samples_per_shard=1, split_ratio=(("train", 1.0),))
     return root, originals
 
 

@@ -5,12 +5,12 @@ import re
 
 import pytest
 import torch
-
-import energon_plugins
-from energon_plugins import BuildContext, ConfigError
 from energon_plugin_hf_processor import families
 from energon_plugin_hf_processor.encoder import HFProcessorTaskEncoder
 from energon_plugin_hf_processor.options import HFProcessorOptions
+
+import energon_plugins
+from energon_plugins import BuildContext, ConfigError
 from energon_plugins.encoding.chat.chatml import ChatMLSample
 
 IGNORE = -100
@@ -21,21 +21,29 @@ def demo_data(tmp_path_factory):
     from energon_plugins.synthetic import write_dataset
 
     root = tmp_path_factory.mktemp("hf-demo-data")
-    common = dict(num_samples=8, samples_per_shard=4, image_size=((20, 20), (64, 48)),
-                  split_ratio=(("train", 1.0),))
-    return {kind: write_dataset(root / kind, kind=kind, seed=n, **common)
-            for n, kind in enumerate(("vqa", "captioning", "interleaved", "chatml"))}
+    common = dict(
+        num_samples=8, samples_per_shard=4, image_size=((20, 20), (64, 48)), split_ratio=(("train", 1.0),)
+    )
+    return {
+        kind: write_dataset(root / kind, kind=kind, seed=n, **common)
+        for n, kind in enumerate(("vqa", "captioning", "interleaved", "chatml"))
+    }
 
 
 def encoder(processor_dirs, name, seq_length=2048, **options):
-    return HFProcessorTaskEncoder(BuildContext(seq_length=seq_length),
-                                  HFProcessorOptions(processor=str(processor_dirs[name]), **options))
+    return HFProcessorTaskEncoder(
+        BuildContext(seq_length=seq_length),
+        HFProcessorOptions(processor=str(processor_dirs[name]), **options),
+    )
 
 
 def conversation(images, *turns):
-    return ChatMLSample(__key__="k", __restore_key__=(),
-                        conversation=[{"role": r, "content": c} for r, c in turns],
-                        images=list(images))
+    return ChatMLSample(
+        __key__="k",
+        __restore_key__=(),
+        conversation=[{"role": r, "content": c} for r, c in turns],
+        images=list(images),
+    )
 
 
 def test_the_plugin_is_registered_through_its_entry_point():
@@ -64,18 +72,27 @@ def test_vqa_captioning_and_interleaved_samples_equal_the_processor(
             record = info.samples[key]
             images = [Image.open(p).convert("RGB") for p in _pngs(info, key)]
             if kind == "interleaved":
-                text = "".join(enc.image_placeholder if "image" in item else item["text"]
-                               for item in record["sequence"])
+                text = "".join(
+                    enc.image_placeholder if "image" in item else item["text"] for item in record["sequence"]
+                )
                 ref = processor(text=[text], images=[images], return_tensors="pt")
                 expected = torch.cat([ref["input_ids"][0], torch.tensor([processor.tokenizer.eos_token_id])])
             else:
                 question = record.get("context", "Describe this image.")
                 answer = record["answers"][0] if "answers" in record else record["caption"]
-                messages = [{"role": "user", "content": [{"type": "image", "image": images[0]},
-                                                         {"type": "text", "text": question}]},
-                            {"role": "assistant", "content": [{"type": "text", "text": answer}]}]
-                ref = processor.apply_chat_template(messages, tokenize=True, return_dict=True,
-                                                    return_tensors="pt")
+                messages = [
+                    {
+                        "role": "user",
+                        "content": [
+                            {"type": "image", "image": images[0]},
+                            {"type": "text", "text": question},
+                        ],
+                    },
+                    {"role": "assistant", "content": [{"type": "text", "text": answer}]},
+                ]
+                ref = processor.apply_chat_template(
+                    messages, tokenize=True, return_dict=True, return_tensors="pt"
+                )
                 expected = ref["input_ids"][0]
             n = len(expected)
             assert torch.equal(batch.input_ids[row, :n], expected), key
@@ -83,8 +100,7 @@ def test_vqa_captioning_and_interleaved_samples_equal_the_processor(
             labelled = processor.tokenizer.decode(expected[labels != IGNORE])
             if kind != "interleaved":
                 assert labelled.strip().startswith(answer)
-            assert not torch.isin(expected[labels != IGNORE], torch.tensor(
-                [enc.image_token_id])).any()
+            assert not torch.isin(expected[labels != IGNORE], torch.tensor([enc.image_token_id])).any()
             checked += 1
     assert checked >= len(info.samples)
 
@@ -108,7 +124,6 @@ def test_too_long_and_too_many_images_are_skipped_and_counted_or_raise(processor
     from megatron.energon import SkipSample
     from megatron.energon.errors import FatalSampleError
 
-
     images = [make_image((40, 40), i) for i in range(3)]
     sample = conversation(images, ("user", "<image><image><image>Which?"), ("assistant", "The last."))
     enc = encoder(processor_dirs, "qwen2-vl", max_images=2)
@@ -129,7 +144,9 @@ def test_min_and_max_pixels_set_the_visual_token_budget(processor_dirs, make_ima
 
     sample = conversation([make_image((112, 112), 0)], ("user", "<image>Q"), ("assistant", "A."))
     small = encoder(processor_dirs, "qwen2-vl", max_pixels=28 * 28).encode_sample(sample)
-    large = encoder(processor_dirs, "qwen2-vl", min_pixels=112 * 112, max_pixels=112 * 112).encode_sample(sample)
+    large = encoder(processor_dirs, "qwen2-vl", min_pixels=112 * 112, max_pixels=112 * 112).encode_sample(
+        sample
+    )
     assert small.image_token_counts == [1] and small.image_grid_thw.tolist() == [[1, 2, 2]]
     assert large.image_token_counts == [16] and large.image_grid_thw.tolist() == [[1, 8, 8]]
     with pytest.raises(ConfigError, match="task_encoder.options.max_pixels"):
@@ -146,16 +163,18 @@ def test_bad_settings_fail_when_the_encoder_is_built(processor_dirs, tmp_path):
     with pytest.raises(ConfigError, match="failed on a test sample"):
         encoder(processor_dirs, "qwen2-vl", processor_kwargs={"merge_size": 0})
     with pytest.raises(energon_plugins.PluginOptionsError, match="min_pixels"):
-        energon_plugins.create("task_encoder", "hf-processor",
-                               {"processor": "x", "min_pixels": 9, "max_pixels": 4})
+        energon_plugins.create(
+            "task_encoder", "hf-processor", {"processor": "x", "min_pixels": 9, "max_pixels": 4}
+        )
 
 
 def test_the_processor_defaults_to_the_tokenizer_directory(processor_dirs):
     from transformers import AutoTokenizer
 
     tok = AutoTokenizer.from_pretrained(str(processor_dirs["gemma3"]))
-    enc = energon_plugins.create("task_encoder", "hf-processor", None,
-                                 BuildContext(tokenizer=tok, seq_length=512))
+    enc = energon_plugins.create(
+        "task_encoder", "hf-processor", None, BuildContext(tokenizer=tok, seq_length=512)
+    )
     assert enc.family.name == "gemma3"
 
 
@@ -181,11 +200,19 @@ def test_resume_with_packing_gives_the_same_batches(carry_over, demo_data, proce
     tok = AutoTokenizer.from_pretrained(str(processor_dirs["llava-next"]))
 
     def loader():
-        strategy = energon_plugins.create("packing_strategy", "best-fit-decreasing",
-                                          {"carry_over": carry_over})
+        strategy = energon_plugins.create(
+            "packing_strategy", "best-fit-decreasing", {"carry_over": carry_over}
+        )
         return energon_plugins.EnergonMultiModalDataModule(
-            str(info.path), tok, None, seq_length=256, micro_batch_size=2, num_workers=0,
-            shuffle_buffer_size=4, packing=strategy, packing_buffer_size=5,
+            str(info.path),
+            tok,
+            None,
+            seq_length=256,
+            micro_batch_size=2,
+            num_workers=0,
+            shuffle_buffer_size=4,
+            packing=strategy,
+            packing_buffer_size=5,
             task_encoder={"name": "hf-processor", "options": {"padding": "longest"}},
             batch_format=None,  # the task encoder's own batch
         ).train_dataloader()
@@ -209,15 +236,15 @@ def test_combine_rules_match_the_processors_own_batching(processor_dirs, make_im
     """``pad_concat`` of per-sample outputs is what LLaVA-NeXT's processor makes of a batch."""
     from transformers import AutoProcessor
 
-
     processor = AutoProcessor.from_pretrained(processor_dirs["llava-next"], local_files_only=True)
     texts = ["<image>a", "<image><image>b"]
     images = [[make_image((60, 20), 1)], [make_image((28, 28), 2), make_image((20, 50), 3)]]
     together = processor(text=texts, images=images, return_tensors="pt", padding=True)
     alone = [processor(text=[t], images=[i], return_tensors="pt") for t, i in zip(texts, images)]
     spec = families.family_for(processor)
-    assert torch.equal(spec.combine("pixel_values")([a["pixel_values"] for a in alone]),
-                       together["pixel_values"])
+    assert torch.equal(
+        spec.combine("pixel_values")([a["pixel_values"] for a in alone]), together["pixel_values"]
+    )
     rows = families.image_row([torch.ones(1, 2, 3, 4, 4), torch.ones(1, 1, 3, 4, 4)])
     assert rows.shape == (1, 3, 3, 4, 4)
 
@@ -234,9 +261,14 @@ def test_a_family_registered_by_a_plugin_drives_the_layout(processor_dirs):
 
     mine = MyLlavaProcessor.__new__(MyLlavaProcessor)
     assert families.family_for(mine).name == "llava"  # base classes are looked up too
-    spec = families.register_family(dataclasses.replace(
-        families.family_for(processor), name="my-llava", processors=("MyLlavaProcessor",),
-        pixel_values="pad_concat"))
+    spec = families.register_family(
+        dataclasses.replace(
+            families.family_for(processor),
+            name="my-llava",
+            processors=("MyLlavaProcessor",),
+            pixel_values="pad_concat",
+        )
+    )
     try:
         assert families.family_for(mine) is spec
         with pytest.raises(ValueError, match="already served"):
@@ -245,8 +277,15 @@ def test_a_family_registered_by_a_plugin_drives_the_layout(processor_dirs):
         families._by_processor.pop("MyLlavaProcessor")
         families._by_name.pop("my-llava")
     generic = families.generic_layout(
-        {"input_ids": torch.zeros(1, 7), "pixel_values": torch.zeros(2, 3, 4, 4),
-         "image_sizes": torch.zeros(2, 2), "token_type_ids": torch.zeros(1, 7)}, 2, 7)
+        {
+            "input_ids": torch.zeros(1, 7),
+            "pixel_values": torch.zeros(2, 3, 4, 4),
+            "image_sizes": torch.zeros(2, 2),
+            "token_type_ids": torch.zeros(1, 7),
+        },
+        2,
+        7,
+    )
     assert generic.visual == {"image_sizes": "pad_concat"} and generic.token_fields == ("token_type_ids",)
     with pytest.raises(ValueError, match="combine rule 'nope'"):
         families.FamilySpec("bad", (), pixel_values="nope")

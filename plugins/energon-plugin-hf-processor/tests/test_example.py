@@ -10,9 +10,9 @@ import shutil
 
 import pytest
 from click.testing import CliRunner
+from energon_plugin_hf_processor.demo_data import prepare
 
 from energon_plugins.cli import cli
-from energon_plugin_hf_processor.demo_data import prepare
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "hf-processor.yaml"
 

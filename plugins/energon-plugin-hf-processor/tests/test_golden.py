@@ -13,16 +13,17 @@ inside transformers' own ``assistant_masks``.
 
 import pytest
 import torch
-
 from energon_plugin_hf_processor.families import family_for
 from energon_plugin_hf_processor.tiny import TINY_FAMILIES
 
 IGNORE = -100
 
+
 @pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
 @pytest.mark.parametrize("family", TINY_FAMILIES)
-def test_batches_equal_the_processors_output(family, packed, processor_dirs, conversation_data,
-                                              make_datamodule, every_batch, golden):
+def test_batches_equal_the_processors_output(
+    family, packed, processor_dirs, conversation_data, make_datamodule, every_batch, golden
+):
     from transformers import AutoProcessor
 
     path, originals = conversation_data
@@ -40,8 +41,11 @@ def test_batches_equal_the_processors_output(family, packed, processor_dirs, con
         for key in (k for keys in row_keys for k in keys):
             images, conversation = originals[key]
             refs[key] = processor.apply_chat_template(
-                golden.hf_messages(conversation, images), tokenize=True, return_dict=True,
-                return_tensors="pt", return_assistant_tokens_mask=markers,
+                golden.hf_messages(conversation, images),
+                tokenize=True,
+                return_dict=True,
+                return_tensors="pt",
+                return_assistant_tokens_mask=markers,
             )
         check_batch_vision(batch, [refs[k] for keys in row_keys for k in keys], spec)
         for row, keys in enumerate(row_keys):
@@ -51,8 +55,14 @@ def test_batches_equal_the_processors_output(family, packed, processor_dirs, con
                 end = start + ref["input_ids"].shape[1]
                 ids, labels = batch.input_ids[row, start:end], batch.labels[row, start:end]
                 assert torch.equal(ids, ref["input_ids"][0]), (family, key)
-                golden.check_labels(processor.tokenizer, ref, ids, labels,
-                                    golden.answers(originals[key][1]), golden.END_OF_TURN[family])
+                golden.check_labels(
+                    processor.tokenizer,
+                    ref,
+                    ids,
+                    labels,
+                    golden.answers(originals[key][1]),
+                    golden.END_OF_TURN[family],
+                )
                 for field in spec.token_fields:
                     assert torch.equal(batch.token_fields[field][row, start:end], ref[field][0].long())
                 if batch.packed_seq_params is not None:  # every sub-sample is its own segment

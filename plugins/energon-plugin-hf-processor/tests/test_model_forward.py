@@ -13,10 +13,23 @@ the loss must be finite.
 import pytest
 import torch
 
-TEXT = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-            num_key_value_heads=1, head_dim=16, max_position_embeddings=4096)
-VISION = dict(hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2,
-              image_size=28, patch_size=14)
+TEXT = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    head_dim=16,
+    max_position_embeddings=4096,
+)
+VISION = dict(
+    hidden_size=32,
+    intermediate_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=2,
+    image_size=28,
+    patch_size=14,
+)
 PINPOINTS = [[28, 56], [56, 28], [56, 56]]
 
 
@@ -28,40 +41,63 @@ def tiny_model(family, tok):
     ids = tok.convert_tokens_to_ids
     if family == "qwen2-vl":
         config = T.Qwen2VLConfig(
-            text_config=dict(text, rope_parameters={"rope_type": "default", "rope_theta": 1e4,
-                                                    "mrope_section": [2, 3, 3]}),
-            vision_config=dict(depth=1, embed_dim=32, hidden_size=32, num_heads=2, mlp_ratio=2,
-                               patch_size=14, spatial_merge_size=2, temporal_patch_size=2),
-            image_token_id=ids("<|image_pad|>"), video_token_id=ids("<|video_pad|>"),
-            vision_start_token_id=ids("<|vision_start|>"), vision_end_token_id=ids("<|vision_end|>"),
+            text_config=dict(
+                text, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}
+            ),
+            vision_config=dict(
+                depth=1,
+                embed_dim=32,
+                hidden_size=32,
+                num_heads=2,
+                mlp_ratio=2,
+                patch_size=14,
+                spatial_merge_size=2,
+                temporal_patch_size=2,
+            ),
+            image_token_id=ids("<|image_pad|>"),
+            video_token_id=ids("<|video_pad|>"),
+            vision_start_token_id=ids("<|vision_start|>"),
+            vision_end_token_id=ids("<|vision_end|>"),
         )
         return T.Qwen2VLForConditionalGeneration(config)
     if family == "llava-next":
         config = T.LlavaNextConfig(
             text_config=dict(text, model_type="llama"),
-            vision_config=dict(VISION, model_type="clip_vision_model", projection_dim=32, num_hidden_layers=2),
-            image_token_index=ids("<image>"), image_grid_pinpoints=PINPOINTS,
-            vision_feature_select_strategy="default", vision_feature_layer=-1,
+            vision_config=dict(
+                VISION, model_type="clip_vision_model", projection_dim=32, num_hidden_layers=2
+            ),
+            image_token_index=ids("<image>"),
+            image_grid_pinpoints=PINPOINTS,
+            vision_feature_select_strategy="default",
+            vision_feature_layer=-1,
         )
         return T.LlavaNextForConditionalGeneration(config)
     if family == "llava-onevision":
         config = T.LlavaOnevisionConfig(
             text_config=dict(text, model_type="qwen2"),
             vision_config=dict(VISION, model_type="siglip_vision_model"),
-            image_token_index=ids("<image>"), video_token_index=ids("<video>"),
-            image_grid_pinpoints=PINPOINTS, vision_feature_select_strategy="full",
+            image_token_index=ids("<image>"),
+            video_token_index=ids("<video>"),
+            image_grid_pinpoints=PINPOINTS,
+            vision_feature_select_strategy="full",
             vision_feature_layer=-1,
         )
         return T.LlavaOnevisionForConditionalGeneration(config)
     if family == "idefics3":
-        config = T.Idefics3Config(text_config=dict(text, model_type="llama"), vision_config=VISION,
-                                  scale_factor=2, image_token_id=ids("<image>"))
+        config = T.Idefics3Config(
+            text_config=dict(text, model_type="llama"),
+            vision_config=VISION,
+            scale_factor=2,
+            image_token_id=ids("<image>"),
+        )
         return T.Idefics3ForConditionalGeneration(config)
     if family == "gemma3":
         config = T.Gemma3Config(
             text_config=dict(text, model_type="gemma3_text", sliding_window=64),
-            vision_config=dict(VISION, model_type="siglip_vision_model"), mm_tokens_per_image=4,
-            image_token_index=ids("<image_soft_token>"), boi_token_index=ids("<start_of_image>"),
+            vision_config=dict(VISION, model_type="siglip_vision_model"),
+            mm_tokens_per_image=4,
+            image_token_index=ids("<image_soft_token>"),
+            boi_token_index=ids("<start_of_image>"),
             eoi_token_index=ids("<end_of_image>"),
         )
         return T.Gemma3ForConditionalGeneration(config)
@@ -70,8 +106,11 @@ def tiny_model(family, tok):
 
 def hf_kwargs(batch):
     """A ``MultiModalBatch`` as a transformers model's ``forward`` keyword arguments."""
-    kwargs = {"input_ids": batch.input_ids, "attention_mask": batch.attention_mask.long(),
-              "labels": batch.labels}
+    kwargs = {
+        "input_ids": batch.input_ids,
+        "attention_mask": batch.attention_mask.long(),
+        "labels": batch.labels,
+    }
     if batch.pixel_values is not None:
         kwargs["pixel_values"] = batch.pixel_values
     if batch.image_grid_thw is not None:
@@ -82,8 +121,9 @@ def hf_kwargs(batch):
 
 
 @pytest.mark.parametrize("family", ["qwen2-vl", "llava-next", "llava-onevision", "idefics3", "gemma3"])
-def test_a_tiny_model_of_the_family_consumes_every_batch(family, processor_dirs, conversation_data,
-                                                         make_datamodule, every_batch):
+def test_a_tiny_model_of_the_family_consumes_every_batch(
+    family, processor_dirs, conversation_data, make_datamodule, every_batch
+):
     from transformers import AutoProcessor
 
     path, originals = conversation_data
@@ -101,8 +141,7 @@ def test_a_tiny_model_of_the_family_consumes_every_batch(family, processor_dirs,
 
 
 @pytest.mark.parametrize("family", ["qwen2-vl", "llava-onevision"])
-def test_a_tiny_model_of_the_family_consumes_video_batches(family, processor_dirs, video_data,
-                                                           every_batch):
+def test_a_tiny_model_of_the_family_consumes_video_batches(family, processor_dirs, video_data, every_batch):
     """Videos (alone, with an image, two per sample) reach the model as it takes them: the
     model checks video features against video tokens."""
     from transformers import AutoProcessor
@@ -114,10 +153,23 @@ def test_a_tiny_model_of_the_family_consumes_video_batches(family, processor_dir
     torch.manual_seed(0)
     model = tiny_model(family, tok).eval()
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(path), tok, None, seq_length=4096, micro_batch_size=2, num_workers=0,
-        shuffle_buffer_size=None, task_encoder={"name": "hf-processor", "options": {
-            "processor": str(processor_dirs[family]), "padding": "longest",
-            "video": {"num_frames": 4}}}, batch_format=None)
+        str(path),
+        tok,
+        None,
+        seq_length=4096,
+        micro_batch_size=2,
+        num_workers=0,
+        shuffle_buffer_size=None,
+        task_encoder={
+            "name": "hf-processor",
+            "options": {
+                "processor": str(processor_dirs[family]),
+                "padding": "longest",
+                "video": {"num_frames": 4},
+            },
+        },
+        batch_format=None,
+    )
     seen_videos = 0
     for batch in every_batch(dm, list(originals)):
         with torch.no_grad():

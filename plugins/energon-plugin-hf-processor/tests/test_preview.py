@@ -2,8 +2,8 @@
 
 import pytest
 
-from energon_plugins.preview.rows import collect_rows
 from energon_plugins.preview.html import render_page
+from energon_plugins.preview.rows import collect_rows
 
 
 @pytest.mark.parametrize("family", ["qwen2.5-vl", "llava-next", "idefics3", "gemma3", "internvl"])
@@ -27,8 +27,7 @@ def test_preview_draws_every_image_and_marks_the_answers(
 
 
 @pytest.mark.parametrize("family", ["qwen2.5-vl", "qwen3-vl", "llava-onevision"])
-def test_preview_draws_the_sampled_frames_and_the_video_token_span(family, processor_dirs,
-                                                                   video_data):
+def test_preview_draws_the_sampled_frames_and_the_video_token_span(family, processor_dirs, video_data):
     """Each video: a strip of its kept frames (put back from the processor's layout) and the
     positions of its tokens; the run of video tokens is collapsed in the text."""
     import numpy as np
@@ -42,10 +41,23 @@ def test_preview_draws_the_sampled_frames_and_the_video_token_span(family, proce
     path, originals = video_data
     tok = AutoProcessor.from_pretrained(processor_dirs[family], local_files_only=True).tokenizer
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(path), tok, None, seq_length=4096, micro_batch_size=1, num_workers=0,
-        shuffle_buffer_size=None, task_encoder={"name": "hf-processor", "options": {
-            "processor": str(processor_dirs[family]), "padding": "longest",
-            "video": {"num_frames": 4}}}, batch_format=None)  # what preview reads
+        str(path),
+        tok,
+        None,
+        seq_length=4096,
+        micro_batch_size=1,
+        num_workers=0,
+        shuffle_buffer_size=None,
+        task_encoder={
+            "name": "hf-processor",
+            "options": {
+                "processor": str(processor_dirs[family]),
+                "padding": "longest",
+                "video": {"num_frames": 4},
+            },
+        },
+        batch_format=None,
+    )  # what preview reads
     rows = collect_rows(dm, 4)
     drawn = 0
     for row in rows:

@@ -11,10 +11,10 @@ by plain PyAV (every frame, then the kept ones picked) and their ``video_metadat
 
 import pytest
 import torch
-
-from energon_plugins.encoding.video.sampling import frame_indices
 from energon_plugin_hf_processor.families import family_for
 from energon_plugin_hf_processor.tiny import TINY_FAMILIES
+
+from energon_plugins.encoding.video.sampling import frame_indices
 
 VIDEO_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "internvl", "smolvlm")
 NUM_FRAMES = 4
@@ -29,15 +29,27 @@ def reference(processor, original, golden, num_frames=NUM_FRAMES, markers=False,
     for _, _, every, fps in original["videos"]:
         indices = frame_indices(len(every), num_frames)
         videos.append(every[indices])
-        metadata.append(VideoMetadata(
-            total_num_frames=len(every), fps=float(fps), width=every.shape[2],
-            height=every.shape[1], duration=len(every) / fps, frames_indices=indices))
+        metadata.append(
+            VideoMetadata(
+                total_num_frames=len(every),
+                fps=float(fps),
+                width=every.shape[2],
+                height=every.shape[1],
+                duration=len(every) / fps,
+                frames_indices=indices,
+            )
+        )
     messages = golden.hf_messages(original["conversation"], original["images"], videos)
     if videos:
         kwargs["processor_kwargs"] = dict(do_sample_frames=False, video_metadata=metadata)
     return processor.apply_chat_template(
-        messages, tokenize=True, return_dict=True, return_tensors="pt",
-        return_assistant_tokens_mask=markers, **kwargs)
+        messages,
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+        return_assistant_tokens_mask=markers,
+        **kwargs,
+    )
 
 
 def datamodule(path, processor_dir, tok, *, packed=False, seq_length=4096, **video):
@@ -45,13 +57,29 @@ def datamodule(path, processor_dir, tok, *, packed=False, seq_length=4096, **vid
 
     kwargs = {}
     if packed:
-        kwargs = {"packing": energon_plugins.create("packing_strategy", "first-fit-decreasing"),
-                  "packing_buffer_size": 4}
+        kwargs = {
+            "packing": energon_plugins.create("packing_strategy", "first-fit-decreasing"),
+            "packing_buffer_size": 4,
+        }
     return energon_plugins.EnergonMultiModalDataModule(
-        str(path), tok, None, seq_length=seq_length, micro_batch_size=2, num_workers=0,
-        shuffle_buffer_size=None, task_encoder={"name": "hf-processor", "options": {
-            "processor": str(processor_dir), "padding": "longest",
-            "video": {"num_frames": NUM_FRAMES, **video}}}, batch_format=None, **kwargs)
+        str(path),
+        tok,
+        None,
+        seq_length=seq_length,
+        micro_batch_size=2,
+        num_workers=0,
+        shuffle_buffer_size=None,
+        task_encoder={
+            "name": "hf-processor",
+            "options": {
+                "processor": str(processor_dir),
+                "padding": "longest",
+                "video": {"num_frames": NUM_FRAMES, **video},
+            },
+        },
+        batch_format=None,
+        **kwargs,
+    )
 
 
 def check_vision(batch, refs, spec):
@@ -66,12 +94,15 @@ def check_vision(batch, refs, spec):
         assert torch.equal(got, combine(parts)), key
 
 
-@pytest.mark.parametrize("family", [
-    *VIDEO_FAMILIES, pytest.param("qwen2.5-vl/packed", id="qwen2.5-vl-packed"),
-    pytest.param("internvl/packed", id="internvl-packed"),
-])
-def test_video_batches_equal_the_processors_output(family, processor_dirs, video_data, golden,
-                                                   every_batch):
+@pytest.mark.parametrize(
+    "family",
+    [
+        *VIDEO_FAMILIES,
+        pytest.param("qwen2.5-vl/packed", id="qwen2.5-vl-packed"),
+        pytest.param("internvl/packed", id="internvl-packed"),
+    ],
+)
+def test_video_batches_equal_the_processors_output(family, processor_dirs, video_data, golden, every_batch):
     from transformers import AutoProcessor
 
     family, _, packed = family.partition("/")
@@ -80,14 +111,20 @@ def test_video_batches_equal_the_processors_output(family, processor_dirs, video
     spec = family_for(processor)
     markers = "{% generation %}" in processor.chat_template
     dm = datamodule(path, processor_dirs[family], processor.tokenizer, packed=bool(packed))
-    keys = [k for k in originals if spec.video_with_images or not originals[k]["images"]
-            or not originals[k]["videos"]]
+    keys = [
+        k
+        for k in originals
+        if spec.video_with_images or not originals[k]["images"] or not originals[k]["videos"]
+    ]
     encoder = dm.task_encoder
     checked, videos_seen = set(), 0
     for batch in every_batch(dm, keys):
         row_keys = [key.split(",") for key in batch.__key__]
-        refs = {k: reference(processor, originals[k], golden, markers=markers)
-                for keys_ in row_keys for k in keys_}
+        refs = {
+            k: reference(processor, originals[k], golden, markers=markers)
+            for keys_ in row_keys
+            for k in keys_
+        }
         check_vision(batch, [refs[k] for keys_ in row_keys for k in keys_], spec)
         counts = iter(batch.video_token_counts.tolist())
         for row, keys_ in enumerate(row_keys):
@@ -97,12 +134,16 @@ def test_video_batches_equal_the_processors_output(family, processor_dirs, video
                 end = start + ref["input_ids"].shape[1]
                 ids, labels = batch.input_ids[row, start:end], batch.labels[row, start:end]
                 assert torch.equal(ids, ref["input_ids"][0]), (family, key)
-                golden.check_labels(processor.tokenizer, ref, ids, labels,
-                                    golden.answers(originals[key]["conversation"]),
-                                    golden.END_OF_TURN[family])
+                golden.check_labels(
+                    processor.tokenizer,
+                    ref,
+                    ids,
+                    labels,
+                    golden.answers(originals[key]["conversation"]),
+                    golden.END_OF_TURN[family],
+                )
                 for field in spec.token_fields:
-                    assert torch.equal(batch.token_fields[field][row, start:end],
-                                       ref[field][0].long())
+                    assert torch.equal(batch.token_fields[field][row, start:end], ref[field][0].long())
                 video_ids = ids == encoder.video_token_id
                 n_videos = len(originals[key]["videos"])
                 per_video = [next(counts) for _ in range(n_videos)]
@@ -122,24 +163,32 @@ def test_video_batches_equal_the_processors_output(family, processor_dirs, video
 
 def test_second_per_grid_ts_follows_the_sampled_rate(processor_dirs, video_data, golden):
     """Qwen2.5-VL's temporal positions come from the kept frames' rate (fps sampling)."""
-    from transformers import AutoProcessor
-
     from energon_plugin_hf_processor.encoder import HFProcessorTaskEncoder
     from energon_plugin_hf_processor.options import HFProcessorOptions
-    from energon_plugins.encoding.chat.chatml import ChatMLSample
+    from transformers import AutoProcessor
+
     from energon_plugins import BuildContext
+    from energon_plugins.encoding.chat.chatml import ChatMLSample
 
     path, originals = video_data
     processor = AutoProcessor.from_pretrained(processor_dirs["qwen2.5-vl"], local_files_only=True)
     original = originals["clip"]  # 16 frames at 8 fps: 2 s
     for options, kept in (({"fps": 2.0}, 4), ({"fps": 4.0}, 8), ({"num_frames": 2}, 2)):
-        enc = HFProcessorTaskEncoder(BuildContext(seq_length=4096), HFProcessorOptions(
-            processor=str(processor_dirs["qwen2.5-vl"]), video=options))
+        enc = HFProcessorTaskEncoder(
+            BuildContext(seq_length=4096),
+            HFProcessorOptions(processor=str(processor_dirs["qwen2.5-vl"]), video=options),
+        )
         sample = ChatMLSample(
-            __key__="clip", __restore_key__=(), conversation=[
+            __key__="clip",
+            __restore_key__=(),
+            conversation=[
                 {"role": "user", "content": original["conversation"][0]["value"]},
-                {"role": "assistant", "content": original["conversation"][1]["value"]}],
-            images=[], videos=[original["videos"][0][1]], video_parts=["0.mp4"])
+                {"role": "assistant", "content": original["conversation"][1]["value"]},
+            ],
+            images=[],
+            videos=[original["videos"][0][1]],
+            video_parts=["0.mp4"],
+        )
         out = enc.encode_sample(sample)
         ref = reference(processor, original, golden, num_frames=kept)
         assert torch.equal(out.input_ids, ref["input_ids"][0])
@@ -158,12 +207,15 @@ def test_tiny_families_with_a_video_processor_are_the_ones_tested():
 
 # ------------------------------------------------------------------ budgets
 def encoder(processor_dirs, family="qwen2-vl", seq_length=4096, **options):
-    from energon_plugins import BuildContext
     from energon_plugin_hf_processor.encoder import HFProcessorTaskEncoder
     from energon_plugin_hf_processor.options import HFProcessorOptions
 
-    return HFProcessorTaskEncoder(BuildContext(seq_length=seq_length), HFProcessorOptions(
-        processor=str(processor_dirs[family]), **options))
+    from energon_plugins import BuildContext
+
+    return HFProcessorTaskEncoder(
+        BuildContext(seq_length=seq_length),
+        HFProcessorOptions(processor=str(processor_dirs[family]), **options),
+    )
 
 
 @pytest.fixture(scope="module")
@@ -178,32 +230,51 @@ def big_clip():
 def clip_sample(data, question="<video>What happens?", image=None):
     from energon_plugins.encoding.chat.chatml import ChatMLSample
 
-    return ChatMLSample(__key__="big", __restore_key__=(), conversation=[
-        {"role": "user", "content": question}, {"role": "assistant", "content": "A bar moves."}], images=[image] if image else [],
-        videos=[data], video_parts=["0.mp4"])
+    return ChatMLSample(
+        __key__="big",
+        __restore_key__=(),
+        conversation=[
+            {"role": "user", "content": question},
+            {"role": "assistant", "content": "A bar moves."},
+        ],
+        images=[image] if image else [],
+        videos=[data],
+        video_parts=["0.mp4"],
+    )
 
 
 def test_the_budget_gives_up_frames_then_resolution_then_skips(processor_dirs, big_clip, golden):
+    import numpy as np
     from megatron.energon import SkipSample
     from megatron.energon.errors import FatalSampleError
     from transformers import AutoProcessor
 
-    import numpy as np
-
     data, every = big_clip
     processor = AutoProcessor.from_pretrained(processor_dirs["qwen2-vl"], local_files_only=True)
-    original = {"videos": [("mp4", data, np.stack(every), 8)], "images": [],
-                "conversation": [{"from": "human", "value": "<video>What happens?"},
-                                 {"from": "gpt", "value": "A bar moves."}]}
+    original = {
+        "videos": [("mp4", data, np.stack(every), 8)],
+        "images": [],
+        "conversation": [
+            {"from": "human", "value": "<video>What happens?"},
+            {"from": "gpt", "value": "A bar moves."},
+        ],
+    }
     video = {"num_frames": 8, "max_pixels": 3136}
     full = encoder(processor_dirs, video=video).encode_sample(clip_sample(data))
     assert full.visual["video_grid_thw"].tolist() == [[4, 4, 4]] and full.video_token_counts == [16]
     # Over 10 visual tokens: 8 -> 6 -> 4 frames (8 tokens), the processor's own output for 4.
-    fewer = encoder(processor_dirs, video={**video, "max_visual_tokens": 10}).encode_sample(
-        clip_sample(data))
+    fewer = encoder(processor_dirs, video={**video, "max_visual_tokens": 10}).encode_sample(clip_sample(data))
     assert fewer.visual["video_grid_thw"].tolist() == [[2, 4, 4]] and fewer.video_token_counts == [8]
-    assert torch.equal(fewer.input_ids, reference(processor, original, golden, 4, processor_kwargs={
-        "videos_kwargs": {"size": {"shortest_edge": 784, "longest_edge": 3136}}})["input_ids"][0])
+    assert torch.equal(
+        fewer.input_ids,
+        reference(
+            processor,
+            original,
+            golden,
+            4,
+            processor_kwargs={"videos_kwargs": {"size": {"shortest_edge": 784, "longest_edge": 3136}}},
+        )["input_ids"][0],
+    )
     # At least 6 frames: the resolution goes down instead (3136 -> 2352 px: 28x28 frames).
     floor = {**video, "max_visual_tokens": 10, "min_frames": 6, "budget_min_pixels": 784}
     lower = encoder(processor_dirs, video=floor).encode_sample(clip_sample(data))
@@ -214,20 +285,23 @@ def test_the_budget_gives_up_frames_then_resolution_then_skips(processor_dirs, b
     with pytest.raises(SkipSample):
         enc.encode_sample(clip_sample(data))
     assert enc.error_counts() == {"video_budget": 1}
-    with pytest.raises(FatalSampleError, match=r"'big' \(video_budget\).*visual tokens 12 > "
-                                               r"video.max_visual_tokens 10"):
+    with pytest.raises(
+        FatalSampleError,
+        match=r"'big' \(video_budget\).*visual tokens 12 > "
+        r"video.max_visual_tokens 10",
+    ):
         encoder(processor_dirs, video=no_floor, on_error="raise").encode_sample(clip_sample(data))
 
 
-def test_images_count_in_the_budget_and_seq_length_trades_frames_too(processor_dirs, big_clip,
-                                                                      make_image):
+def test_images_count_in_the_budget_and_seq_length_trades_frames_too(processor_dirs, big_clip, make_image):
     from megatron.energon import SkipSample
 
     data, _ = big_clip
     video = {"num_frames": 8, "max_pixels": 3136}
     image = make_image((56, 56), 3)  # 4 tokens at the tiny image processor's settings
     both = encoder(processor_dirs, video={**video, "max_visual_tokens": 14}).encode_sample(
-        clip_sample(data, "<image><video>Same?", image))
+        clip_sample(data, "<image><video>Same?", image)
+    )
     assert both.image_token_counts == [4] and both.video_token_counts == [8]  # 4 + 8 <= 14
     # No visual budget, but seq_length: 8 frames do not fit, 4 do.
     full = encoder(processor_dirs, video=video).encode_sample(clip_sample(data))
@@ -268,26 +342,33 @@ def test_token_counts_known_before_decoding_are_exact(family, processor_dirs, bi
 
 
 # ------------------------------------------------------------------ samples and errors
-def test_vidqa_samples_put_the_video_before_the_question(processor_dirs, tmp_path, golden,
-                                                         every_batch):
+def test_vidqa_samples_put_the_video_before_the_question(processor_dirs, tmp_path, golden, every_batch):
+    import numpy as np
     from transformers import AutoProcessor
 
-    import numpy as np
-
     from energon_plugins.testing.video import (
-        decode_every_frame, encode_video, video_frames, write_vidqa_dataset)
+        decode_every_frame,
+        encode_video,
+        video_frames,
+        write_vidqa_dataset,
+    )
 
     clips = {f"q{i}": encode_video(video_frames(8 + 4 * i, (32, 32), seed=i), 4) for i in range(2)}
-    write_vidqa_dataset(tmp_path, [(k, v, f"What is in clip {k}?", "A bar.") for k, v in clips.items()],
-                        samples_per_shard=1)
+    write_vidqa_dataset(
+        tmp_path, [(k, v, f"What is in clip {k}?", "A bar.") for k, v in clips.items()], samples_per_shard=1
+    )
     processor = AutoProcessor.from_pretrained(processor_dirs["qwen2.5-vl"], local_files_only=True)
     dm = datamodule(tmp_path, processor_dirs["qwen2.5-vl"], processor.tokenizer)
     for batch in every_batch(dm, list(clips)):
         for row, key in enumerate(batch.__key__):
-            original = {"videos": [("mp4", clips[key], np.stack(decode_every_frame(clips[key])), 4)],
-                        "images": [], "conversation": [
-                            {"from": "human", "value": f"<video>What is in clip {key}?"},
-                            {"from": "gpt", "value": "A bar."}]}
+            original = {
+                "videos": [("mp4", clips[key], np.stack(decode_every_frame(clips[key])), 4)],
+                "images": [],
+                "conversation": [
+                    {"from": "human", "value": f"<video>What is in clip {key}?"},
+                    {"from": "gpt", "value": "A bar."},
+                ],
+            }
             ref = reference(processor, original, golden)
             n = ref["input_ids"].shape[1]
             assert torch.equal(batch.input_ids[row, :n], ref["input_ids"][0])
@@ -302,26 +383,45 @@ def test_corrupt_and_truncated_videos_are_skipped_and_counted_or_raise(processor
 
     good = encode_video(video_frames(8, (32, 32)), 4)
     turns = [{"from": "human", "value": "<video>What?"}, {"from": "gpt", "value": "A bar."}]
-    write_crude_dataset(tmp_path, [("good", [], turns, [good]),
-                                   ("garbage", [], turns, [b"\x00" * 300]),
-                                   ("cut", [], turns, [good[: len(good) // 2]])],
-                        fmt="chatml", samples_per_shard=1, split_ratio=(("train", 1.0),))
+    write_crude_dataset(
+        tmp_path,
+        [
+            ("good", [], turns, [good]),
+            ("garbage", [], turns, [b"\x00" * 300]),
+            ("cut", [], turns, [good[: len(good) // 2]]),
+        ],
+        fmt="chatml",
+        samples_per_shard=1,
+        split_ratio=(("train", 1.0),),
+    )
     tok = AutoProcessor.from_pretrained(processor_dirs["qwen2-vl"], local_files_only=True).tokenizer
 
     def dm(on_error):
         return energon_plugins.EnergonMultiModalDataModule(
-            str(tmp_path), tok, None, seq_length=1024, micro_batch_size=1, num_workers=0,
-            shuffle_buffer_size=None, task_encoder={"name": "hf-processor", "options": {
-                "processor": str(processor_dirs["qwen2-vl"]), "on_error": on_error}},
-            batch_format=None)
+            str(tmp_path),
+            tok,
+            None,
+            seq_length=1024,
+            micro_batch_size=1,
+            num_workers=0,
+            shuffle_buffer_size=None,
+            task_encoder={
+                "name": "hf-processor",
+                "options": {"processor": str(processor_dirs["qwen2-vl"]), "on_error": on_error},
+            },
+            batch_format=None,
+        )
 
     skipping = dm("skip")
     loader = skipping.train_dataloader()
     keys = [next(loader).__key__[0] for _ in range(2)]  # good, (garbage, cut), good
     assert keys == ["good", "good"]
     assert skipping.skip_counts() == {"video": 2}
-    with pytest.raises(Exception, match=r"\(video\): video 'garbage.0.mp4' in shard "
-                                        r"'shard-000001.tar' cannot be read: InvalidDataError"):
+    with pytest.raises(
+        Exception,
+        match=r"\(video\): video 'garbage.0.mp4' in shard "
+        r"'shard-000001.tar' cannot be read: InvalidDataError",
+    ):
         raising = dm("raise").train_dataloader()
         for _ in range(3):
             next(raising)
@@ -333,10 +433,19 @@ def resume_loader(path, processor_dir, tok, workers):
 
     strategy = energon_plugins.create("packing_strategy", "best-fit-decreasing", {"carry_over": True})
     return energon_plugins.EnergonMultiModalDataModule(
-        str(path), tok, None, seq_length=160, micro_batch_size=2, num_workers=workers,
-        shuffle_buffer_size=3, packing=strategy, packing_buffer_size=4,
-        task_encoder={"name": "hf-processor", "options": {
-            "processor": str(processor_dir), "padding": "longest", "video": {"fps": 2.0}}},
+        str(path),
+        tok,
+        None,
+        seq_length=160,
+        micro_batch_size=2,
+        num_workers=workers,
+        shuffle_buffer_size=3,
+        packing=strategy,
+        packing_buffer_size=4,
+        task_encoder={
+            "name": "hf-processor",
+            "options": {"processor": str(processor_dir), "padding": "longest", "video": {"fps": 2.0}},
+        },
         batch_format=None,
     ).train_dataloader()
 

@@ -22,22 +22,21 @@ from typing import Any
 import torch
 from megatron.energon import CaptioningSample, VQASample, stateless
 
-from energon_plugins.host.context import BuildContext
+from energon_plugin_llava.options import LlavaOptions
+from energon_plugin_llava.template import LLAVA_15_CHAT_TEMPLATE
 from energon_plugins.encoding.chat.chatml import ChatMLSample, conversation_cookers, text_turns
-from energon_plugins.encoding.sample_config import MultiModalSampleConfig
-from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.chat.conversation import (
     build_messages,
     tokenize_conversation,
     vqa_answer,
 )
+from energon_plugins.encoding.sample_config import MultiModalSampleConfig
+from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.multimodal import (
     MultimodalTaskEncoder,
     UnsupportedSampleError,
 )
-
-from energon_plugin_llava.options import LlavaOptions
-from energon_plugin_llava.template import LLAVA_15_CHAT_TEMPLATE
+from energon_plugins.host.context import BuildContext
 
 
 class ImageTagMismatchError(ValueError):
@@ -85,10 +84,12 @@ def llava_sample_config(
             stop_string=None,
         )
     template = template.model_copy(update=changes)
-    return config.model_copy(update={
-        "conversation_template": template,
-        "image_following_text": options.image_position == "after",
-    })
+    return config.model_copy(
+        update={
+            "conversation_template": template,
+            "image_following_text": options.image_position == "after",
+        }
+    )
 
 
 class LlavaTaskEncoder(MultimodalTaskEncoder):
@@ -137,15 +138,13 @@ class LlavaTaskEncoder(MultimodalTaskEncoder):
                 [sample.image],
             )
         if isinstance(sample, CaptioningSample):
-            turns = [("user", self.user_text(self.options.caption_prompt, 1)),
-                     ("assistant", sample.caption)]
+            turns = [("user", self.user_text(self.options.caption_prompt, 1)), ("assistant", sample.caption)]
             return self._encode_turns(sample, turns, [sample.image])
         raise UnsupportedSampleError(
             f"the llava task encoder cannot encode {type(sample).__name__} samples (key "
             f"{getattr(sample, '__key__', None)!r}); it handles VQASample, CaptioningSample and "
             "crude 'llava' and 'chatml' conversations (subflavors: {format: llava | chatml})"
         )
-
 
     def _encode_turns(
         self, sample: Any, turns: list[tuple[str, str]], images: list[torch.Tensor]

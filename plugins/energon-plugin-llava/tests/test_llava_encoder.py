@@ -14,14 +14,14 @@ import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
+import pytest
+import torch
+from PIL import Image
 
-import energon_plugins  # noqa: E402
-from energon_plugins import BuildContext, PluginOptionsError  # noqa: E402
-from energon_plugins.synthetic import build_demo_tokenizer, write_dataset  # noqa: E402
-from energon_plugins.testing import read_images, write_crude_dataset  # noqa: E402
+import energon_plugins
+from energon_plugins import BuildContext, PluginOptionsError
+from energon_plugins.synthetic import build_demo_tokenizer, write_dataset
+from energon_plugins.testing import read_images, write_crude_dataset
 
 IGNORE = -100
 SYSTEM = (
@@ -54,12 +54,15 @@ def image_id(tok):
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("llava-data")
     return {
-        "llava": write_dataset(root / "llava", kind="llava", num_samples=24, samples_per_shard=4,
-                               image_size=SIZES, seed=3),
-        "vqa": write_dataset(root / "vqa", kind="vqa", num_samples=12, samples_per_shard=4,
-                             image_size=SIZES, seed=4),
-        "captioning": write_dataset(root / "cap", kind="captioning", num_samples=12,
-                                    samples_per_shard=4, image_size=SIZES, seed=5),
+        "llava": write_dataset(
+            root / "llava", kind="llava", num_samples=24, samples_per_shard=4, image_size=SIZES, seed=3
+        ),
+        "vqa": write_dataset(
+            root / "vqa", kind="vqa", num_samples=12, samples_per_shard=4, image_size=SIZES, seed=4
+        ),
+        "captioning": write_dataset(
+            root / "cap", kind="captioning", num_samples=12, samples_per_shard=4, image_size=SIZES, seed=5
+        ),
         "root": root,
     }
 
@@ -68,7 +71,9 @@ def clip_reference(size=336):
     """transformers' CLIP processor with LLaVA-1.5's settings, built here independently."""
     import transformers
 
-    return transformers.CLIPImageProcessor(size={"shortest_edge": size}, crop_size={"height": size, "width": size})
+    return transformers.CLIPImageProcessor(
+        size={"shortest_edge": size}, crop_size={"height": size, "width": size}
+    )
 
 
 def expand2square(img, proc):
@@ -84,8 +89,13 @@ def expand2square(img, proc):
 def datamodule(info, tok, *, image_processor=None, seq_length=1024, batch=2, **options):
     options = {"padding": "longest", **options}
     return energon_plugins.EnergonMultiModalDataModule(
-        str(info.path), tok, image_processor, seq_length=seq_length, micro_batch_size=batch,
-        num_workers=0, shuffle_buffer_size=8,
+        str(info.path),
+        tok,
+        image_processor,
+        seq_length=seq_length,
+        micro_batch_size=batch,
+        num_workers=0,
+        shuffle_buffer_size=8,
         task_encoder={"name": "llava", "options": options},
         batch_format=None,  # the task encoder's own batch
     )
@@ -135,8 +145,9 @@ def check_row(batch, row, tok, image_id, images, turns, proc_ref):
     real = int(batch.attention_mask[row].sum())
     ids, labels = batch.input_ids[row, :real], batch.labels[row, :real]
     # pixel values equal the reference processor on the padded original image
-    direct = proc_ref(images=[expand2square(img, proc_ref) for img in images],
-                      return_tensors="pt")["pixel_values"]
+    direct = proc_ref(images=[expand2square(img, proc_ref) for img in images], return_tensors="pt")[
+        "pixel_values"
+    ]
     start = int(batch.num_images[:row].sum())
     mine = batch.pixel_values[start : start + len(images)]
     assert mine.shape == direct.shape
@@ -225,8 +236,9 @@ def test_multi_turn_conversations(data, tok, image_id):
     turns_seen = set()
     for batch, row, key in rows_of_every_train_sample(dm, info):
         record = info.samples[key]
-        turns = [("user" if t["from"] == "human" else "assistant", t["value"])
-                 for t in record["conversations"]]
+        turns = [
+            ("user" if t["from"] == "human" else "assistant", t["value"]) for t in record["conversations"]
+        ]
         turns_seen.add(len(turns) // 2)
         images = read_images(info.shards, key)
         assert [list(img.size) for img in images] == record["image_sizes"]
@@ -244,19 +256,21 @@ def test_vqa_and_captioning(data, tok, image_id):
         for batch, row, key in rows_of_every_train_sample(dm, info):
             record = info.samples[key]
             if kind == "vqa":
-                turns = [("user", "<image>\n" + record["context"]),
-                         ("assistant", record["answers"][0])]
+                turns = [("user", "<image>\n" + record["context"]), ("assistant", record["answers"][0])]
             else:
-                turns = [("user", "<image>\nProvide a brief description of the given image."),
-                         ("assistant", record["caption"])]
+                turns = [
+                    ("user", "<image>\nProvide a brief description of the given image."),
+                    ("assistant", record["caption"]),
+                ]
             check_row(batch, row, tok, image_id, read_images(info.shards, key), turns, ref)
 
 
 def test_crop_mode_and_a_context_processor(data, tok, image_id):
     """Whatever processor the context gives is used (here CLIP 224 without padding)."""
     info = data["vqa"]
-    proc = energon_plugins.create("image_processor", "llava-clip",
-                                  {"image_size": 224, "image_aspect_ratio": "crop"})
+    proc = energon_plugins.create(
+        "image_processor", "llava-clip", {"image_size": 224, "image_aspect_ratio": "crop"}
+    )
     dm = datamodule(info, tok, image_processor=proc)
     batch = next(dm.train_dataloader())
     ref = clip_reference(224)
@@ -283,15 +297,19 @@ def mismatched(data):
         if conv is not good:
             bad.add(key)
         samples.append((key, [img], conv))
-    shards = write_crude_dataset(data["root"] / "mismatch", samples, fmt="llava",
-                                 image_names="single")
+    shards = write_crude_dataset(data["root"] / "mismatch", samples, fmt="llava", image_names="single")
     return data["root"] / "mismatch", bad, shards
 
 
 def test_tag_mismatch_raises_a_clear_error(mismatched, tok):
     path, bad, _ = mismatched
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(path), tok, None, seq_length=1024, micro_batch_size=1, num_workers=0,
+        str(path),
+        tok,
+        None,
+        seq_length=1024,
+        micro_batch_size=1,
+        num_workers=0,
         task_encoder={"name": "llava", "options": {"on_error": "raise"}},
         batch_format=None,  # the task encoder's own batch
     )
@@ -306,7 +324,12 @@ def test_tag_mismatch_raises_a_clear_error(mismatched, tok):
 def test_tag_mismatch_is_skipped_and_counted(mismatched, tok):
     path, bad, shards = mismatched
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(path), tok, None, seq_length=1024, micro_batch_size=1, num_workers=0,
+        str(path),
+        tok,
+        None,
+        seq_length=1024,
+        micro_batch_size=1,
+        num_workers=0,
         task_encoder={"name": "llava", "options": {"on_error": "skip"}},
         batch_format=None,  # the task encoder's own batch
     )
@@ -320,15 +343,26 @@ def test_tag_mismatch_is_skipped_and_counted(mismatched, tok):
 
 
 def test_missing_conversations_fail_in_the_cooker_under_the_policy(data, tok):
-    info = write_dataset(data["root"] / "missing", kind="llava", num_samples=16,
-                         samples_per_shard=4, split_ratio=(("train", 0.5), ("val", 0.5)),
-                         corrupt={"missing_field": 4}, seed=9)
+    info = write_dataset(
+        data["root"] / "missing",
+        kind="llava",
+        num_samples=16,
+        samples_per_shard=4,
+        split_ratio=(("train", 0.5), ("val", 0.5)),
+        corrupt={"missing_field": 4},
+        seed=9,
+    )
     missing = set(info.corrupt_keys["missing_field"]) & set(info.split_keys["val"])
     assert missing, "the seed should put a corrupt sample into the val split"
 
     def loader(policy):
         return energon_plugins.EnergonMultiModalDataModule(
-            str(info.path), tok, None, seq_length=1024, micro_batch_size=1, num_workers=0,
+            str(info.path),
+            tok,
+            None,
+            seq_length=1024,
+            micro_batch_size=1,
+            num_workers=0,
             task_encoder={"name": "llava", "options": {"on_error": policy}},
             batch_format=None,  # the task encoder's own batch
         )

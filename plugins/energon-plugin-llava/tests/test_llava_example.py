@@ -11,11 +11,11 @@ import shutil
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
+import pytest
+from click.testing import CliRunner
+from energon_plugin_llava.demo_data import prepare
 
-from energon_plugins.cli import cli  # noqa: E402
-from energon_plugin_llava.demo_data import prepare  # noqa: E402
+from energon_plugins.cli import cli
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "llava.yaml"
 
@@ -38,7 +38,7 @@ def test_example_validates(example):
 def test_example_benches(example):
     result = CliRunner().invoke(cli, ["bench", str(example), "--batches", "2", "--json"])
     assert result.exit_code == 0, result.output
-    figures = json.loads(result.output[result.output.index("{"):])
+    figures = json.loads(result.output[result.output.index("{") :])
     assert figures["samples"] == 8 and figures["loss_tokens"] > 0
     assert figures["seq_length"] == 1024
 

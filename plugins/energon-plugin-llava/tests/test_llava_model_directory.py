@@ -11,13 +11,13 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-import yaml  # noqa: E402
-from click.testing import CliRunner  # noqa: E402
+import pytest
+import yaml
+from click.testing import CliRunner
 
-from energon_plugins.cli import cli  # noqa: E402
-from energon_plugins import build_datamodule  # noqa: E402
-from energon_plugins.synthetic import save_demo_tokenizer, write_dataset  # noqa: E402
+from energon_plugins import build_datamodule
+from energon_plugins.cli import cli
+from energon_plugins.synthetic import save_demo_tokenizer, write_dataset
 
 
 @pytest.fixture(scope="module")
@@ -29,15 +29,21 @@ def site(tmp_path_factory):
     transformers.CLIPImageProcessor(
         size={"shortest_edge": 336}, crop_size={"height": 336, "width": 336}
     ).save_pretrained(model)
-    write_dataset(root / "data", kind="llava", num_samples=16, samples_per_shard=4,
-                  image_size=((24, 24), (64, 48)))
+    write_dataset(
+        root / "data", kind="llava", num_samples=16, samples_per_shard=4, image_size=((24, 24), (64, 48))
+    )
     return root
 
 
 def config(site, name, **values):
     """The quickstart's config: a dataset, the model directory as tokenizer, the llava encoder."""
-    data = {"path": "data", "tokenizer": {"path": "llava-1.5"}, "seq_length": 2048,
-            "num_workers": 0, "task_encoder": {"name": "llava"}}
+    data = {
+        "path": "data",
+        "tokenizer": {"path": "llava-1.5"},
+        "seq_length": 2048,
+        "num_workers": 0,
+        "task_encoder": {"name": "llava"},
+    }
     data.update(values)
     path = site / f"{name}.yaml"
     path.write_text(yaml.safe_dump(data))
@@ -62,6 +68,9 @@ def test_validate_names_the_processor_and_refuses_a_mismatched_token_count(site)
     bad = config(site, "mismatch", task_encoder={"name": "llava", "options": {"image_tokens": 256}})
     result = runner.invoke(cli, ["validate", str(bad)])
     assert result.exit_code == 1, result.output
-    line = next(line for line in result.output.splitlines()
-                if line.strip().startswith("task_encoder.options.image_tokens:"))
+    line = next(
+        line
+        for line in result.output.splitlines()
+        if line.strip().startswith("task_encoder.options.image_tokens:")
+    )
     assert "256" in line and "576" in line and "image_processor" in line

@@ -9,11 +9,11 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-import energon_plugins  # noqa: E402
-from energon_plugins.synthetic import build_demo_tokenizer, write_dataset  # noqa: E402
+import energon_plugins
+from energon_plugins.synthetic import build_demo_tokenizer, write_dataset
 
 
 @pytest.fixture(scope="module")
@@ -24,8 +24,16 @@ def tok():
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("llava-pack")
-    return {"llava": write_dataset(root / "llava", kind="llava", num_samples=24,
-                                   samples_per_shard=4, image_size=((20, 16), (72, 60)), seed=3)}
+    return {
+        "llava": write_dataset(
+            root / "llava",
+            kind="llava",
+            num_samples=24,
+            samples_per_shard=4,
+            image_size=((20, 16), (72, 60)),
+            seed=3,
+        )
+    }
 
 
 # --------------------------------------------------------------------------- packing
@@ -42,8 +50,11 @@ def per_sample(batch):
         starts = [i for i, p in enumerate(pos) if p == 0] + [len(pos)]
         for k, key in enumerate(joined.split(",")):
             a, b = starts[k], starts[k + 1]
-            out[key] = (batch.input_ids[row, a:b], batch.labels[row, a:b],
-                        batch.pixel_values[image : image + 1])
+            out[key] = (
+                batch.input_ids[row, a:b],
+                batch.labels[row, a:b],
+                batch.pixel_values[image : image + 1],
+            )
             image += 1
     assert image == len(batch.pixel_values) == int(batch.num_images.sum())
     return out
@@ -56,8 +67,14 @@ def test_packed_batches_carry_the_same_tokens(data, tok):
 
     def collect(**packing):
         dm = energon_plugins.EnergonMultiModalDataModule(
-            str(info.path), tok, None, seq_length=2048, micro_batch_size=2, num_workers=0,
-            shuffle_buffer_size=8, task_encoder={"name": "llava", "options": {"padding": "longest"}},
+            str(info.path),
+            tok,
+            None,
+            seq_length=2048,
+            micro_batch_size=2,
+            num_workers=0,
+            shuffle_buffer_size=8,
+            task_encoder={"name": "llava", "options": {"padding": "longest"}},
             **packing,
             batch_format=None,  # the task encoder's own batch
         )
@@ -92,8 +109,15 @@ def test_resume_with_packing_gives_the_same_batches(data, tok):
 
     def loader():
         return energon_plugins.EnergonMultiModalDataModule(
-            str(info.path), tok, None, seq_length=2048, micro_batch_size=2, num_workers=0,
-            shuffle_buffer_size=8, packing=strategy, packing_buffer_size=6,
+            str(info.path),
+            tok,
+            None,
+            seq_length=2048,
+            micro_batch_size=2,
+            num_workers=0,
+            shuffle_buffer_size=8,
+            packing=strategy,
+            packing_buffer_size=6,
             task_encoder={"name": "llava", "options": {"padding": "longest"}},
             batch_format=None,  # the task encoder's own batch
         ).train_dataloader()

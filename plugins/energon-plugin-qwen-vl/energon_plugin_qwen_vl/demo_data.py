@@ -12,8 +12,14 @@ IMAGE_SIZE = ((24, 24), (224, 168))
 
 def prepare(directory, *, num_samples: int = 200, seed: int = 0) -> dict[str, str]:
     """Write (or reuse) the dataset and tokenizer under ``directory``; return their paths."""
-    return prepare_example_data(directory, kind="chatml", tokenizer_family="qwen2",
-                                num_samples=num_samples, image_size=IMAGE_SIZE, seed=seed)
+    return prepare_example_data(
+        directory,
+        kind="chatml",
+        tokenizer_family="qwen2",
+        num_samples=num_samples,
+        image_size=IMAGE_SIZE,
+        seed=seed,
+    )
 
 
 main = main_for("chatml", "qwen2", IMAGE_SIZE, __doc__.splitlines()[0])

@@ -28,16 +28,20 @@ from typing import Any
 import torch
 from megatron.energon import CaptioningSample, VidQASample, VQASample, stateless
 
-from energon_plugins.host.context import BuildContext
-from energon_plugins.errors import ConfigError
-from energon_plugins.encoding.sample_config import MultiModalSampleConfig
+from energon_plugin_qwen_vl.options import Qwen2VLOptions
+from energon_plugin_qwen_vl.video import QwenVideo
 from energon_plugins.encoding.chat.chatml import ChatMLSample, conversation_cookers, text_turns
-from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.chat.conversation import (
     build_messages,
     expand_image_tokens,
     tokenize_conversation,
     vqa_answer,
+)
+from energon_plugins.encoding.sample_config import MultiModalSampleConfig
+from energon_plugins.encoding.samples import EncodedSample
+from energon_plugins.encoding.task_encoders.multimodal import (
+    MultimodalTaskEncoder,
+    UnsupportedSampleError,
 )
 from energon_plugins.encoding.video.budget import budget_plans, budget_skip, misfit
 from energon_plugins.encoding.video.decode import (
@@ -48,13 +52,8 @@ from energon_plugins.encoding.video.decode import (
     read_video_info,
 )
 from energon_plugins.encoding.video.sampling import frame_indices
-from energon_plugins.encoding.task_encoders.multimodal import (
-    MultimodalTaskEncoder,
-    UnsupportedSampleError,
-)
-
-from energon_plugin_qwen_vl.options import Qwen2VLOptions
-from energon_plugin_qwen_vl.video import QwenVideo
+from energon_plugins.errors import ConfigError
+from energon_plugins.host.context import BuildContext
 
 
 class ImageTagMismatchError(ValueError):
@@ -120,20 +119,15 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         self.vision_start_id = _single_token_id(
             self.tokenizer, options.vision_start_token, "vision_start_token"
         )
-        self.vision_end_id = _single_token_id(
-            self.tokenizer, options.vision_end_token, "vision_end_token"
-        )
-        self.vision_span = (
-            options.vision_start_token + options.image_pad_token + options.vision_end_token
-        )
-        self.video_span = (
-            options.vision_start_token + options.video_pad_token + options.vision_end_token
-        )
+        self.vision_end_id = _single_token_id(self.tokenizer, options.vision_end_token, "vision_end_token")
+        self.vision_span = options.vision_start_token + options.image_pad_token + options.vision_end_token
+        self.video_span = options.vision_start_token + options.video_pad_token + options.vision_end_token
         #: The ``<|video_pad|>`` id (``preview`` and packing find video tokens by it); ``None``
         #: for a tokenizer without it (a video sample then fails, naming the option).
         try:
             self.video_token_id: int | None = _single_token_id(
-                self.tokenizer, options.video_pad_token, "video_pad_token")
+                self.tokenizer, options.video_pad_token, "video_pad_token"
+            )
         except ConfigError as exc:
             self.video_token_id, self._no_video_token = None, str(exc)
         self.video = QwenVideo(self.image_processor, options.video)
@@ -146,19 +140,20 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
     def encode_sample(self, sample: Any) -> EncodedSample:
         """Encode one sample (a cooked ChatML conversation, VQA or captioning)."""
         if isinstance(sample, ChatMLSample):
-            return self._encode_turns(sample, text_turns(sample), list(sample.images),
-                                      labelled_videos(sample))
+            return self._encode_turns(
+                sample, text_turns(sample), list(sample.images), labelled_videos(sample)
+            )
         if isinstance(sample, VQASample):
             turns = [("user", self._with_tag(sample.context)), ("assistant", vqa_answer(sample))]
             return self._encode_turns(sample, turns, [sample.image])
         if isinstance(sample, VidQASample):
-            turns = [("user", self._with_tag(sample.context, self.video_tag)),
-                     ("assistant", vqa_answer(sample))]
-            return self._encode_turns(sample, turns, [],
-                                      [(sample.video, describe_part(sample, "video"))])
+            turns = [
+                ("user", self._with_tag(sample.context, self.video_tag)),
+                ("assistant", vqa_answer(sample)),
+            ]
+            return self._encode_turns(sample, turns, [], [(sample.video, describe_part(sample, "video"))])
         if isinstance(sample, CaptioningSample):
-            turns = [("user", self._with_tag(self.options.caption_prompt)),
-                     ("assistant", sample.caption)]
+            turns = [("user", self._with_tag(self.options.caption_prompt)), ("assistant", sample.caption)]
             return self._encode_turns(sample, turns, [sample.image])
         raise UnsupportedSampleError(
             f"the qwen2-vl task encoder cannot encode {type(sample).__name__} samples (key "
@@ -174,7 +169,10 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         return tag + (f"\n{text}" if text else "")
 
     def _encode_turns(
-        self, sample: Any, turns: list[tuple[str, str]], images: list[torch.Tensor],
+        self,
+        sample: Any,
+        turns: list[tuple[str, str]],
+        images: list[torch.Tensor],
         videos: list[tuple[Any, str]] = (),
     ) -> EncodedSample:
         for tag, media, kind in ((self.image_tag, images, "image"), (self.video_tag, videos, "video")):
@@ -184,8 +182,10 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
                     f"sample {sample.__key__!r}: the conversation holds {tags} {tag!r} "
                     f"tag(s) but the sample has {len(media)} {kind}(s)"
                 )
-        turns = [(kind, text.replace(self.image_tag, self.vision_span)
-                  .replace(self.video_tag, self.video_span)) for kind, text in turns]
+        turns = [
+            (kind, text.replace(self.image_tag, self.vision_span).replace(self.video_tag, self.video_span))
+            for kind, text in turns
+        ]
         messages = build_messages(self.sample_config.conversation_template, turns)
         ids, labels = tokenize_conversation(self.tokenizer, messages, self.sample_config)
         if videos:
@@ -193,7 +193,11 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         return self.finish_sample(sample, ids, labels, images)
 
     def _finish_with_videos(
-        self, sample: Any, ids: list[int], labels: list[int], images: list[torch.Tensor],
+        self,
+        sample: Any,
+        ids: list[int],
+        labels: list[int],
+        images: list[torch.Tensor],
         videos: list[tuple[Any, str]],
     ) -> EncodedSample:
         """Pick the first budget plan that fits (counted without decoding), decode its frames,
@@ -207,21 +211,28 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         infos = [read_video_info(decoder, label) for decoder, label in decoders]
         budget = self.options.video.max_visual_tokens
         why = ""
-        for plan in budget_plans(infos, self.options.video, self.video.frame_multiple,
-                                 max_pixels=self.video.max_pixels):
+        for plan in budget_plans(
+            infos, self.options.video, self.video.frame_multiple, max_pixels=self.video.max_pixels
+        ):
             tokens = sum(self.video.predicted_tokens(infos, plan))
             why = misfit(image_tokens + tokens, fixed + tokens, budget, self.seq_length)
             if not why:
                 break
         else:
             raise budget_skip(sample.__key__, why)
-        sampled = [decode_frames(decoder, info, frame_indices(info.num_frames, n), label)
-                   for (decoder, label), info, n in zip(decoders, infos, plan.frames)]
+        sampled = [
+            decode_frames(decoder, info, frame_indices(info.num_frames, n), label)
+            for (decoder, label), info, n in zip(decoders, infos, plan.frames)
+        ]
         visual = self.video(sampled, plan)
         counts = self.video.token_counts(visual["video_grid_thw"])
         ids, labels, _ = expand_image_tokens(
-            ids, labels, text_id=self.video_token_id, model_id=self.video_token_id,
-            counts=counts, ignore_index=self.ignore_index,
+            ids,
+            labels,
+            text_id=self.video_token_id,
+            model_id=self.video_token_id,
+            counts=counts,
+            ignore_index=self.ignore_index,
         )
         encoded = self.finish_sample(sample, ids, labels, images, processed=processed)
         encoded.visual = {**(encoded.visual or {}), **visual}
@@ -276,8 +287,6 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
         return counts
 
 
-def build_qwen2_vl_task_encoder(
-    options: Qwen2VLOptions | None, context: BuildContext
-) -> Qwen2VLTaskEncoder:
+def build_qwen2_vl_task_encoder(options: Qwen2VLOptions | None, context: BuildContext) -> Qwen2VLTaskEncoder:
     """Factory of the ``qwen2-vl`` task encoder (``factory(options, context)``)."""
     return Qwen2VLTaskEncoder(context, options)

@@ -9,10 +9,9 @@ tensors are handed to it as the 8-bit images they were decoded from.
 
 from typing import Any
 
+from energon_plugin_qwen_vl.options import Qwen2VLImageProcessorOptions
 from energon_plugins.encoding.image_processors.hf import HFImageProcessor, build_hf_image_processor
 from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
-
-from energon_plugin_qwen_vl.options import Qwen2VLImageProcessorOptions
 
 
 def build_qwen2_vl_image_processor(

@@ -33,19 +33,23 @@ class Qwen2VLOptions(BaseModel):
         "image processor's merge_size.",
     )
     vision_start_token: str = Field(
-        default="<|vision_start|>", min_length=1,
+        default="<|vision_start|>",
+        min_length=1,
         description="The token that opens each image's run of image_pad tokens.",
     )
     image_pad_token: str = Field(
-        default="<|image_pad|>", min_length=1,
+        default="<|image_pad|>",
+        min_length=1,
         description="The token repeated once per merged patch of an image.",
     )
     vision_end_token: str = Field(
-        default="<|vision_end|>", min_length=1,
+        default="<|vision_end|>",
+        min_length=1,
         description="The token that closes each image's run of image_pad tokens.",
     )
     video_pad_token: str = Field(
-        default="<|video_pad|>", min_length=1,
+        default="<|video_pad|>",
+        min_length=1,
         description="The token repeated once per merged patch of a video (between "
         "vision_start and vision_end, in place of each video tag).",
     )
@@ -81,11 +85,13 @@ class Qwen2VLImageProcessorOptions(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     min_pixels: int = Field(
-        default=DEFAULT_MIN_PIXELS, ge=1,
+        default=DEFAULT_MIN_PIXELS,
+        ge=1,
         description="Images smaller than this (H*W) are scaled up to it (multiples of 28 px).",
     )
     max_pixels: int = Field(
-        default=DEFAULT_MAX_PIXELS, ge=1,
+        default=DEFAULT_MAX_PIXELS,
+        ge=1,
         description="Images larger than this (H*W) are scaled down to it.",
     )
     patch_size: int = Field(default=14, ge=1, description="Vision patch size in pixels.")
@@ -95,7 +101,5 @@ class Qwen2VLImageProcessorOptions(BaseModel):
     @model_validator(mode="after")
     def _range(self) -> "Qwen2VLImageProcessorOptions":
         if self.min_pixels > self.max_pixels:
-            raise ValueError(
-                f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})"
-            )
+            raise ValueError(f"min_pixels ({self.min_pixels}) must not exceed max_pixels ({self.max_pixels})")
         return self

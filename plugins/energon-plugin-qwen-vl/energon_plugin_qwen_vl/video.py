@@ -32,11 +32,15 @@ class QwenVideo:
         import transformers
 
         inner = getattr(image_processor, "processor", image_processor)
-        sizes = {name: int(getattr(inner, name, default)) for name, default in
-                 (("patch_size", 14), ("merge_size", 2), ("temporal_patch_size", 2))}
+        sizes = {
+            name: int(getattr(inner, name, default))
+            for name, default in (("patch_size", 14), ("merge_size", 2), ("temporal_patch_size", 2))
+        }
         defaults = transformers.Qwen2VLVideoProcessor.size
-        size = {"shortest_edge": options.min_pixels or defaults["shortest_edge"],
-                "longest_edge": options.max_pixels or defaults["longest_edge"]}
+        size = {
+            "shortest_edge": options.min_pixels or defaults["shortest_edge"],
+            "longest_edge": options.max_pixels or defaults["longest_edge"],
+        }
         size["shortest_edge"] = min(size["shortest_edge"], size["longest_edge"])
         #: transformers' video processor (``preview`` undoes its normalisation too).
         self.processor = transformers.Qwen2VLVideoProcessor(size=size, **sizes)
@@ -54,16 +58,21 @@ class QwenVideo:
     def predicted_tokens(self, infos: Sequence[VideoInfo], plan: VideoPlan) -> list[int]:
         """Each video's ``<|video_pad|>`` count under ``plan``, without decoding."""
         kwargs = {"size": self.size(plan)}
-        return [self.processor.get_num_of_video_patches(n, info.height, info.width, kwargs)
-                // self.merge_size ** 2 for n, info in zip(plan.frames, infos)]
+        return [
+            self.processor.get_num_of_video_patches(n, info.height, info.width, kwargs) // self.merge_size**2
+            for n, info in zip(plan.frames, infos)
+        ]
 
     def __call__(self, videos: Sequence[SampledVideo], plan: VideoPlan) -> dict[str, Any]:
         """``pixel_values_videos`` ``(patches, D)`` and ``video_grid_thw`` ``(videos, 3)``."""
-        out = self.processor(videos=[video.frames for video in videos], size=self.size(plan),
-                             cap_pixels_per_frame=False, return_tensors="pt")
-        return {"pixel_values_videos": out["pixel_values_videos"],
-                "video_grid_thw": out["video_grid_thw"]}
+        out = self.processor(
+            videos=[video.frames for video in videos],
+            size=self.size(plan),
+            cap_pixels_per_frame=False,
+            return_tensors="pt",
+        )
+        return {"pixel_values_videos": out["pixel_values_videos"], "video_grid_thw": out["video_grid_thw"]}
 
     def token_counts(self, grid: Any) -> list[int]:
         """``t * h * w / merge_size^2`` per video, from ``video_grid_thw``."""
-        return [int(t * h * w) // self.merge_size ** 2 for t, h, w in grid.tolist()]
+        return [int(t * h * w) // self.merge_size**2 for t, h, w in grid.tolist()]

@@ -15,14 +15,14 @@ import warnings
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
-from PIL import Image  # noqa: E402
+import pytest
+import torch
+from PIL import Image
 
-import energon_plugins  # noqa: E402
-from energon_plugins import BuildContext, ConfigError, PluginOptionsError  # noqa: E402
-from energon_plugins.synthetic import build_demo_tokenizer, write_dataset  # noqa: E402
-from energon_plugins.testing import read_images, write_crude_dataset  # noqa: E402
+import energon_plugins
+from energon_plugins import BuildContext, ConfigError, PluginOptionsError
+from energon_plugins.synthetic import build_demo_tokenizer, write_dataset
+from energon_plugins.testing import read_images, write_crude_dataset
 
 IGNORE = -100
 SYSTEM = "You are a helpful assistant."
@@ -47,18 +47,22 @@ def tok():
 
 @pytest.fixture(scope="module")
 def ids(tok):
-    return {t: tok.convert_tokens_to_ids(t)
-            for t in ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|im_end|>")}
+    return {
+        t: tok.convert_tokens_to_ids(t)
+        for t in ("<|image_pad|>", "<|vision_start|>", "<|vision_end|>", "<|im_end|>")
+    }
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("qwen-data")
     return {
-        "chatml": write_dataset(root / "chatml", kind="chatml", num_samples=24,
-                                samples_per_shard=4, image_size=SIZES, seed=11),
-        "vqa": write_dataset(root / "vqa", kind="vqa", num_samples=8, samples_per_shard=4,
-                             image_size=SIZES, seed=12),
+        "chatml": write_dataset(
+            root / "chatml", kind="chatml", num_samples=24, samples_per_shard=4, image_size=SIZES, seed=11
+        ),
+        "vqa": write_dataset(
+            root / "vqa", kind="vqa", num_samples=8, samples_per_shard=4, image_size=SIZES, seed=12
+        ),
         "root": root,
     }
 
@@ -71,15 +75,21 @@ def reference_processor():
 
 
 def processor():
-    return energon_plugins.create("image_processor", "qwen2-vl",
-                                  {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS})
+    return energon_plugins.create(
+        "image_processor", "qwen2-vl", {"min_pixels": MIN_PIXELS, "max_pixels": MAX_PIXELS}
+    )
 
 
 def datamodule(info_path, tok, *, batch=2, seq_length=4096, image_processor="default", **options):
     options = {"padding": "longest", **options}
     return energon_plugins.EnergonMultiModalDataModule(
-        str(info_path), tok, processor() if image_processor == "default" else image_processor,
-        seq_length=seq_length, micro_batch_size=batch, num_workers=0, shuffle_buffer_size=8,
+        str(info_path),
+        tok,
+        processor() if image_processor == "default" else image_processor,
+        seq_length=seq_length,
+        micro_batch_size=batch,
+        num_workers=0,
+        shuffle_buffer_size=8,
         task_encoder={"name": "qwen2-vl", "options": options},
         batch_format=None,  # the task encoder's own batch
     )
@@ -193,8 +203,7 @@ def test_listing_imports_nothing_heavy():
 
 def test_bad_options_are_refused_with_the_field_named():
     with pytest.raises(PluginOptionsError, match="min_pixels"):
-        energon_plugins.create("image_processor", "qwen2-vl",
-                               {"min_pixels": 10_000, "max_pixels": 5_000})
+        energon_plugins.create("image_processor", "qwen2-vl", {"min_pixels": 10_000, "max_pixels": 5_000})
     with pytest.raises(PluginOptionsError, match="image_tokens"):
         energon_plugins.create("task_encoder", "qwen2-vl", {"image_tokens": 4})
 
@@ -202,8 +211,9 @@ def test_bad_options_are_refused_with_the_field_named():
 def test_a_processor_without_grids_is_refused(tok):
     clip = energon_plugins.create("image_processor", "hf", {"class_name": "CLIPImageProcessorPil"})
     with pytest.raises(ConfigError, match="merge_size"):
-        energon_plugins.create("task_encoder", "qwen2-vl", None,
-                               BuildContext(tokenizer=tok, image_processor=clip))
+        energon_plugins.create(
+            "task_encoder", "qwen2-vl", None, BuildContext(tokenizer=tok, image_processor=clip)
+        )
 
 
 def test_min_max_pixels_bound_the_grid():
@@ -226,8 +236,9 @@ def test_chatml_conversations_with_several_images(data, tok, ids):
     counts, images_per_sample = set(), set()
     for batch, row, key in rows_of_every_train_sample(dm, info):
         record = info.samples[key]
-        turns = [("user" if t["from"] == "human" else "assistant", t["value"])
-                 for t in record["conversations"]]
+        turns = [
+            ("user" if t["from"] == "human" else "assistant", t["value"]) for t in record["conversations"]
+        ]
         images = read_images(info.shards, key)
         assert [list(i.size) for i in images] == record["image_sizes"]
         counts.update(check_row(batch, row, tok, ids, images, turns, ref))
@@ -260,14 +271,17 @@ def mismatched(data):
     """Good two-image samples plus samples with one tag for two images, or three tags."""
     a = Image.new("RGB", (40, 24), (30, 200, 30))
     b = Image.new("RGB", (24, 60), (200, 30, 30))
-    good = [{"from": "human", "value": "<image>\n<image>\nWhich is red?"},
-            {"from": "gpt", "value": "The second."}]
-    fewer = [{"from": "human", "value": "<image>\nWhich is red?"},
-             {"from": "gpt", "value": "The second."}]
-    more = [{"from": "human", "value": "<image>\n<image>\nWhich is red?"},
-            {"from": "gpt", "value": "The second."},
-            {"from": "human", "value": "And this one? <image>"},
-            {"from": "gpt", "value": "Green."}]
+    good = [
+        {"from": "human", "value": "<image>\n<image>\nWhich is red?"},
+        {"from": "gpt", "value": "The second."},
+    ]
+    fewer = [{"from": "human", "value": "<image>\nWhich is red?"}, {"from": "gpt", "value": "The second."}]
+    more = [
+        {"from": "human", "value": "<image>\n<image>\nWhich is red?"},
+        {"from": "gpt", "value": "The second."},
+        {"from": "human", "value": "And this one? <image>"},
+        {"from": "gpt", "value": "Green."},
+    ]
     samples, bad = [], set()
     for i in range(16):
         conv = (good, fewer, good, more)[i % 4]
@@ -303,9 +317,16 @@ def test_tag_mismatch_is_skipped_and_counted(mismatched, tok):
 
 
 def test_missing_conversations_fail_in_the_cooker_under_the_policy(data, tok):
-    info = write_dataset(data["root"] / "missing", kind="chatml", num_samples=16,
-                         samples_per_shard=4, split_ratio=(("train", 0.5), ("val", 0.5)),
-                         corrupt={"missing_field": 4}, image_size=(32, 32), seed=9)
+    info = write_dataset(
+        data["root"] / "missing",
+        kind="chatml",
+        num_samples=16,
+        samples_per_shard=4,
+        split_ratio=(("train", 0.5), ("val", 0.5)),
+        corrupt={"missing_field": 4},
+        image_size=(32, 32),
+        seed=9,
+    )
     missing = set(info.corrupt_keys["missing_field"]) & set(info.split_keys["val"])
     assert missing, "the seed should put a corrupt sample into the val split"
     dm = datamodule(info.path, tok, batch=1, on_error="skip")
@@ -326,15 +347,22 @@ def test_missing_conversations_fail_in_the_cooker_under_the_policy(data, tok):
 def test_truncation_keeps_whole_images_and_no_open_vision_start(tok, ids):
     from energon_plugins.encoding.chat.chatml import ChatMLSample
 
-    to_tensor = lambda img: torch.from_numpy(__import__("numpy").array(img)).permute(2, 0, 1) / 255.0  # noqa: E731
-    images = [to_tensor(Image.new("RGB", (60, 40), (200, 0, 0))),
-              to_tensor(Image.new("RGB", (90, 90), (0, 0, 200)))]
+    to_tensor = lambda img: torch.from_numpy(__import__("numpy").array(img)).permute(2, 0, 1) / 255.0
+    images = [
+        to_tensor(Image.new("RGB", (60, 40), (200, 0, 0))),
+        to_tensor(Image.new("RGB", (90, 90), (0, 0, 200))),
+    ]
     sample = ChatMLSample(
-        __key__="t-1", __restore_key__=(), __subflavors__=None, __sources__=None,
-        conversation=[{"role": "user", "content": "<image>\nColor?"},
-                      {"role": "assistant", "content": "Red."},
-                      {"role": "user", "content": "<image>\nAnd this one?"},
-                      {"role": "assistant", "content": "Blue."}],
+        __key__="t-1",
+        __restore_key__=(),
+        __subflavors__=None,
+        __sources__=None,
+        conversation=[
+            {"role": "user", "content": "<image>\nColor?"},
+            {"role": "assistant", "content": "Red."},
+            {"role": "user", "content": "<image>\nAnd this one?"},
+            {"role": "assistant", "content": "Blue."},
+        ],
         images=images,
     )
 

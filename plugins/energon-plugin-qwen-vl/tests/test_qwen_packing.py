@@ -10,11 +10,11 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import pytest
+import torch
 
-import energon_plugins  # noqa: E402
-from energon_plugins.synthetic import build_demo_tokenizer, write_dataset  # noqa: E402
+import energon_plugins
+from energon_plugins.synthetic import build_demo_tokenizer, write_dataset
 
 
 @pytest.fixture(scope="module")
@@ -30,14 +30,22 @@ def ids(tok):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     root = tmp_path_factory.mktemp("qwen-pack")
-    return {"chatml": write_dataset(root / "chatml", kind="chatml", num_samples=24,
-                                    samples_per_shard=4, image_size=((12, 10), (220, 160)),
-                                    seed=11)}
+    return {
+        "chatml": write_dataset(
+            root / "chatml",
+            kind="chatml",
+            num_samples=24,
+            samples_per_shard=4,
+            image_size=((12, 10), (220, 160)),
+            seed=11,
+        )
+    }
 
 
 def processor():
-    return energon_plugins.create("image_processor", "qwen2-vl",
-                                  {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 24})
+    return energon_plugins.create(
+        "image_processor", "qwen2-vl", {"min_pixels": 28 * 28 * 4, "max_pixels": 28 * 28 * 24}
+    )
 
 
 # --------------------------------------------------------------------------- packing
@@ -59,9 +67,12 @@ def per_sample(batch, images_of):
             a, b = starts[k], starts[k + 1]
             n = images_of[key]
             rows = int(patches[image : image + n].sum())
-            out[key] = (batch.input_ids[row, a:b], batch.labels[row, a:b],
-                        batch.pixel_values[pixel : pixel + rows],
-                        batch.image_grid_thw[image : image + n])
+            out[key] = (
+                batch.input_ids[row, a:b],
+                batch.labels[row, a:b],
+                batch.pixel_values[pixel : pixel + rows],
+                batch.image_grid_thw[image : image + n],
+            )
             image, pixel = image + n, pixel + rows
     assert image == len(batch.image_grid_thw) and pixel == len(batch.pixel_values)
     return out
@@ -75,8 +86,14 @@ def test_packed_batches_carry_the_same_tokens(data, tok, ids):
 
     def collect(**packing):
         dm = energon_plugins.EnergonMultiModalDataModule(
-            str(info.path), tok, processor(), seq_length=512, micro_batch_size=2, num_workers=0,
-            shuffle_buffer_size=8, task_encoder={"name": "qwen2-vl", "options": {"padding": "longest"}},
+            str(info.path),
+            tok,
+            processor(),
+            seq_length=512,
+            micro_batch_size=2,
+            num_workers=0,
+            shuffle_buffer_size=8,
+            task_encoder={"name": "qwen2-vl", "options": {"padding": "longest"}},
             **packing,
             batch_format=None,  # the task encoder's own batch
         )
@@ -110,7 +127,12 @@ def test_overlong_cut_for_packing_keeps_no_open_vision_start(data, tok):
 
     info = data["chatml"]
     dm = energon_plugins.EnergonMultiModalDataModule(
-        str(info.path), tok, processor(), seq_length=4096, micro_batch_size=1, num_workers=0,
+        str(info.path),
+        tok,
+        processor(),
+        seq_length=4096,
+        micro_batch_size=1,
+        num_workers=0,
         task_encoder={"name": "qwen2-vl", "options": {"padding": "longest"}},
         batch_format=None,  # the task encoder's own batch
     )
@@ -123,10 +145,17 @@ def test_overlong_cut_for_packing_keeps_no_open_vision_start(data, tok):
     from energon_plugins.encoding.samples import EncodedSample
 
     sample = EncodedSample(
-        __key__="k", __restore_key__=(), __subflavors__=None, __sources__=None,
-        input_ids=seq, labels=batch.labels[0, : len(seq)], loss_mask=batch.loss_mask[0, : len(seq)],
-        pixel_values=batch.pixel_values, image_grid_thw=batch.image_grid_thw,
-        num_images=int(batch.num_images[0]), seq_lengths=[len(seq)],
+        __key__="k",
+        __restore_key__=(),
+        __subflavors__=None,
+        __sources__=None,
+        input_ids=seq,
+        labels=batch.labels[0, : len(seq)],
+        loss_mask=batch.loss_mask[0, : len(seq)],
+        pixel_values=batch.pixel_values,
+        image_grid_thw=batch.image_grid_thw,
+        num_images=int(batch.num_images[0]),
+        seq_lengths=[len(seq)],
     )
     cut = enc.truncate_for_packing(sample, first + 5)
     assert cut.input_ids.tolist() == seq[:first].tolist()
@@ -141,8 +170,15 @@ def test_resume_with_packing_gives_the_same_batches(data, tok):
 
     def loader():
         return energon_plugins.EnergonMultiModalDataModule(
-            str(info.path), tok, processor(), seq_length=512, micro_batch_size=2, num_workers=0,
-            shuffle_buffer_size=8, packing=strategy, packing_buffer_size=6,
+            str(info.path),
+            tok,
+            processor(),
+            seq_length=512,
+            micro_batch_size=2,
+            num_workers=0,
+            shuffle_buffer_size=8,
+            packing=strategy,
+            packing_buffer_size=6,
             task_encoder={"name": "qwen2-vl", "options": {"padding": "longest"}},
             batch_format=None,  # the task encoder's own batch
         ).train_dataloader()

@@ -11,15 +11,15 @@ import os
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-import torch  # noqa: E402
+import numpy as np
+import pytest
+import torch
 
-import energon_plugins  # noqa: E402
-from energon_plugins.synthetic import build_demo_tokenizer  # noqa: E402
-from energon_plugins.encoding.video.sampling import frame_indices  # noqa: E402
-from energon_plugins.testing import write_crude_dataset  # noqa: E402
-from energon_plugins.testing.video import (  # noqa: E402
+import energon_plugins
+from energon_plugins.encoding.video.sampling import frame_indices
+from energon_plugins.synthetic import build_demo_tokenizer
+from energon_plugins.testing import write_crude_dataset
+from energon_plugins.testing.video import (
     decode_every_frame,
     encode_video,
     video_frames,
@@ -31,13 +31,22 @@ SYSTEM = "You are a helpful assistant."
 VIDEO = {"num_frames": 4, "min_pixels": 784, "max_pixels": 3136}
 # key: (videos as (container, frames, fps, (w, h)), image sizes, GPT-style turns)
 SAMPLES = {
-    "clip": ([("mp4", 16, 8, (64, 64))], [], [("human", "<video>\nWhat happens?"),
-                                             ("gpt", "A bar moves.")]),
-    "clip+image": ([("webm", 12, 6, (64, 48))], [(56, 56)], [("human", "<image><video>Same?"),
-                                                              ("gpt", "No.")]),
-    "two-clips": ([("mp4", 10, 5, (32, 32)), ("mp4", 8, 4, (48, 32))], [],
-                  [("human", "<video><video>Which is longer?"), ("gpt", "The first."),
-                   ("human", "By how much?"), ("gpt", "Half a second.")]),
+    "clip": ([("mp4", 16, 8, (64, 64))], [], [("human", "<video>\nWhat happens?"), ("gpt", "A bar moves.")]),
+    "clip+image": (
+        [("webm", 12, 6, (64, 48))],
+        [(56, 56)],
+        [("human", "<image><video>Same?"), ("gpt", "No.")],
+    ),
+    "two-clips": (
+        [("mp4", 10, 5, (32, 32)), ("mp4", 8, 4, (48, 32))],
+        [],
+        [
+            ("human", "<video><video>Which is longer?"),
+            ("gpt", "The first."),
+            ("human", "By how much?"),
+            ("gpt", "Half a second."),
+        ],
+    ),
 }
 
 
@@ -53,27 +62,39 @@ def videos(tmp_path_factory):
     root = tmp_path_factory.mktemp("qwen-videos")
     originals, samples = {}, []
     for n, (key, (clips, sizes, turns)) in enumerate(SAMPLES.items()):
-        encoded = [(c, encode_video(video_frames(f, size, seed=n), fps, container=c, gop=4))
-                   for c, f, fps, size in clips]
-        images = [Image.fromarray(np.random.default_rng(n).integers(0, 256, (h, w, 3), np.uint8))
-                  for w, h in sizes]
-        originals[key] = {"videos": [np.stack(decode_every_frame(d)) for _, d in encoded],
-                          "images": images, "turns": turns}
+        encoded = [
+            (c, encode_video(video_frames(f, size, seed=n), fps, container=c, gop=4))
+            for c, f, fps, size in clips
+        ]
+        images = [
+            Image.fromarray(np.random.default_rng(n).integers(0, 256, (h, w, 3), np.uint8)) for w, h in sizes
+        ]
+        originals[key] = {
+            "videos": [np.stack(decode_every_frame(d)) for _, d in encoded],
+            "images": images,
+            "turns": turns,
+        }
         conversation = [{"from": who, "value": text} for who, text in turns]
         samples.append((key, images, conversation, encoded))
-    write_crude_dataset(root, samples, fmt="chatml", samples_per_shard=1,
-                        split_ratio=(("train", 1.0),))
+    write_crude_dataset(root, samples, fmt="chatml", samples_per_shard=1, split_ratio=(("train", 1.0),))
     return root, originals
 
 
 def datamodule(path, tok, *, video=VIDEO, seq_length=4096, batch=1):
     return energon_plugins.EnergonMultiModalDataModule(
-        str(path), tok, energon_plugins.create("image_processor", "qwen2-vl", {
-            "min_pixels": 784, "max_pixels": 3136}),
-        seq_length=seq_length, micro_batch_size=batch, num_workers=0, shuffle_buffer_size=None,
-        task_encoder={"name": "qwen2-vl", "options": {"padding": "longest", "video": video,
-                                                       "on_error": "raise"}},
-        batch_format=None)
+        str(path),
+        tok,
+        energon_plugins.create("image_processor", "qwen2-vl", {"min_pixels": 784, "max_pixels": 3136}),
+        seq_length=seq_length,
+        micro_batch_size=batch,
+        num_workers=0,
+        shuffle_buffer_size=None,
+        task_encoder={
+            "name": "qwen2-vl",
+            "options": {"padding": "longest", "video": video, "on_error": "raise"},
+        },
+        batch_format=None,
+    )
 
 
 def reference_video(frames_list, num_frames=4):
@@ -81,8 +102,7 @@ def reference_video(frames_list, num_frames=4):
     import transformers
 
     proc = transformers.Qwen2VLVideoProcessor(size={"shortest_edge": 784, "longest_edge": 3136})
-    kept = [torch.from_numpy(f[frame_indices(len(f), num_frames)]).permute(0, 3, 1, 2)
-            for f in frames_list]
+    kept = [torch.from_numpy(f[frame_indices(len(f), num_frames)]).permute(0, 3, 1, 2) for f in frames_list]
     return proc(videos=kept, cap_pixels_per_frame=False, return_tensors="pt")
 
 
@@ -111,8 +131,7 @@ def test_video_conversations_expand_each_video_by_its_grid(videos, tok):
         original = originals[key]
         ref = reference_video(original["videos"])
         assert torch.equal(batch.visual["video_grid_thw"], ref["video_grid_thw"])
-        assert torch.allclose(batch.visual["pixel_values_videos"], ref["pixel_values_videos"],
-                              atol=1e-5)
+        assert torch.allclose(batch.visual["pixel_values_videos"], ref["pixel_values_videos"], atol=1e-5)
         seq = batch.input_ids[0].tolist()
         labels = batch.labels[0]
         expected = [int(g.prod()) // 4 for g in ref["video_grid_thw"]]
@@ -123,8 +142,11 @@ def test_video_conversations_expand_each_video_by_its_grid(videos, tok):
         assert int(batch.num_videos[0]) == len(original["videos"])
         assert int(batch.num_images[0]) == len(original["images"])
         # The decoded text is the ChatML conversation, each tag replaced by its vision span.
-        collapsed = [t for i, t in enumerate(seq) if not (t in (pad, tok.convert_tokens_to_ids(
-            "<|image_pad|>")) and i and seq[i - 1] == t)]
+        collapsed = [
+            t
+            for i, t in enumerate(seq)
+            if not (t in (pad, tok.convert_tokens_to_ids("<|image_pad|>")) and i and seq[i - 1] == t)
+        ]
         text = f"<|im_start|>system\n{SYSTEM}<|im_end|>\n"
         for who, content in original["turns"]:
             role = "user" if who == "human" else "assistant"
@@ -133,8 +155,10 @@ def test_video_conversations_expand_each_video_by_its_grid(videos, tok):
             text += f"<|im_start|>{role}\n{content}<|im_end|>\n"
         assert tok.decode(collapsed) == text
         answers = [t for who, t in original["turns"] if who == "gpt"]
-        labelled = [tok.decode(labels[a:b], skip_special_tokens=True)
-                    for a, b in runs([int(x != IGNORE) for x in labels.tolist()], 1)]
+        labelled = [
+            tok.decode(labels[a:b], skip_special_tokens=True)
+            for a, b in runs([int(x != IGNORE) for x in labels.tolist()], 1)
+        ]
         assert labelled == answers
 
 
@@ -152,8 +176,11 @@ def test_vidqa_and_the_budget(tmp_path, tok):
     text = tok.decode(fewer.input_ids[0])
     assert "<|vision_end|>\nWhat moves?" in text
     with pytest.raises(Exception, match=r"video_budget.*visual tokens 8 > video.max_visual_tokens 3"):
-        next(datamodule(tmp_path, tok, video={**VIDEO, "max_visual_tokens": 3,
-                                              "min_frames": 4}).train_dataloader())
+        next(
+            datamodule(
+                tmp_path, tok, video={**VIDEO, "max_visual_tokens": 3, "min_frames": 4}
+            ).train_dataloader()
+        )
 
 
 def test_preview_draws_the_frames(videos, tok):

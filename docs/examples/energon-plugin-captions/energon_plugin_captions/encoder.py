@@ -3,9 +3,8 @@
 import torch
 from megatron.energon import CaptioningSample
 
-from energon_plugins import BuildContext, EncodedSample, PluginTaskEncoder
-
 from energon_plugin_captions.options import CaptionOptions
+from energon_plugins import BuildContext, EncodedSample, PluginTaskEncoder
 
 
 class CaptionEncoder(PluginTaskEncoder[CaptioningSample]):

@@ -1,8 +1,7 @@
 """Hook implementations (no torch, no Energon import here)."""
 
-from energon_plugins import hookimpl
-
 from energon_plugin_captions.options import CaptionOptions
+from energon_plugins import hookimpl
 
 
 @hookimpl

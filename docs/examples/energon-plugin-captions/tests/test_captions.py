@@ -1,12 +1,12 @@
 """Tests of the ``captions`` encoder with a real (tiny, offline) tokenizer."""
 
 import torch
+from energon_plugin_captions import plugin
 from megatron.energon import CaptioningSample
 from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import PreTrainedTokenizerFast
 
 import energon_plugins
-from energon_plugin_captions import plugin
 
 WORDS = ["<pad>", "<eos>", "<unk>", "<image>", "describe", "a", "red", "cat", "dog"]
 
@@ -36,9 +36,7 @@ def build(seq_length=64, **options):
 
 
 def sample(caption: str) -> CaptioningSample:
-    return CaptioningSample(
-        __key__="s0", __restore_key__=(), image=torch.rand(3, 8, 8), caption=caption
-    )
+    return CaptioningSample(__key__="s0", __restore_key__=(), image=torch.rand(3, 8, 8), caption=caption)
 
 
 def test_labels_only_on_caption():
@@ -66,8 +64,11 @@ def test_packs_with_a_strategy_by_name():
     with energon_plugins.isolated_registry(plugin):  # entry points too: the built-in strategies
         strategy = energon_plugins.create("packing_strategy", "first-fit-decreasing")
         ctx = energon_plugins.BuildContext(
-            tokenizer=tiny_tokenizer(), image_processor=fake_processor, seq_length=16,
-            packing=strategy, packing_buffer_size=4,
+            tokenizer=tiny_tokenizer(),
+            image_processor=fake_processor,
+            seq_length=16,
+            packing=strategy,
+            packing_buffer_size=4,
         )
         encoder = energon_plugins.create("task_encoder", "captions", {"image_tokens": 2}, ctx)
     encoded = [encoder.encode_sample(sample(c)) for c in ("a red cat", "a dog", "cat", "red")]

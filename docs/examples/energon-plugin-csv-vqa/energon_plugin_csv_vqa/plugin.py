@@ -1,8 +1,7 @@
 """Hook implementations: what this distribution registers (imports only the options)."""
 
-from energon_plugins import hookimpl
-
 from energon_plugin_csv_vqa.options import CsvVqaOptions
+from energon_plugins import hookimpl
 
 
 @hookimpl

@@ -5,10 +5,9 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+from energon_plugin_csv_vqa.options import CsvVqaOptions
 from energon_plugins import ConvertError, RecordError, SourceRecord
 from energon_plugins.convert.formats import image_token_of, read_image_file, source_files
-
-from energon_plugin_csv_vqa.options import CsvVqaOptions
 
 
 class CsvVqaReader:

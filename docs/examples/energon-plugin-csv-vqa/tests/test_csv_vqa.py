@@ -5,10 +5,10 @@ import json
 import tarfile
 
 import pytest
+from energon_plugin_csv_vqa import plugin
 from PIL import Image
 
 import energon_plugins
-from energon_plugin_csv_vqa import plugin
 
 
 @pytest.fixture
@@ -38,7 +38,8 @@ def test_rows_become_samples_and_the_bad_row_is_reported(source, tmp_path):
     with tarfile.open(result.output / result.shards["train"][0]) as tar:
         first = json.loads(tar.extractfile(tar.getmembers()[0]).read())
     assert first["conversations"] == [
-        {"from": "human", "value": "<image>\nWhich colour is 0?"}, {"from": "gpt", "value": "Colour 0."},
+        {"from": "human", "value": "<image>\nWhich colour is 0?"},
+        {"from": "gpt", "value": "Colour 0."},
     ]
     assert (result.output / ".nv-meta" / "dataset.yaml").is_file()  # Energon's index is there
 
@@ -46,5 +47,6 @@ def test_rows_become_samples_and_the_bad_row_is_reported(source, tmp_path):
 def test_a_missing_column_names_the_file(source, tmp_path):
     with energon_plugins.isolated_registry(plugin, entry_points=False):
         with pytest.raises(energon_plugins.ConvertError, match="answers.csv: no column"):
-            energon_plugins.convert_dataset(source, tmp_path / "out", "csv-vqa",
-                                            options={"answer_column": "reply"}, workers=0)
+            energon_plugins.convert_dataset(
+                source, tmp_path / "out", "csv-vqa", options={"answer_column": "reply"}, workers=0
+            )

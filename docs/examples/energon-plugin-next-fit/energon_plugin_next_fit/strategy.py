@@ -24,9 +24,7 @@ class NextFit:
         for index, length in enumerate(lengths):
             if length > capacity:
                 if self.options.overlong == "error":
-                    raise ValueError(
-                        f"next-fit: sample {index} has length {length} > capacity {capacity}"
-                    )
+                    raise ValueError(f"next-fit: sample {index} has length {length} > capacity {capacity}")
                 groups.append([index])
                 continue
             full = used + length > capacity or (limit is not None and len(current) >= limit)

@@ -1,11 +1,11 @@
 """Tests of the next-fit strategy through the registry, as a user would select it."""
 
 import pytest
+from energon_plugin_next_fit import plugin
 from hypothesis import given
 from hypothesis import strategies as st
 
 import energon_plugins
-from energon_plugin_next_fit import plugin
 
 
 @pytest.fixture
@@ -30,9 +30,7 @@ def test_unknown_option_is_rejected(registry):
 )
 def test_every_index_once_and_within_capacity(lengths, limit):
     with energon_plugins.isolated_registry(plugin, entry_points=False):
-        strategy = energon_plugins.create(
-            "packing_strategy", "next-fit", {"max_samples_per_pack": limit}
-        )
+        strategy = energon_plugins.create("packing_strategy", "next-fit", {"max_samples_per_pack": limit})
     groups = strategy.select(lengths, 100)
     flat = [i for group in groups for i in group]
     assert sorted(flat) == list(range(len(lengths)))

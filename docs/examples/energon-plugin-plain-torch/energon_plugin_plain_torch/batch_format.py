@@ -1,9 +1,8 @@
 """The ``plain-torch`` format: next-token labels and the count of loss tokens per batch."""
 
+from energon_plugin_plain_torch.options import PlainTorchOptions
 from energon_plugins import BatchFormat
 from energon_plugins.encoding.batch_formats.labels import IGNORE_INDEX, next_token
-
-from energon_plugin_plain_torch.options import PlainTorchOptions
 
 
 class PlainTorchFormat(BatchFormat):

@@ -1,8 +1,7 @@
 """Hook implementations: what this distribution registers (imports only the options)."""
 
-from energon_plugins import hookimpl
-
 from energon_plugin_plain_torch.options import PlainTorchOptions
+from energon_plugins import hookimpl
 
 
 @hookimpl

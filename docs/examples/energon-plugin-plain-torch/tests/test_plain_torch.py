@@ -2,9 +2,9 @@
 
 import pytest
 import torch
+from energon_plugin_plain_torch import plugin
 
 import energon_plugins
-from energon_plugin_plain_torch import plugin
 from energon_plugins.testing.batch_format import next_token_examples, sample_batches, truth
 
 
@@ -31,8 +31,7 @@ def test_targets_are_the_next_tokens_of_each_sample(registry):
 
 
 def test_ignore_index_option_and_other_batches(registry):
-    fmt = energon_plugins.create("batch_format", "plain-torch", {"ignore_index": -1,
-                                                                  "images": False})
+    fmt = energon_plugins.create("batch_format", "plain-torch", {"ignore_index": -1, "images": False})
     batch, samples = sample_batches(seed=4)[0]
     out = fmt(batch)
     assert "pixel_values" not in out and int((out["labels"] == -100).sum()) == 0

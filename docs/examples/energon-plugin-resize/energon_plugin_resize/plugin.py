@@ -1,8 +1,7 @@
 """Hook implementations (imports pydantic only: no torch at listing time)."""
 
-from energon_plugins import hookimpl
-
 from energon_plugin_resize.options import ResizeOptions
+from energon_plugins import hookimpl
 
 
 @hookimpl

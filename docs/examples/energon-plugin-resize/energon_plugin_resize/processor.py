@@ -39,8 +39,13 @@ class ResizeProcessor:
             raise ValueError(f"resize: return_tensors must be 'pt', got {return_tensors!r}")
         size = self.options.size
         resized = [
-            F.interpolate(_to_float_chw(img)[None], size=(size, size), mode="bilinear",
-                          antialias=True, align_corners=False)
+            F.interpolate(
+                _to_float_chw(img)[None],
+                size=(size, size),
+                mode="bilinear",
+                antialias=True,
+                align_corners=False,
+            )
             for img in images
         ]
         batch = torch.cat(resized) if resized else torch.empty(0, 3, size, size)

@@ -3,10 +3,10 @@
 import numpy as np
 import pytest
 import torch
+from energon_plugin_resize import plugin
 from PIL import Image
 
 import energon_plugins
-from energon_plugin_resize import plugin
 
 
 def build(**options):
@@ -21,8 +21,8 @@ def test_shapes_and_normalization():
     black = torch.zeros(3, 20, 30)  # Energon's decoded tensors: float CHW in [0, 1]
     out = proc(images=[white, black], return_tensors="pt")["pixel_values"]
     assert out.shape == (2, 3, 32, 32)
-    assert torch.allclose(out[0], torch.ones(3, 32, 32), atol=1e-5)    # (1 - .5) / .5
-    assert torch.allclose(out[1], -torch.ones(3, 32, 32), atol=1e-5)   # (0 - .5) / .5
+    assert torch.allclose(out[0], torch.ones(3, 32, 32), atol=1e-5)  # (1 - .5) / .5
+    assert torch.allclose(out[1], -torch.ones(3, 32, 32), atol=1e-5)  # (0 - .5) / .5
 
 
 def test_uint8_array_input():
