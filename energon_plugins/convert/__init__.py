@@ -7,7 +7,7 @@ byte-reproducible, resumable tar shards), ``report`` (rejected records), ``state
 ``parallel`` (ordered worker map), ``interrupt`` (SIGINT / SIGTERM, child processes),
 ``prepare`` (Energon's prepare API and ``dataset.yaml``), ``output`` (the output folder: what
 ``--overwrite`` may remove), ``progress`` (counting the source's records), ``diagnose`` (hints
-when most records fail for one reason), ``settings`` and ``run`` (:func:`convert_dataset`).
+when most records fail for one reason), ``settings``, ``workers`` (what runs per record), ``result`` and ``run`` (:func:`convert_dataset`).
 ``formats.media`` reads a record's media only from inside the folders it was given. Importing
 this package imports nothing heavy.
 """
@@ -17,7 +17,7 @@ from energon_plugins.convert.records import REASONS, RecordError, SourceRecord
 
 _LAZY = {
     "convert_dataset": "energon_plugins.convert.run",
-    "ConvertResult": "energon_plugins.convert.run",
+    "ConvertResult": "energon_plugins.convert.result",
     "ConvertSettings": "energon_plugins.convert.settings",
 }
 

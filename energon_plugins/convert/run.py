@@ -11,20 +11,15 @@ the end Energon's prepare API indexes the shards. The output folder's rules (wha
 ``--overwrite`` removes, a full disk) are in :mod:`~energon_plugins.convert.output`.
 """
 
-import dataclasses
 import itertools
 import pathlib
 import re
 import sqlite3
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable
 from typing import Any
 
-import pydantic
-
-from energon_plugins.convert.checks import sample_parts
 from energon_plugins.convert.diagnose import DuplicateIds, warnings_for
-from energon_plugins.convert.formats.media import MediaLimits, media_limits
 from energon_plugins.convert.output import (
     check_output,
     disk_full_error,
@@ -34,8 +29,8 @@ from energon_plugins.convert.output import (
 from energon_plugins.convert.parallel import ordered_map
 from energon_plugins.convert.prepare import prepare_energon
 from energon_plugins.convert.progress import ConvertProgress, RecordCounter, as_progress
-from energon_plugins.convert.records import RecordError
 from energon_plugins.convert.report import REPORT_NAME, RejectReport, parse_reject_limit
+from energon_plugins.convert.result import ConvertResult
 from energon_plugins.convert.settings import ConvertSettings
 from energon_plugins.convert.shards import ShardStream
 from energon_plugins.convert.splits import SplitAssigner
@@ -46,159 +41,19 @@ from energon_plugins.convert.state import (
     fingerprint,
     save_state,
 )
+from energon_plugins.convert.workers import (
+    BATCH_RECORDS,
+    batched,
+    build_reader,
+    convert_settings,
+    init_worker,
+    load_batch,
+)
 from energon_plugins.errors import ConvertError
-
-BATCH_RECORDS = 32
-"""Records sent to a worker at a time."""
 
 Progress = Callable[[int, int], None]
 """``progress(records_done, records_rejected)``, called as records are handled (the simple
 form of :class:`~energon_plugins.convert.progress.ConvertProgress`)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class ConvertResult:
-    """What a conversion wrote.
-
-    Attributes:
-        output: the dataset folder (give it as ``path`` in a datamodule config).
-        records: records read from the source.
-        written: split -> records written.
-        shards: split -> shard file names.
-        rejected: reason -> records in the report.
-        report: the report file (``rejected.jsonl``).
-        seconds: wall time of this run.
-        records_per_second: records handled per second while streaming (before indexing).
-        resumed_from: the first record this run handled (0 unless resumed).
-        empty_splits: splits with a share but no record (left out of the dataset).
-        duplicate_ids: written records whose id an earlier written record has (all are
-            written: samples are keyed by position).
-        duplicate_id_examples: the first few such ids.
-        warnings: what the user should read (most records rejected for one reason, with the
-            likely fix; repeated ids).
-    """
-
-    output: pathlib.Path
-    records: int
-    written: dict[str, int]
-    shards: dict[str, list[str]]
-    rejected: dict[str, int]
-    report: pathlib.Path
-    seconds: float
-    records_per_second: float = 0.0
-    resumed_from: int = 0
-    empty_splits: tuple[str, ...] = ()
-    duplicate_ids: int = 0
-    duplicate_id_examples: tuple[str, ...] = ()
-    warnings: tuple[str, ...] = ()
-
-    @property
-    def rejected_total(self) -> int:
-        """Records in the report."""
-        return sum(self.rejected.values())
-
-    def to_json(self) -> dict[str, Any]:
-        """A JSON-ready mapping."""
-        data = dataclasses.asdict(self)
-        data.update(
-            output=str(self.output),
-            report=str(self.report),
-            empty_splits=list(self.empty_splits),
-            duplicate_id_examples=list(self.duplicate_id_examples),
-            warnings=list(self.warnings),
-        )
-        return data
-
-    @classmethod
-    def from_json(cls, data: dict[str, Any]) -> "ConvertResult":
-        """Inverse of :meth:`to_json`."""
-        tuples = {
-            name: tuple(data.get(name, ())) for name in ("empty_splits", "duplicate_id_examples", "warnings")
-        }
-        return cls(
-            **{
-                **data,
-                "output": pathlib.Path(data["output"]),
-                "report": pathlib.Path(data["report"]),
-                **tuples,
-            }
-        )
-
-
-# ----------------------------------------------------------------------------- workers
-_WORKER: dict[str, Any] = {}
-
-
-def _init_worker(
-    reader: Any, image_token: str, reencode: str | None, limits: MediaLimits | None = None
-) -> None:
-    _WORKER.update(reader=reader, image_token=image_token, reencode=reencode, limits=limits)
-
-
-def _load_batch(batch: list[tuple[int, str, Any]]) -> list[tuple[int, str, Any, Any, Any]]:
-    """``(index, location, id, problem, parts)`` per record: ``problem`` is ``(reason,
-    message)`` for a rejected record, else ``parts`` are its tar parts."""
-    reader = _WORKER["reader"]
-    out: list[tuple[int, str, Any, Any, Any]] = []
-    for index, location, payload in batch:
-        ident = None
-        try:
-            with media_limits(_WORKER["limits"]):  # what the reader's image reads obey
-                record = reader.load(payload)
-                ident = record.id
-                parts = sample_parts(
-                    record, location, image_token=_WORKER["image_token"], reencode=_WORKER["reencode"]
-                )
-            out.append((index, location, ident, None, parts))
-        except RecordError as exc:
-            out.append((index, location, exc.id or ident, (exc.reason, exc.message), None))
-        except Exception as exc:  # noqa: BLE001 - a reader failing on one record: reported
-            out.append((index, location, ident, ("reader_error", f"{type(exc).__name__}: {exc}"), None))
-    return out
-
-
-def _batched(items: Iterable[Any], size: int) -> Iterator[list[Any]]:
-    iterator = iter(items)
-    while batch := list(itertools.islice(iterator, size)):
-        yield batch
-
-
-# ----------------------------------------------------------------------------- setup
-def _settings(source_format: Any, **kwargs: Any) -> ConvertSettings:
-    name = (
-        source_format
-        if isinstance(source_format, str)
-        else (f"{type(source_format).__module__}.{type(source_format).__qualname__}")
-    )
-    values = {k: v for k, v in kwargs.items() if v is not None}
-    try:
-        return ConvertSettings(source_format=name, **values)
-    except pydantic.ValidationError as exc:
-        from energon_plugins.host.registry import format_validation_errors
-
-        raise ConvertError(
-            "invalid convert settings:\n  " + "\n  ".join(format_validation_errors(exc))
-        ) from None
-
-
-def _reader(source_format: Any, settings: ConvertSettings) -> Any:
-    if isinstance(source_format, str):
-        from energon_plugins.encoding.sample_config import MultiModalSampleConfig
-        from energon_plugins.host.api import create
-        from energon_plugins.host.context import BuildContext
-        from energon_plugins.host.kinds import SOURCE_FORMAT
-
-        context = BuildContext(sample_config=MultiModalSampleConfig(image_token=settings.image_token))
-        reader = create(SOURCE_FORMAT, source_format, settings.options, context)
-    else:
-        reader = source_format
-    missing = [m for m in ("scan", "load") if not callable(getattr(reader, m, None))]
-    if missing:
-        raise ConvertError(
-            f"source format {settings.source_format!r} built a "
-            f"{type(reader).__name__} without {' and '.join(missing)}()"
-        )
-    return reader
 
 
 # ----------------------------------------------------------------------------- the run
@@ -333,10 +188,10 @@ class _Conversion:
             )
         )
         results = ordered_map(
-            _load_batch,
-            _batched(records, BATCH_RECORDS),
+            load_batch,
+            batched(records, BATCH_RECORDS),
             workers=settings.workers,
-            initializer=_init_worker,
+            initializer=init_worker,
             initargs=(self.reader, settings.image_token, settings.reencode, settings.media_limits()),
         )
         self.watcher.advance(self.first, self.report.total)
@@ -444,7 +299,7 @@ def convert_dataset(
         PluginNotFoundError, PluginOptionsError: the source format or its options.
     """
     started = time.perf_counter()
-    settings = _settings(
+    settings = convert_settings(
         source_format,
         options=options,
         split_ratio=split_ratio,
@@ -463,7 +318,7 @@ def convert_dataset(
     output = pathlib.Path(output).expanduser().resolve()
     if not source.exists():
         raise ConvertError(f"{source}: no such file or folder")
-    reader = _reader(source_format, settings)
+    reader = build_reader(source_format, settings)
     files = reader.source_files(source) if callable(getattr(reader, "source_files", None)) else None
     watcher = as_progress(progress) or ConvertProgress()
     state = check_output(output, source, resume=resume, overwrite=overwrite, notice=watcher.notice)
