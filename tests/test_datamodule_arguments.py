@@ -332,22 +332,23 @@ def test_the_shared_settings_are_constructor_keywords():
 
 
 # --------------------------------------------------------------------- layering
-def test_loading_never_imports_config():
-    """config sits on top of loading: importing the datamodule does not import the config
-    package, and no module under loading/ names it."""
+def test_config_never_imports_loading():
+    """config sits below loading (issue 26): importing the config package and reading a config
+    imports nothing of loading/, and no module under config/ names it (import-linter's layers
+    contract states the same for every layer)."""
     import pathlib
 
-    import energon_plugins.loading
+    import energon_plugins.config
 
     code = (
-        "import sys, energon_plugins.loading.datamodule, energon_plugins.loading.checkpoint;"
-        "print(sorted(m for m in sys.modules if m.startswith('energon_plugins.config')))"
+        "import sys, energon_plugins.config, energon_plugins.config.validate;"
+        "print(sorted(m for m in sys.modules if m.startswith('energon_plugins.loading')))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
     import ast
 
-    folder = pathlib.Path(energon_plugins.loading.__file__).parent
+    folder = pathlib.Path(energon_plugins.config.__file__).parent
     for module in folder.glob("*.py"):
         for node in ast.walk(ast.parse(module.read_text(encoding="utf-8"))):
             names = []
@@ -355,4 +356,4 @@ def test_loading_never_imports_config():
                 names = [alias.name for alias in node.names]
             elif isinstance(node, ast.ImportFrom):
                 names = [node.module or ""]
-            assert not any(n.startswith("energon_plugins.config") for n in names), module.name
+            assert not any(n.startswith("energon_plugins.loading") for n in names), module.name

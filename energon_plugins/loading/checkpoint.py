@@ -266,9 +266,11 @@ def _describe_component(arg: Any, built: Any) -> tuple[str, Any]:
     options = _options_dump(options) if options is not None else None
     path = f"{cls.__module__}.{cls.__qualname__}"
     registered = getattr(cls, "name", None)
-    if path in COMPONENT_NAMES or (isinstance(registered, str) and path.startswith("energon_plugins.")):
-        # a built-in component: its registered name, which survives moving the class
-        return COMPONENT_NAMES.get(path, registered), options
+    # a built-in component: its registered name, which survives moving the class
+    if path in COMPONENT_NAMES:
+        return COMPONENT_NAMES[path], options
+    if isinstance(registered, str) and path.startswith("energon_plugins."):
+        return registered, options
     return path, options
 
 
@@ -365,3 +367,19 @@ def _explain_missing_rank(folder: str | os.PathLike, rank: int, fingerprint: Map
             f"{', '.join(p.name for p in present)}); the states there were saved by a different "
             "setup. Differences: " + "; ".join(differences)
         )
+
+
+def datamodule_state_dict(datamodule: Any) -> dict[str, Any]:
+    """The training loader's state as ``{"dataloader_state": ...}`` (``{}`` before the loader
+    is built): what the datamodule's ``state_dict()`` returns. The state carries its loader's
+    fingerprint."""
+    loader = getattr(datamodule, "train_dataloader_object", None)
+    if loader is None:
+        return {}
+    return {"dataloader_state": loader.save_state()}
+
+
+def load_datamodule_state_dict(datamodule: Any, state: Mapping[str, Any]) -> None:
+    """Restore the training loader from :func:`datamodule_state_dict` (before iterating it)."""
+    if "dataloader_state" in state:
+        datamodule.train_dataloader().restore_state(state["dataloader_state"])

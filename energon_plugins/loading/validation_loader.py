@@ -1,0 +1,95 @@
+"""Building the datamodule's validation loader, in either ``validation_mode``.
+
+``"finite"`` (the default): a :class:`~energon_plugins.loading.validation.ValidationLoader`
+over Energon's basic loader and ``get_val_dataset`` (every val sample once per pass, in order,
+the same batches at every evaluation, equal length on every DP rank: a rank with fewer real
+batches pads with zero-loss batches made from the split's first batch). ``"infinite"``:
+Megatron-Bridge's old behaviour, a cycling savable loader over the shuffled val split.
+"""
+
+from functools import partial
+from typing import Any
+
+from megatron.energon import WorkerConfig, get_val_dataset
+from megatron.energon.savable_loader import BasicDataLoader
+
+from energon_plugins.config.energon_arguments import split_energon_arguments
+from energon_plugins.loading.assembly import loader_dataset, pinned, savable_loader
+from energon_plugins.loading.dataloader import EnergonDataloader
+from energon_plugins.loading.distributed import max_over_group
+from energon_plugins.loading.heap import freezes_heap
+from energon_plugins.loading.validation import RestartingDataset, ValidationLoader
+
+
+def build_validation_loader(datamodule: Any) -> ValidationLoader | EnergonDataloader:
+    """The validation loader of the datamodule's ``validation_mode``."""
+    if datamodule.validation_mode == "infinite":
+        dataset = loader_dataset(datamodule, datamodule.num_val_workers, "val")
+        return EnergonDataloader(savable_loader(datamodule, dataset, training=False))
+    return finite_validation_loader(datamodule)
+
+
+def finite_validation_loader(datamodule: Any) -> ValidationLoader:
+    """The ``"finite"`` validation loader: one pass per evaluation, the same every time."""
+    encoder = datamodule.validation_task_encoder
+    dataset = RestartingDataset(loader_dataset(datamodule, datamodule.num_val_workers, "val"))
+    loader = pinned(evaluation_loader(dataset), datamodule.pin_memory)
+    overridden = getattr(encoder, "_is_overridden", None)
+    grouped = overridden is not None and overridden(encoder.batch_group_criterion)
+    # Plain batching: Energon's len() bounds the pass (exact unless samples are skipped);
+    # packed or grouped batches are counted by reading one pass.
+    count_by_pass = datamodule.packing_buffer_size is not None or grouped
+    template = partial(
+        first_val_batch,
+        datamodule.path,
+        encoder,
+        datamodule.micro_batch_size,
+        datamodule.packing_buffer_size,
+        split_energon_arguments(datamodule.kwargs, "val"),
+        datamodule.pin_memory,
+    )
+    return ValidationLoader(
+        loader,
+        pass_length=partial(
+            max_over_group, layout=datamodule.parallel_layout(), what="len(val_dataloader())"
+        ),
+        count_by_pass=count_by_pass,
+        batches_per_evaluation=datamodule.val_batches_per_evaluation,
+        template=template,
+        ignore_index=int(getattr(datamodule.multimodal_sample_config, "ignore_index", -100)),
+    )
+
+
+def evaluation_loader(dataset: Any) -> BasicDataLoader:
+    """Energon's basic (not savable) loader for a validation split: no watchdog (Energon 7.4's
+    ``WatchdogDataset`` starts a thread per iteration that it never stops, one leaked thread
+    per pass), and the heap freeze left to :mod:`energon_plugins.loading.heap`."""
+    return BasicDataLoader(
+        dataset, watchdog_timeout_seconds=None, gc_freeze_at_start=freezes_heap(dataset, training=False)
+    )
+
+
+def first_val_batch(
+    path: str,
+    encoder: Any,
+    micro_batch_size: int,
+    packing_buffer_size: int | None,
+    kwargs: dict[str, Any],
+    pin_memory: bool,
+) -> Any:
+    """The first batch of the validation split read as a single rank (``None`` if empty):
+    what a rank without validation samples of its own pads with."""
+    config = WorkerConfig(rank=0, world_size=1, num_workers=0)
+    dataset = get_val_dataset(
+        path,
+        split_part="val",
+        batch_size=micro_batch_size,
+        task_encoder=encoder,
+        worker_config=config,
+        packing_buffer_size=packing_buffer_size,
+        **kwargs,
+    )
+    loader = pinned(evaluation_loader(dataset), pin_memory)
+    for batch in loader:
+        return batch
+    return None
