@@ -58,7 +58,7 @@ _LAZY = {
     "convert_dataset": "energon_plugins.convert.run",
     "RecordError": "energon_plugins.convert.records",
     "SourceRecord": "energon_plugins.convert.records",
-    "ConvertResult": "energon_plugins.convert.run",
+    "ConvertResult": "energon_plugins.convert.result",
     "VideoOptions": "energon_plugins.encoding.video.options",
     "VideoInfo": "energon_plugins.encoding.video.sampling",
     "frame_count": "energon_plugins.encoding.video.sampling",
@@ -75,21 +75,98 @@ _LAZY = {
     "SourceFilesProtocol": "energon_plugins.host.protocols",
     "SourceFormatProtocol": "energon_plugins.host.protocols",
     "TaskEncoderProtocol": "energon_plugins.host.protocols",
+    # The plugin author's face: what code under plugins/ may import (docs/guides/plugin-contract.md).
+    "CONVERSATION_FORMATS": "energon_plugins.encoding.chat.chatml",
+    "ChatMLSample": "energon_plugins.encoding.chat.chatml",
+    "conversation_cookers": "energon_plugins.encoding.chat.chatml",
+    "conversation_turns": "energon_plugins.encoding.chat.chatml",
+    "text_turns": "energon_plugins.encoding.chat.chatml",
+    "assistant_char_spans": "energon_plugins.encoding.chat.conversation",
+    "build_messages": "energon_plugins.encoding.chat.conversation",
+    "content_parts": "energon_plugins.encoding.chat.conversation",
+    "expand_image_tokens": "energon_plugins.encoding.chat.conversation",
+    "tokenize_conversation": "energon_plugins.encoding.chat.conversation",
+    "vqa_answer": "energon_plugins.encoding.chat.conversation",
+    "HFImageProcessor": "energon_plugins.encoding.image_processors.hf",
+    "build_hf_image_processor": "energon_plugins.encoding.image_processors.hf",
+    "energon_image_to_pil": "energon_plugins.encoding.image_processors.hf",
+    "HFImageProcessorOptions": "energon_plugins.encoding.image_processors.options",
+    "decode_uint8": "energon_plugins.encoding.image_processors.inputs",
+    "image_size": "energon_plugins.encoding.image_processors.inputs",
+    "is_encoded": "energon_plugins.encoding.image_processors.inputs",
+    "to_pil": "energon_plugins.encoding.image_processors.inputs",
+    "to_uint8_chw": "energon_plugins.encoding.image_processors.inputs",
+    "concatenated": "energon_plugins.encoding.memory.outputs",
+    "new_output": "energon_plugins.encoding.memory.outputs",
+    "CountedSkip": "energon_plugins.encoding.skips",
+    "MultimodalTaskEncoder": "energon_plugins.encoding.task_encoders.multimodal",
+    "UnsupportedSampleError": "energon_plugins.encoding.task_encoders.multimodal",
+    "MultimodalOptions": "energon_plugins.encoding.task_encoders.options",
+    "budget_skip": "energon_plugins.encoding.video.budget",
+    "misfit": "energon_plugins.encoding.video.budget",
+    "as_av_decoder": "energon_plugins.encoding.video.decode",
+    "describe_part": "energon_plugins.encoding.video.decode",
+    "labelled_videos": "energon_plugins.encoding.video.decode",
+    "row_images": "energon_plugins.preview.images",
+    "main_for": "energon_plugins.demo.examples",
+    "prepare_example_data": "energon_plugins.demo.examples",
+    "run_cli": "energon_plugins.cli.runner",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from energon_plugins.cli.runner import run_cli
     from energon_plugins.convert.records import RecordError, SourceRecord
-    from energon_plugins.convert.run import ConvertResult, convert_dataset
+    from energon_plugins.convert.result import ConvertResult
+    from energon_plugins.convert.run import convert_dataset
+    from energon_plugins.demo.examples import main_for, prepare_example_data
     from energon_plugins.encoding.batch_formats.base import BatchFormat
     from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
+    from energon_plugins.encoding.chat.chatml import (
+        CONVERSATION_FORMATS,
+        ChatMLSample,
+        conversation_cookers,
+        conversation_turns,
+        text_turns,
+    )
+    from energon_plugins.encoding.chat.conversation import (
+        assistant_char_spans,
+        build_messages,
+        content_parts,
+        expand_image_tokens,
+        tokenize_conversation,
+        vqa_answer,
+    )
+    from energon_plugins.encoding.image_processors.hf import (
+        HFImageProcessor,
+        build_hf_image_processor,
+        energon_image_to_pil,
+    )
+    from energon_plugins.encoding.image_processors.inputs import (
+        decode_uint8,
+        image_size,
+        is_encoded,
+        to_pil,
+        to_uint8_chw,
+    )
+    from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
+    from energon_plugins.encoding.memory.outputs import concatenated, new_output
     from energon_plugins.encoding.sample_config import ConversationTemplate, MultiModalSampleConfig
     from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
+    from energon_plugins.encoding.skips import CountedSkip
     from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
-    from energon_plugins.encoding.video.budget import VideoPlan, budget_plans
+    from energon_plugins.encoding.task_encoders.multimodal import (
+        MultimodalTaskEncoder,
+        UnsupportedSampleError,
+    )
+    from energon_plugins.encoding.task_encoders.options import MultimodalOptions
+    from energon_plugins.encoding.video.budget import VideoPlan, budget_plans, budget_skip, misfit
     from energon_plugins.encoding.video.decode import (
         SampledVideo,
         VideoDecodeError,
+        as_av_decoder,
         decode_frames,
+        describe_part,
+        labelled_videos,
         read_video_info,
     )
     from energon_plugins.encoding.video.options import VideoOptions
@@ -105,6 +182,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.loading.dataloader import EnergonDataloader, cyclic_iter
     from energon_plugins.loading.datamodule import EnergonMultiModalDataModule, build_datamodule
     from energon_plugins.loading.validation import ValidationLoader
+    from energon_plugins.preview.images import row_images
 
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins", globals(), _LAZY)
@@ -175,4 +253,40 @@ __all__ = [
     "SourceFilesProtocol",
     "SourceFormatProtocol",
     "TaskEncoderProtocol",
+    # The plugin author's face (see _LAZY).
+    "CONVERSATION_FORMATS",
+    "ChatMLSample",
+    "conversation_cookers",
+    "conversation_turns",
+    "text_turns",
+    "assistant_char_spans",
+    "build_messages",
+    "content_parts",
+    "expand_image_tokens",
+    "tokenize_conversation",
+    "vqa_answer",
+    "HFImageProcessor",
+    "build_hf_image_processor",
+    "energon_image_to_pil",
+    "HFImageProcessorOptions",
+    "decode_uint8",
+    "image_size",
+    "is_encoded",
+    "to_pil",
+    "to_uint8_chw",
+    "concatenated",
+    "new_output",
+    "CountedSkip",
+    "MultimodalTaskEncoder",
+    "UnsupportedSampleError",
+    "MultimodalOptions",
+    "budget_skip",
+    "misfit",
+    "as_av_decoder",
+    "describe_part",
+    "labelled_videos",
+    "row_images",
+    "main_for",
+    "prepare_example_data",
+    "run_cli",
 ]

@@ -11,6 +11,12 @@ the rule it breaks::
     def test_my_encoder_conforms():
         check_task_encoder("my-encoder")
 
+Besides the checks, the kit re-exports what plugin tests need to make and look at data:
+:func:`write_dataset`, :func:`build_demo_tokenizer` and :func:`save_demo_tokenizer` (synthetic
+Energon datasets and offline tokenizers), :func:`write_crude_dataset` and the video helpers,
+:func:`is_padding_batch`, and :func:`collect_rows` / :func:`render_page` (preview rows). A
+plugin's tests import only from ``energon_plugins`` and this package.
+
 Importing this package is light (no torch, transformers or Energon); the checks import them
 when they run.
 """
@@ -36,9 +42,20 @@ _LAZY = {
     "encode_video": "energon_plugins.testing.video",
     "decode_every_frame": "energon_plugins.testing.video",
     "write_vidqa_dataset": "energon_plugins.testing.video",
+    # Generated data and views of it, re-exported so plugin tests import only this kit.
+    "write_dataset": "energon_plugins.synthetic",
+    "build_demo_tokenizer": "energon_plugins.synthetic",
+    "save_demo_tokenizer": "energon_plugins.synthetic",
+    "is_padding_batch": "energon_plugins.loading.padding",
+    "collect_rows": "energon_plugins.preview.rows",
+    "render_page": "energon_plugins.preview.html",
 }
 
 if TYPE_CHECKING:  # pragma: no cover
+    from energon_plugins.loading.padding import is_padding_batch
+    from energon_plugins.preview.html import render_page
+    from energon_plugins.preview.rows import collect_rows
+    from energon_plugins.synthetic import build_demo_tokenizer, save_demo_tokenizer, write_dataset
     from energon_plugins.testing._common import check_options, check_registration
     from energon_plugins.testing.batch_format import check_batch_format
     from energon_plugins.testing.compare import batch_differences
@@ -76,4 +93,10 @@ __all__ = [
     "video_frames",
     "write_crude_dataset",
     "write_vidqa_dataset",
+    "write_dataset",
+    "build_demo_tokenizer",
+    "save_demo_tokenizer",
+    "is_padding_batch",
+    "collect_rows",
+    "render_page",
 ]

@@ -25,12 +25,7 @@ import torch.nn.functional as F
 
 from energon_plugin_fast_image.pil_resize import resize_batch, vertical_first
 from energon_plugin_fast_image.settings import ProcessorSettings, resolve_settings
-from energon_plugins.encoding.image_processors.inputs import (
-    decode_uint8,
-    image_size,
-    is_encoded,
-)
-from energon_plugins.encoding.memory.outputs import new_output
+from energon_plugins import decode_uint8, image_size, is_encoded, new_output
 
 _PIL_CODES = {"nearest": 0, "bilinear": 2, "bicubic": 3}
 

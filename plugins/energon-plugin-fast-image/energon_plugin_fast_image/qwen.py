@@ -20,12 +20,7 @@ import torch.nn.functional as F
 
 from energon_plugin_fast_image.processor import FastBatchFeature, call_items, torch_threads
 from energon_plugin_fast_image.qwen_settings import QwenSettings, resolve_qwen_settings, smart_resize
-from energon_plugins.encoding.image_processors.inputs import (
-    image_size,
-    is_encoded,
-    to_uint8_chw,
-)
-from energon_plugins.encoding.memory.outputs import new_output
+from energon_plugins import image_size, is_encoded, new_output, to_uint8_chw
 
 CHANNELS = 3
 BAND_BYTES = 2 << 20

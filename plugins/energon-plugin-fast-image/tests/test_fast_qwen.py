@@ -130,7 +130,7 @@ def test_drives_the_qwen2_vl_task_encoder_with_packing(tmp_path):
     """Through the datamodule with packing: tokens equal those of the transformers-backed
     ``qwen2-vl`` processor, grids identical, pixels within 0.02."""
     pytest.importorskip("energon_plugin_qwen_vl")
-    from energon_plugins.synthetic import build_demo_tokenizer, write_dataset
+    from energon_plugins.testing import build_demo_tokenizer, write_dataset
 
     info = write_dataset(
         tmp_path / "chatml",

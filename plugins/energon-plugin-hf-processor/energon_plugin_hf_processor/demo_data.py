@@ -22,8 +22,7 @@ def write_video_dataset(path: Any, *, num_samples: int = 40, seed: int = 0) -> p
     import numpy as np
     from PIL import Image
 
-    from energon_plugins.testing import write_crude_dataset
-    from energon_plugins.testing.video import encode_video, video_frames
+    from energon_plugins.testing import encode_video, video_frames, write_crude_dataset
 
     root = pathlib.Path(path)
     marker = root / ".nv-meta" / "demo_video.json"
@@ -76,7 +75,7 @@ def prepare(
     if video:
         data = write_video_dataset(root / "data", num_samples=num_samples, seed=seed)
     else:
-        from energon_plugins.synthetic import write_dataset
+        from energon_plugins.testing import write_dataset
 
         arguments = dict(
             kind="chatml", num_samples=num_samples, samples_per_shard=10, image_size=IMAGE_SIZE, seed=seed

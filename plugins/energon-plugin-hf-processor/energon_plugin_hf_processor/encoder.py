@@ -53,13 +53,17 @@ from energon_plugin_hf_processor.processor import (
 )
 from energon_plugin_hf_processor.video import ProcessorVideo
 from energon_plugin_hf_processor.video_fit import encode_fitting_videos
-from energon_plugins.encoding.chat.chatml import ChatMLSample, conversation_cookers
-from energon_plugins.encoding.samples import EncodedSample
-from energon_plugins.encoding.task_encoders.base import CountedSkip, PluginTaskEncoder
-from energon_plugins.encoding.video.budget import VideoPlan
-from energon_plugins.encoding.video.decode import SampledVideo
-from energon_plugins.errors import ConfigError
-from energon_plugins.host.context import BuildContext
+from energon_plugins import (
+    BuildContext,
+    ChatMLSample,
+    ConfigError,
+    CountedSkip,
+    EncodedSample,
+    PluginTaskEncoder,
+    SampledVideo,
+    VideoPlan,
+    conversation_cookers,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -312,7 +316,7 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
     def preview_images(self, batch: Any) -> list[list[torch.Tensor]]:
         """Per row, the ``(C, H, W)`` images ``preview`` draws (for a one-row image layout,
         each image's last sub-image: the whole image)."""
-        from energon_plugins.preview.images import row_images
+        from energon_plugins import row_images
 
         if self.family.pixel_values != "image_row" or batch.pixel_values is None:
             return row_images(batch, self.image_processor)

@@ -25,7 +25,7 @@ import threading
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from energon_plugins.encoding.memory.outputs import concatenated
+from energon_plugins import concatenated
 
 logger = logging.getLogger(__name__)
 

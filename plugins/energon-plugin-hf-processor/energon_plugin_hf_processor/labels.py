@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from energon_plugins.encoding.chat.conversation import assistant_char_spans
+from energon_plugins import assistant_char_spans
 
 _GENERATION = re.compile(r"\{%-?\s*generation\s*-?%\}")
 

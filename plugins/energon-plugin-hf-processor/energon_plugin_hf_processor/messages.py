@@ -21,14 +21,16 @@ from typing import Any
 
 from megatron.energon import CaptioningSample, InterleavedSample, VidQASample, VQASample
 
-from energon_plugins.encoding.chat.chatml import (
+from energon_plugins import (
     CONVERSATION_FORMATS,
     ChatMLSample,
+    UnsupportedSampleError,
+    content_parts,
     conversation_turns,
+    describe_part,
+    labelled_videos,
+    vqa_answer,
 )
-from energon_plugins.encoding.chat.conversation import content_parts, vqa_answer
-from energon_plugins.encoding.task_encoders.multimodal import UnsupportedSampleError
-from energon_plugins.encoding.video.decode import describe_part, labelled_videos
 
 Message = dict[str, Any]
 

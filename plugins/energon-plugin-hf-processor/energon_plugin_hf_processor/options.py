@@ -4,7 +4,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from energon_plugins.encoding.video.options import VideoOptions
+from energon_plugins import VideoOptions
 
 
 class HFProcessorOptions(BaseModel):

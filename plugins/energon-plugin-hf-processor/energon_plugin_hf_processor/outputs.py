@@ -19,7 +19,7 @@ import torch
 
 from energon_plugin_hf_processor.families import GENERIC, FamilySpec, generic_layout
 from energon_plugin_hf_processor.labels import expanded_positions, token_mask
-from energon_plugins.encoding.image_processors.hf import energon_image_to_pil
+from energon_plugins import energon_image_to_pil
 
 #: Processor outputs that are not model inputs of the sample (or are read separately).
 TEXT_KEYS = ("input_ids", "attention_mask", "offset_mapping", "text_replacement_offsets")

@@ -14,7 +14,7 @@ from typing import Any
 from energon_plugin_hf_processor.families import FamilySpec
 from energon_plugin_hf_processor.labels import ChatRenderer
 from energon_plugin_hf_processor.options import HFProcessorOptions
-from energon_plugins.errors import ConfigError
+from energon_plugins import ConfigError
 
 
 def load_processor(options: HFProcessorOptions, tokenizer: Any = None) -> Any:

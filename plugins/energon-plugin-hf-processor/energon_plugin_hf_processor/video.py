@@ -16,11 +16,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from energon_plugin_hf_processor.families import FamilySpec
-from energon_plugins.encoding.video.budget import VideoPlan, budget_plans
-from energon_plugins.encoding.video.decode import SampledVideo
-from energon_plugins.encoding.video.options import VideoOptions
-from energon_plugins.encoding.video.sampling import VideoInfo
-from energon_plugins.errors import ConfigError
+from energon_plugins import ConfigError, SampledVideo, VideoInfo, VideoOptions, VideoPlan, budget_plans
 
 
 class ProcessorVideo:

@@ -15,16 +15,18 @@ from typing import Any
 from megatron.energon.errors import FatalSampleError
 
 from energon_plugin_hf_processor.video import ProcessorVideo
-from energon_plugins.encoding.samples import EncodedSample
-from energon_plugins.encoding.task_encoders.base import CountedSkip
-from energon_plugins.encoding.video.budget import VideoPlan, budget_skip, misfit
-from energon_plugins.encoding.video.decode import (
+from energon_plugins import (
+    CountedSkip,
+    EncodedSample,
     SampledVideo,
+    VideoPlan,
     as_av_decoder,
+    budget_skip,
     decode_frames,
+    frame_indices,
+    misfit,
     read_video_info,
 )
-from energon_plugins.encoding.video.sampling import frame_indices
 
 #: Encodes the sample with these decoded videos under this plan (no length check).
 EncodeWithVideos = Callable[[list[SampledVideo], VideoPlan], EncodedSample]

@@ -309,8 +309,7 @@ def video_data(tmp_path_factory):
     Returns ``(path, originals)`` with ``originals[key] = {"videos": [(bytes, frames as
     (T, H, W, 3) decoded by plain PyAV, fps)], "images": [...], "conversation": [...]}``.
     """
-    from energon_plugins.testing import write_crude_dataset
-    from energon_plugins.testing.video import decode_every_frame, encode_video, video_frames
+    from energon_plugins.testing import decode_every_frame, encode_video, video_frames, write_crude_dataset
 
     root = tmp_path_factory.mktemp("hf-videos")
     originals, samples = {}, []

@@ -10,15 +10,14 @@ from energon_plugin_hf_processor.encoder import HFProcessorTaskEncoder
 from energon_plugin_hf_processor.options import HFProcessorOptions
 
 import energon_plugins
-from energon_plugins import BuildContext, ConfigError
-from energon_plugins.encoding.chat.chatml import ChatMLSample
+from energon_plugins import BuildContext, ChatMLSample, ConfigError
 
 IGNORE = -100
 
 
 @pytest.fixture(scope="module")
 def demo_data(tmp_path_factory):
-    from energon_plugins.synthetic import write_dataset
+    from energon_plugins.testing import write_dataset
 
     root = tmp_path_factory.mktemp("hf-demo-data")
     common = dict(

@@ -9,10 +9,9 @@ import pathlib
 import shutil
 
 import pytest
-from click.testing import CliRunner
 from energon_plugin_hf_processor.demo_data import prepare
 
-from energon_plugins.cli import cli
+from energon_plugins import run_cli
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "hf-processor.yaml"
 
@@ -27,10 +26,10 @@ def example(tmp_path_factory):
 
 
 def test_example_validates_and_benches(example):
-    result = CliRunner().invoke(cli, ["validate", str(example)])
+    result = run_cli(["validate", str(example)])
     assert result.exit_code == 0, result.output
     assert "task_encoder 'hf-processor'" in result.output
-    result = CliRunner().invoke(cli, ["bench", str(example), "--batches", "1", "--json"])
+    result = run_cli(["bench", str(example), "--batches", "1", "--json"])
     assert result.exit_code == 0, result.output
     figures = json.loads(result.stdout)
     assert figures["samples"] > 4 and figures["loss_tokens"] > 0 and figures["seq_length"] == 1024

@@ -2,8 +2,7 @@
 
 import pytest
 
-from energon_plugins.preview.html import render_page
-from energon_plugins.preview.rows import collect_rows
+from energon_plugins.testing import collect_rows, render_page
 
 
 @pytest.mark.parametrize("family", ["qwen2.5-vl", "llava-next", "idefics3", "gemma3", "internvl"])
@@ -36,7 +35,7 @@ def test_preview_draws_the_sampled_frames_and_the_video_token_span(family, proce
     from transformers import AutoProcessor
 
     import energon_plugins
-    from energon_plugins.encoding.video.sampling import frame_indices
+    from energon_plugins import frame_indices
 
     path, originals = video_data
     tok = AutoProcessor.from_pretrained(processor_dirs[family], local_files_only=True).tokenizer
@@ -72,7 +71,7 @@ def test_preview_draws_the_sampled_frames_and_the_video_token_span(family, proce
         drawn += len(videos)
     assert drawn >= 3
     # The first drawn frame of the first video is that frame of the file, resized.
-    from energon_plugins.preview.html import render_page
+    from energon_plugins.testing import render_page
 
     page = render_page("preview", rows)
     assert page.count("class='strip'") == drawn

@@ -14,7 +14,7 @@ import torch
 from energon_plugin_hf_processor.families import family_for
 from energon_plugin_hf_processor.tiny import TINY_FAMILIES
 
-from energon_plugins.encoding.video.sampling import frame_indices
+from energon_plugins import frame_indices
 
 VIDEO_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "internvl", "smolvlm")
 NUM_FRAMES = 4
@@ -167,8 +167,7 @@ def test_second_per_grid_ts_follows_the_sampled_rate(processor_dirs, video_data,
     from energon_plugin_hf_processor.options import HFProcessorOptions
     from transformers import AutoProcessor
 
-    from energon_plugins import BuildContext
-    from energon_plugins.encoding.chat.chatml import ChatMLSample
+    from energon_plugins import BuildContext, ChatMLSample
 
     path, originals = video_data
     processor = AutoProcessor.from_pretrained(processor_dirs["qwen2.5-vl"], local_files_only=True)
@@ -221,14 +220,14 @@ def encoder(processor_dirs, family="qwen2-vl", seq_length=4096, **options):
 @pytest.fixture(scope="module")
 def big_clip():
     """16 frames of 64x64 at 8 fps: 56x56 per frame at the tiny Qwen2-VL's max_pixels 3136."""
-    from energon_plugins.testing.video import decode_every_frame, encode_video, video_frames
+    from energon_plugins.testing import decode_every_frame, encode_video, video_frames
 
     data = encode_video(video_frames(16, (64, 64)), 8, gop=4)
     return data, decode_every_frame(data)
 
 
 def clip_sample(data, question="<video>What happens?", image=None):
-    from energon_plugins.encoding.chat.chatml import ChatMLSample
+    from energon_plugins import ChatMLSample
 
     return ChatMLSample(
         __key__="big",
@@ -329,7 +328,7 @@ def test_llava_onevision_needs_one_frame_count(processor_dirs, big_clip):
 @pytest.mark.parametrize("family", ["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision"])
 def test_token_counts_known_before_decoding_are_exact(family, processor_dirs, big_clip):
     """The plans a budget skips without decoding are counted by the processor itself."""
-    from energon_plugins.encoding.video.decode import as_av_decoder, read_video_info
+    from energon_plugins import as_av_decoder, read_video_info
 
     data, _ = big_clip
     enc = encoder(processor_dirs, family, video={"num_frames": 6})
@@ -346,12 +345,7 @@ def test_vidqa_samples_put_the_video_before_the_question(processor_dirs, tmp_pat
     import numpy as np
     from transformers import AutoProcessor
 
-    from energon_plugins.testing.video import (
-        decode_every_frame,
-        encode_video,
-        video_frames,
-        write_vidqa_dataset,
-    )
+    from energon_plugins.testing import decode_every_frame, encode_video, video_frames, write_vidqa_dataset
 
     clips = {f"q{i}": encode_video(video_frames(8 + 4 * i, (32, 32), seed=i), 4) for i in range(2)}
     write_vidqa_dataset(
@@ -378,8 +372,7 @@ def test_corrupt_and_truncated_videos_are_skipped_and_counted_or_raise(processor
     from transformers import AutoProcessor
 
     import energon_plugins
-    from energon_plugins.testing import write_crude_dataset
-    from energon_plugins.testing.video import encode_video, video_frames
+    from energon_plugins.testing import encode_video, video_frames, write_crude_dataset
 
     good = encode_video(video_frames(8, (32, 32)), 4)
     turns = [{"from": "human", "value": "<video>What?"}, {"from": "gpt", "value": "A bar."}]

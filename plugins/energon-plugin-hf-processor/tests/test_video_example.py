@@ -5,10 +5,9 @@ import pathlib
 import shutil
 
 import pytest
-from click.testing import CliRunner
 from energon_plugin_hf_processor.demo_data import prepare
 
-from energon_plugins.cli import cli
+from energon_plugins import run_cli
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "video.yaml"
 
@@ -23,15 +22,14 @@ def example(tmp_path_factory):
 
 
 def test_video_example_validates_previews_and_benches(example, tmp_path):
-    runner = CliRunner()
-    result = runner.invoke(cli, ["validate", str(example)])
+    result = run_cli(["validate", str(example)])
     assert result.exit_code == 0, result.output
     page = tmp_path / "video.html"
-    result = runner.invoke(cli, ["preview", str(example), "-n", "2", "--html", str(page)])
+    result = run_cli(["preview", str(example), "-n", "2", "--html", str(page)])
     assert result.exit_code == 0, result.output
     assert "video 1: " in result.output and "frames drawn" in result.output
     assert page.read_text().count("class='strip'") >= 2
-    result = runner.invoke(cli, ["bench", str(example), "--batches", "2", "--json"])
+    result = run_cli(["bench", str(example), "--batches", "2", "--json"])
     assert result.exit_code == 0, result.output
     figures = json.loads(result.stdout)
     assert figures["samples"] >= 2 and figures["loss_tokens"] > 0

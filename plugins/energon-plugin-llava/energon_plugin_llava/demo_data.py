@@ -5,7 +5,7 @@ GPT-style conversation per sample) and ``DIR/tokenizer`` the offline LLaVA demo 
 (Vicuna v1 template, ``<image>`` token). A second run with the same arguments reuses them.
 """
 
-from energon_plugins.demo.examples import main_for, prepare_example_data
+from energon_plugins import main_for, prepare_example_data
 
 IMAGE_SIZE = ((24, 24), (96, 72))
 

@@ -24,19 +24,19 @@ from megatron.energon import CaptioningSample, VQASample, stateless
 
 from energon_plugin_llava.options import LlavaOptions
 from energon_plugin_llava.template import LLAVA_15_CHAT_TEMPLATE
-from energon_plugins.encoding.chat.chatml import ChatMLSample, conversation_cookers, text_turns
-from energon_plugins.encoding.chat.conversation import (
+from energon_plugins import (
+    BuildContext,
+    ChatMLSample,
+    EncodedSample,
+    MultiModalSampleConfig,
+    MultimodalTaskEncoder,
+    UnsupportedSampleError,
     build_messages,
+    conversation_cookers,
+    text_turns,
     tokenize_conversation,
     vqa_answer,
 )
-from energon_plugins.encoding.sample_config import MultiModalSampleConfig
-from energon_plugins.encoding.samples import EncodedSample
-from energon_plugins.encoding.task_encoders.multimodal import (
-    MultimodalTaskEncoder,
-    UnsupportedSampleError,
-)
-from energon_plugins.host.context import BuildContext
 
 
 class ImageTagMismatchError(ValueError):

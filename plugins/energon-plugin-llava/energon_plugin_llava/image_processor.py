@@ -9,9 +9,7 @@ whole image.
 from typing import Any
 
 from energon_plugin_llava.options import LlavaClipOptions
-from energon_plugins.encoding.image_processors.hf import HFImageProcessor, build_hf_image_processor
-from energon_plugins.encoding.image_processors.inputs import to_pil
-from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
+from energon_plugins import HFImageProcessor, HFImageProcessorOptions, build_hf_image_processor, to_pil
 
 
 def pad_to_square(image: Any, background: tuple[int, int, int]) -> Any:

@@ -5,7 +5,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict, Field
 
 from energon_plugin_llava.template import LLAVA_SYSTEM_PROMPT
-from energon_plugins.encoding.task_encoders.options import MultimodalOptions
+from energon_plugins import MultimodalOptions
 
 DEFAULT_CAPTION_PROMPT = "Provide a brief description of the given image."
 

@@ -20,8 +20,7 @@ from PIL import Image
 
 import energon_plugins
 from energon_plugins import BuildContext, PluginOptionsError
-from energon_plugins.synthetic import build_demo_tokenizer, write_dataset
-from energon_plugins.testing import read_images, write_crude_dataset
+from energon_plugins.testing import build_demo_tokenizer, read_images, write_crude_dataset, write_dataset
 
 IGNORE = -100
 SYSTEM = (
@@ -34,7 +33,7 @@ SIZES = ((20, 16), (72, 60))
 
 def real_batches(dm):
     """One validation pass without the zero-loss fillers that even out the ranks."""
-    from energon_plugins.loading.validation import is_padding_batch
+    from energon_plugins.testing import is_padding_batch
 
     return [batch for batch in dm.val_dataloader().one_pass() if not is_padding_batch(batch)]
 

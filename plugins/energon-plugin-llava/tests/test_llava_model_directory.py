@@ -13,11 +13,9 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
 import yaml
-from click.testing import CliRunner
 
-from energon_plugins import build_datamodule
-from energon_plugins.cli import cli
-from energon_plugins.synthetic import save_demo_tokenizer, write_dataset
+from energon_plugins import build_datamodule, run_cli
+from energon_plugins.testing import save_demo_tokenizer, write_dataset
 
 
 @pytest.fixture(scope="module")
@@ -60,13 +58,12 @@ def test_the_llava_encoder_takes_the_336_px_processor_of_the_model_directory(sit
 
 
 def test_validate_names_the_processor_and_refuses_a_mismatched_token_count(site):
-    runner = CliRunner()
-    result = runner.invoke(cli, ["validate", str(config(site, "names"))])
+    result = run_cli(["validate", str(config(site, "names"))])
     assert result.exit_code == 0, result.output
     model = (site / "llava-1.5").resolve()
     assert f"image processor: hf from {model} (CLIPImageProcessor, 336x336)" in result.output
     bad = config(site, "mismatch", task_encoder={"name": "llava", "options": {"image_tokens": 256}})
-    result = runner.invoke(cli, ["validate", str(bad)])
+    result = run_cli(["validate", str(bad)])
     assert result.exit_code == 1, result.output
     line = next(
         line

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 import energon_plugins
-from energon_plugins.synthetic import build_demo_tokenizer, write_dataset
+from energon_plugins.testing import build_demo_tokenizer, write_dataset
 
 
 @pytest.fixture(scope="module")

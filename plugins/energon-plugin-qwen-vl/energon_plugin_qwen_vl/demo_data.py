@@ -5,7 +5,7 @@
 tokenizer (ChatML, vision tokens). A second run with the same arguments reuses them.
 """
 
-from energon_plugins.demo.examples import main_for, prepare_example_data
+from energon_plugins import main_for, prepare_example_data
 
 IMAGE_SIZE = ((24, 24), (224, 168))
 

@@ -30,30 +30,30 @@ from megatron.energon import CaptioningSample, VidQASample, VQASample, stateless
 
 from energon_plugin_qwen_vl.options import Qwen2VLOptions
 from energon_plugin_qwen_vl.video import QwenVideo
-from energon_plugins.encoding.chat.chatml import ChatMLSample, conversation_cookers, text_turns
-from energon_plugins.encoding.chat.conversation import (
+from energon_plugins import (
+    BuildContext,
+    ChatMLSample,
+    ConfigError,
+    EncodedSample,
+    MultiModalSampleConfig,
+    MultimodalTaskEncoder,
+    UnsupportedSampleError,
+    as_av_decoder,
+    budget_plans,
+    budget_skip,
     build_messages,
+    conversation_cookers,
+    decode_frames,
+    describe_part,
     expand_image_tokens,
+    frame_indices,
+    labelled_videos,
+    misfit,
+    read_video_info,
+    text_turns,
     tokenize_conversation,
     vqa_answer,
 )
-from energon_plugins.encoding.sample_config import MultiModalSampleConfig
-from energon_plugins.encoding.samples import EncodedSample
-from energon_plugins.encoding.task_encoders.multimodal import (
-    MultimodalTaskEncoder,
-    UnsupportedSampleError,
-)
-from energon_plugins.encoding.video.budget import budget_plans, budget_skip, misfit
-from energon_plugins.encoding.video.decode import (
-    as_av_decoder,
-    decode_frames,
-    describe_part,
-    labelled_videos,
-    read_video_info,
-)
-from energon_plugins.encoding.video.sampling import frame_indices
-from energon_plugins.errors import ConfigError
-from energon_plugins.host.context import BuildContext
 
 
 class ImageTagMismatchError(ValueError):

@@ -10,8 +10,7 @@ tensors are handed to it as the 8-bit images they were decoded from.
 from typing import Any
 
 from energon_plugin_qwen_vl.options import Qwen2VLImageProcessorOptions
-from energon_plugins.encoding.image_processors.hf import HFImageProcessor, build_hf_image_processor
-from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
+from energon_plugins import HFImageProcessor, HFImageProcessorOptions, build_hf_image_processor
 
 
 def build_qwen2_vl_image_processor(

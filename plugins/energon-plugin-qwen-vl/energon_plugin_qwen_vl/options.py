@@ -4,7 +4,7 @@ from typing import ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from energon_plugins.encoding.video.options import VideoOptions
+from energon_plugins import VideoOptions
 
 # transformers' Qwen2-VL defaults: 56*56 and 28*28*1280 pixels.
 DEFAULT_MIN_PIXELS = 56 * 56

@@ -14,10 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from energon_plugins.encoding.video.budget import VideoPlan
-from energon_plugins.encoding.video.decode import SampledVideo
-from energon_plugins.encoding.video.options import VideoOptions
-from energon_plugins.encoding.video.sampling import VideoInfo
+from energon_plugins import SampledVideo, VideoInfo, VideoOptions, VideoPlan
 
 
 class QwenVideo:

@@ -21,8 +21,7 @@ from PIL import Image
 
 import energon_plugins
 from energon_plugins import BuildContext, ConfigError, PluginOptionsError
-from energon_plugins.synthetic import build_demo_tokenizer, write_dataset
-from energon_plugins.testing import read_images, write_crude_dataset
+from energon_plugins.testing import build_demo_tokenizer, read_images, write_crude_dataset, write_dataset
 
 IGNORE = -100
 SYSTEM = "You are a helpful assistant."
@@ -35,7 +34,7 @@ SIZES = ((12, 10), (220, 160))
 
 def real_batches(dm):
     """One validation pass without the zero-loss fillers that even out the ranks."""
-    from energon_plugins.loading.validation import is_padding_batch
+    from energon_plugins.testing import is_padding_batch
 
     return [batch for batch in dm.val_dataloader().one_pass() if not is_padding_batch(batch)]
 
@@ -345,7 +344,7 @@ def test_missing_conversations_fail_in_the_cooker_under_the_policy(data, tok):
 
 
 def test_truncation_keeps_whole_images_and_no_open_vision_start(tok, ids):
-    from energon_plugins.encoding.chat.chatml import ChatMLSample
+    from energon_plugins import ChatMLSample
 
     to_tensor = lambda img: torch.from_numpy(__import__("numpy").array(img)).permute(2, 0, 1) / 255.0
     images = [

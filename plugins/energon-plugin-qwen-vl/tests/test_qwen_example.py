@@ -12,10 +12,9 @@ import shutil
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import pytest
-from click.testing import CliRunner
 from energon_plugin_qwen_vl.demo_data import prepare
 
-from energon_plugins.cli import cli
+from energon_plugins import run_cli
 
 EXAMPLE = pathlib.Path(__file__).resolve().parents[3] / "examples" / "qwen2-vl.yaml"
 
@@ -30,13 +29,13 @@ def example(tmp_path_factory):
 
 
 def test_example_validates(example):
-    result = CliRunner().invoke(cli, ["validate", str(example)])
+    result = run_cli(["validate", str(example)])
     assert result.exit_code == 0, result.output
     assert "task_encoder 'qwen2-vl'" in result.output and "image_processor 'qwen2-vl'" in result.output
 
 
 def test_example_benches(example):
-    result = CliRunner().invoke(cli, ["bench", str(example), "--batches", "2", "--json"])
+    result = run_cli(["bench", str(example), "--batches", "2", "--json"])
     assert result.exit_code == 0, result.output
     figures = json.loads(result.output[result.output.index("{") :])
     assert figures["samples"] == 8 and figures["loss_tokens"] > 0

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 import energon_plugins
-from energon_plugins.synthetic import build_demo_tokenizer, write_dataset
+from energon_plugins.testing import build_demo_tokenizer, write_dataset
 
 
 @pytest.fixture(scope="module")
@@ -142,7 +142,7 @@ def test_overlong_cut_for_packing_keeps_no_open_vision_start(data, tok):
     first = int((seq == start_id).nonzero()[0, 0])
     ctx = BuildContext(tokenizer=tok, image_processor=processor(), seq_length=4096)
     enc = energon_plugins.create("task_encoder", "qwen2-vl", None, ctx)
-    from energon_plugins.encoding.samples import EncodedSample
+    from energon_plugins import EncodedSample
 
     sample = EncodedSample(
         __key__="k",

@@ -16,13 +16,13 @@ import pytest
 import torch
 
 import energon_plugins
-from energon_plugins.encoding.video.sampling import frame_indices
-from energon_plugins.synthetic import build_demo_tokenizer
-from energon_plugins.testing import write_crude_dataset
-from energon_plugins.testing.video import (
+from energon_plugins import frame_indices
+from energon_plugins.testing import (
+    build_demo_tokenizer,
     decode_every_frame,
     encode_video,
     video_frames,
+    write_crude_dataset,
     write_vidqa_dataset,
 )
 
@@ -184,7 +184,7 @@ def test_vidqa_and_the_budget(tmp_path, tok):
 
 
 def test_preview_draws_the_frames(videos, tok):
-    from energon_plugins.preview.rows import collect_rows
+    from energon_plugins.testing import collect_rows
 
     path, _ = videos
     rows = collect_rows(datamodule(path, tok), 3)
