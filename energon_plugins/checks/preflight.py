@@ -298,6 +298,7 @@ def _sample_issues(datamodule: Any, count: int, config: DataModuleConfig) -> lis
             )
             if datamodule.batch_format is not None:
                 fmt, label = build_batch_format(datamodule.batch_format, datamodule.build_context())
+                assert fmt is not None  # a format is selected
                 dataset = BatchFormatDataset(dataset, fmt, label=label, encoder=encoder)
             loader = get_loader(dataset)
             loader.pin_memory = False

@@ -5,6 +5,7 @@ webdataset shards per split, a report of the rejected records, and Energon's ind
 :func:`energon_plugins.convert.run.convert_dataset`. A progress bar is drawn on a terminal.
 """
 
+import sys
 from typing import Any
 
 import click
@@ -167,13 +168,14 @@ def convert_command(
     read. Each refusal is a rejected record in OUTPUT's report with its reason: url,
     outside_folder, not_a_file, too_large, too_many_pixels, record_too_large, too_deep.
     """
-    from energon_plugins.cli._output import print_json
+    from energon_plugins.cli._output import print_json, stream_is_terminal
     from energon_plugins.config.overrides import parse_set_option
     from energon_plugins.convert.interrupt import catch_stop_signals, exit_status
     from energon_plugins.convert.run import convert_dataset
 
     parsed = dict(parse_set_option(item, flag="--option") for item in options)
-    bar = _progress_bar(not as_json and click.get_text_stream("stderr").isatty())
+    # sys.stderr rather than click.get_text_stream, deprecated since Click 8.5
+    bar = _progress_bar(not as_json and stream_is_terminal(sys.stderr))
 
     # SIGINT and SIGTERM (a scheduler's pre-emption) stop the run resumably: exit 130 / 143;
     # a second one exits at once (energon_plugins.convert.interrupt)

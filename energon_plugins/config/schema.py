@@ -67,7 +67,7 @@ def _selection_union(registry: Registry, kind: str, *, default: str | None) -> A
         names = [n for n in (spec.name, *spec.aliases) if plain_counts[n] == 1]
         names.append(spec.qualified_name)
         is_default = _is_default(spec, default, plain_counts)
-        name_type: Any = Literal[tuple(names)]  # type: ignore[valid-type]
+        name_type: Any = Literal[tuple(names)]
         if is_default:
             shown = spec.qualified_name if ":" in str(default) else names[0]
             name_field = (name_type, Field(default=shown, description=spec.description))
@@ -108,13 +108,13 @@ def config_schema_model(registry: Registry | None = None) -> type[BaseModel]:
         __doc__="An energon-plugins datamodule config file.",
         task_encoder=(task, Field(default=None, description=fields["task_encoder"].description)),
         validation_task_encoder=(
-            val | InheritTrainEncoder | None,  # type: ignore[operator]
+            val | InheritTrainEncoder | None,
             Field(default=None, description=fields["validation_task_encoder"].description),
         ),
         image_processor=(image, Field(default=None, description=fields["image_processor"].description)),
-        packing=(packing | None, Field(default=None, description=fields["packing"].description)),  # type: ignore[operator]
+        packing=(packing | None, Field(default=None, description=fields["packing"].description)),
         batch_format=(
-            batch_format | None,  # type: ignore[operator]
+            batch_format | None,
             Field(default=None, description=fields["batch_format"].description),
         ),
     )

@@ -251,7 +251,9 @@ def call_in_child(what: str, fn: Callable[..., Any], *args: Any) -> Any:
         Exception: whatever ``fn`` raised (its traceback in ``__cause__``).
     """
     methods = multiprocessing.get_all_start_methods()
-    context = multiprocessing.get_context("fork" if "fork" in methods else "spawn")
+    context = (
+        multiprocessing.get_context("fork") if "fork" in methods else multiprocessing.get_context("spawn")
+    )
     receiver, sender = context.Pipe(duplex=False)
     process = context.Process(
         target=_call_main, args=(sender, os.getpid(), fn, args), name=f"energon-plugins {what}"
@@ -259,6 +261,7 @@ def call_in_child(what: str, fn: Callable[..., Any], *args: Any) -> Any:
     outcome = None
     try:
         start_child(process)
+        assert process.pid is not None  # set by start()
         if hasattr(os, "setpgid"):
             with contextlib.suppress(OSError):  # also set in the child: whichever comes first
                 os.setpgid(process.pid, process.pid)

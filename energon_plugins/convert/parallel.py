@@ -22,7 +22,7 @@ import contextlib
 import dataclasses
 import multiprocessing
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Generator, Iterable, Iterator
 from multiprocessing.connection import Connection, wait
 from typing import Any
 
@@ -214,7 +214,7 @@ def ordered_map(
     initializer: Callable[..., None],
     initargs: tuple = (),
     window: int | None = None,
-) -> Iterator[Any]:
+) -> Generator[Any, None, None]:
     """``fn(item)`` for each item, in order, on ``workers`` processes set up by ``initializer``.
 
     Closing the iterator early (or an exception in the consumer that closes it) kills the

@@ -90,6 +90,7 @@ class ShardStream:
             self._close_open()
         if self._tar is None:
             self._open(self._name(len(self.closed)))
+        assert self._tar is not None
         for extension, data in parts:
             info = tarfile.TarInfo(f"{key}.{extension}")
             info.size = len(data)

@@ -113,6 +113,7 @@ def run_demo(
 
     import_heavy_modules()
     t0 = time.perf_counter()
+    batch_format: dict[str, Any] | str | None
     if config is not None:
         from energon_plugins import build_datamodule
         from energon_plugins.config.load import load_config

@@ -31,7 +31,7 @@ def normalize_kind(kind: str) -> Kind:
     canonical = kind.strip().lower().replace("-", "_")
     if canonical not in KINDS:
         raise ValueError(f"unknown plugin kind {kind!r}; expected one of: {', '.join(KINDS)}")
-    return canonical  # type: ignore[return-value]
+    return canonical
 
 
 def _is_task_encoder(component: Any) -> bool:
@@ -64,7 +64,7 @@ entry accepts any object."""
 
 def component_problem(kind: str, component: Any) -> str | None:
     """Why ``component`` is not a valid ``kind`` component (``None`` when it is)."""
-    what, check = COMPONENT_CHECKS.get(kind, ("", None))  # type: ignore[arg-type]
+    what, check = COMPONENT_CHECKS.get(kind, ("", None))
     if check is None or check(component):
         return None
     return f"returned {type(component).__name__}, which is not {what}"

@@ -98,7 +98,9 @@ class Registry:
                 name=check_name(name, "name"),
                 kind=kind,
                 factory=check_factory(factory),
-                options=check_options(options),
+                # a "module:attr" string is kept as given and imported on first read of
+                # PluginSpec.options, whose declared type is what a read returns
+                options=check_options(options),  # type: ignore[arg-type]
                 description=str(description or ""),
                 aliases=check_aliases(aliases),
                 distribution=distribution,

@@ -128,7 +128,7 @@ def max_over_group(value: int, layout: ParallelLayout, what: str) -> int:
     import torch.distributed as dist
 
     group = layout.dp_group
-    device = "cpu"
+    device: str | torch.device = "cpu"
     if dist.get_backend(group) == "nccl":
         device = torch.device("cuda", torch.cuda.current_device())
     tensor = torch.tensor([int(value)], dtype=torch.int64, device=device)

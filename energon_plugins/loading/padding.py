@@ -88,4 +88,6 @@ def is_padding_batch(batch: Any) -> bool:
     )
     if isinstance(keys, str):
         return keys == PADDING_KEY
-    return bool(keys) and all(key == PADDING_KEY for key in keys)
+    if not keys:
+        return False
+    return all(key == PADDING_KEY for key in keys)

@@ -23,7 +23,7 @@ Two steps make that one line:
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Iterator, Mapping
 from typing import Any
 
 from megatron.energon.errors import ErrorContext, FatalSampleError
@@ -138,7 +138,7 @@ def _frames(exc: BaseException) -> Iterator[Any]:
 
 def _failing_context(exc: BaseException) -> tuple[ErrorContext | None, Any]:
     """Energon's ``ErrorContext`` that raised ``exc`` and the sample it was handling."""
-    code = ErrorContext.handle_errors.__wrapped__.__code__  # type: ignore[attr-defined]
+    code = ErrorContext.handle_errors.__wrapped__.__code__
     for frame in _frames(exc):
         if frame.f_code is code:
             return frame.f_locals.get("self"), frame.f_locals.get("sample")
@@ -246,6 +246,7 @@ def readable_error(exc: BaseException) -> BaseException | None:
             return None
     # An Energon error the worker did not translate: the stage from the text.
     context = _CONTEXT_IN_MESSAGE.search(message)
+    stage: str | None
     if context is not None:
         stage = stage_of(context.group(1))
     else:
@@ -253,7 +254,7 @@ def readable_error(exc: BaseException) -> BaseException | None:
     return _build(LoaderSampleError, _KEY_IN_DUMP.findall(text)[:1], stage or "unknown", message)
 
 
-def with_readable_errors(batches: Iterable[Any]) -> Iterator[Any]:
+def with_readable_errors(batches: Iterable[Any]) -> Generator[Any, None, None]:
     """Iterate ``batches``, raising :func:`readable_error`'s error for a failure."""
     try:
         yield from batches

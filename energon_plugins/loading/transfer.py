@@ -106,6 +106,7 @@ class DevicePrefetcher:
 
     def _copy_ahead(self) -> None:
         assert self._iterator is not None
+        assert self.device is not None, "only an active prefetcher copies ahead"
         try:
             batch = next(self._iterator)
         except StopIteration:

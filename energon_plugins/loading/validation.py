@@ -41,7 +41,7 @@ import dis
 import logging
 import sys
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from typing import Any
 
 from megatron.energon.wrappers.base import BaseWrapperDataset
@@ -156,9 +156,9 @@ class ValidationLoader:
 
     def __repr__(self) -> str:
         length = self._length if self._length is not None else self.batches_per_evaluation
-        length = "not agreed yet" if length is None else str(length)
+        shown = "not agreed yet" if length is None else str(length)
         return (
-            f"ValidationLoader(batches per evaluation: {length}; iter() never ends, as "
+            f"ValidationLoader(batches per evaluation: {shown}; iter() never ends, as "
             "Megatron's evaluation needs: use .one_pass() for one evaluation)"
         )
 
@@ -276,12 +276,12 @@ class ValidationLoader:
         return copy.deepcopy(self._filler)
 
     # ------------------------------------------------------------------ iteration
-    def _real_batches(self) -> Iterator[Any]:
+    def _real_batches(self) -> Generator[Any, None, None]:
         """One pass over this rank's part of the split (restarted from the beginning)."""
         self._counts.load(None)
         return with_readable_errors(self._counts.filter(frozen_for_pass(self._dataloader)))
 
-    def _open_pass(self, total: int) -> tuple[Iterator[Any], Any]:
+    def _open_pass(self, total: int) -> tuple[Generator[Any, None, None], Any]:
         """A new pass and its first batch (``None``: none); settles padding at the first."""
         real = self._real_batches()
         first = next(real, None)

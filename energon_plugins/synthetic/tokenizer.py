@@ -119,7 +119,7 @@ def _special_tokens(family: str, image_token: str) -> dict[str, Any]:
     """The special tokens of a family: {'pad', 'bos', 'eos', 'all'}."""
     if family == "generic" or family == "llava":
         all_tokens = ["<pad>", "<s>", "</s>"]
-        spec = {"pad": "<pad>", "bos": "<s>", "eos": "</s>"}
+        spec: dict[str, Any] = {"pad": "<pad>", "bos": "<s>", "eos": "</s>"}
     elif family == "qwen2":
         all_tokens = list(QWEN2_SPECIAL_TOKENS)
         spec = {"pad": "<|endoftext|>", "bos": None, "eos": "<|im_end|>"}

@@ -62,7 +62,7 @@ def sample_batches(context: Any = None, *, seed: int = 0, count: int = 12) -> li
         packed = index % 2 == 1
         pad = (1, 4)[(index // 2) % 2]
         packing = make_first_fit_decreasing(FirstFitDecreasingOptions(pad_to_multiple_of=pad))
-        encoder = PluginTaskEncoder(
+        encoder: PluginTaskEncoder[Any] = PluginTaskEncoder(
             base.replace(seq_length=CAPACITY, packing=packing),
             padding=("seq_length", "longest")[(index // 4) % 2],
         )

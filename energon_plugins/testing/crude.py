@@ -114,7 +114,9 @@ def read_images(shards: Sequence[Any], key: str) -> list[Any]:
             for member in tar.getmembers():
                 base, _, ext = member.name.partition(".")
                 if base == key and ext.endswith(("png", "jpg")):
-                    found[ext] = tar.extractfile(member).read()
+                    image_file = tar.extractfile(member)
+                    assert image_file is not None, f"{member.name} in {shard} is not a regular file"
+                    found[ext] = image_file.read()
         if found:
             break
     if not found:

@@ -86,10 +86,12 @@ def encode_video(
     codec = CODECS[container]
     buffer = io.BytesIO()
     with av.open(buffer, "w", format=_FORMATS.get(container, container)) as out:
-        stream = None
+        stream: av.VideoStream | None = None
         for frame in frames:
             if stream is None:
-                stream = out.add_stream(codec, rate=fps)
+                added = out.add_stream(codec, rate=fps)
+                assert isinstance(added, av.VideoStream), f"{codec} is a video codec"
+                stream = added
                 stream.height, stream.width = int(frame.shape[0]), int(frame.shape[1])
                 stream.pix_fmt = "yuv420p"
                 if gop is not None:
@@ -109,7 +111,7 @@ def decode_every_frame(data: bytes) -> list[np.ndarray]:
     """Every frame of a video file as ``(H, W, 3)`` uint8 RGB, decoded in order by plain PyAV."""
     import av
 
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), "r") as container:
         return [frame.to_ndarray(format="rgb24") for frame in container.decode(video=0)]
 
 
@@ -117,8 +119,10 @@ def video_size(data: bytes) -> dict[str, Any]:
     """``{"frames", "fps", "width", "height"}`` of a video file, from its stream header."""
     import av
 
-    with av.open(io.BytesIO(data)) as container:
+    with av.open(io.BytesIO(data), "r") as container:
         stream = container.streams.video[0]
+        if stream.average_rate is None:
+            raise ValueError("video_size: the video stream declares no frame rate")
         return {
             "frames": int(stream.frames),
             "fps": float(stream.average_rate),

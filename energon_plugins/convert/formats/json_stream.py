@@ -19,7 +19,7 @@ import functools
 import json
 import pathlib
 import re
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from typing import Any, BinaryIO
 
 from energon_plugins.convert.records import RecordError
@@ -213,7 +213,9 @@ class ArrayElements:
                 pos = found.start()
                 break
             if in_string:
-                pos = _STRING_BODY.match(buf, pos).end()
+                body = _STRING_BODY.match(buf, pos)
+                assert body is not None  # the pattern also matches an empty body
+                pos = body.end()
                 if pos < len(buf):
                     if buf[pos] == 0x5C:  # a backslash ending the chunk: skip what it escapes
                         pos += 2
@@ -345,6 +347,7 @@ def nesting_depth(value: Any, stop_after: int | None = None) -> int:
     pending = [(value, 1)]
     while pending:
         item, level = pending.pop()
+        children: Iterable[Any]
         if isinstance(item, dict):
             children = item.values()
         elif isinstance(item, list):

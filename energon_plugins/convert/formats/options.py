@@ -20,7 +20,7 @@ class LlavaJsonOptions(BaseModel):
         "inside it (symlinks resolved) or a root given with --allow-outside.",
     )
     max_record_bytes: ByteSize = Field(
-        default=DEFAULT_MAX_RECORD_BYTES,
+        default=ByteSize(DEFAULT_MAX_RECORD_BYTES),
         ge=1,
         description="The largest record (an array element or a line), in bytes ('16MiB' "
         "accepted); a larger one is rejected as record_too_large without being kept in memory.",

@@ -6,7 +6,7 @@ of any other type (a user's own encoder's dict or dataclass) passes through unch
 """
 
 import functools
-from typing import Any
+from typing import Any, overload
 
 import torch
 
@@ -72,6 +72,14 @@ def row_keys(batch: MultiModalBatch) -> list[str]:
     if isinstance(keys, (list, tuple)):
         return [str(k) for k in keys]
     return [str(keys)] * int(batch.input_ids.shape[0])
+
+
+@overload
+def flat(tensor: torch.Tensor) -> torch.Tensor: ...
+
+
+@overload
+def flat(tensor: None) -> None: ...
 
 
 def flat(tensor: torch.Tensor | None) -> torch.Tensor | None:

@@ -97,7 +97,9 @@ class MegatronLMFormat(BatchFormat):
         targets[segment_starts_array(batch)] = IGNORE_INDEX  # no target across a boundary
         tokens, labels = self._collapse(batch, targets)
         if packed:
-            offsets = offsets_array(batch).astype(np.int32)
+            laid_out = offsets_array(batch)
+            assert laid_out is not None  # a packed batch has packed_seq_params
+            offsets = laid_out.astype(np.int32)
             cu_lengths = torch.from_numpy(offsets.reshape(1, -1))
             max_lengths = torch.from_numpy(np.diff(offsets).max(keepdims=True))
         else:
@@ -200,6 +202,7 @@ class MegatronLMFormat(BatchFormat):
                 + (f" in {found.tolist()} run(s)" if found is not None else "")
                 + (f" for token counts {counts.tolist()}" if counts is not None else "")
             )
+        assert heads is not None  # found is None without heads, refused above
         return heads
 
 

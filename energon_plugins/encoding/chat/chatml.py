@@ -165,7 +165,7 @@ def text_turns(sample: ChatMLSample) -> list[tuple[str, str]]:
                 f"sample {sample.__key__!r}: conversation[{i}] holds typed parts; this encoder "
                 "reads text turns with image tags (the hf-processor encoder reads parts)"
             )
-    return turns  # type: ignore[return-value]
+    return turns
 
 
 def conversation_cookers(*formats: str) -> list[Cooker]:

@@ -17,8 +17,9 @@ transformers is imported only when a processor is built.
 """
 
 import difflib
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeGuard
 
 from energon_plugins.encoding.image_processors.options import HFImageProcessorOptions
 from energon_plugins.errors import ConfigError, PluginLoadError
@@ -93,14 +94,22 @@ def _fixed_output_size(processor: Any, height: int, width: int) -> tuple[int, in
     return None
 
 
-def _qwen2_vl_grid(processor: Any, height: int, width: int) -> tuple[int, int, int]:
-    """Qwen2-VL's ``(1, h, w)`` patch grid: transformers' own ``smart_resize``, then patches."""
+def _smart_resize_of(processor: Any) -> Callable[..., tuple[int, int]]:
+    """transformers' ``smart_resize`` of ``processor``'s module (Qwen2-VL's when it has none)."""
     import importlib
 
     module = importlib.import_module(type(processor).__module__)
-    smart_resize = getattr(module, "smart_resize", None)
-    if smart_resize is None:
-        from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+    found = getattr(module, "smart_resize", None)
+    if found is not None:
+        return found
+    from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
+
+    return smart_resize
+
+
+def _qwen2_vl_grid(processor: Any, height: int, width: int) -> tuple[int, int, int]:
+    """Qwen2-VL's ``(1, h, w)`` patch grid: transformers' own ``smart_resize``, then patches."""
+    smart_resize = _smart_resize_of(processor)
     patch, merge = int(processor.patch_size), int(processor.merge_size)
     size = getattr(processor, "size", None) or {}
     get = size.get if isinstance(size, dict) else lambda key: getattr(size, key, None)
@@ -196,7 +205,8 @@ def wrap_image_processor(processor: Any) -> Any:
     return processor
 
 
-def _is_image_processor_class(transformers: Any, cls: Any) -> bool:
+def _is_image_processor_class(cls: Any, transformers: Any) -> TypeGuard[type[Any]]:
+    """Whether ``cls`` is an image processor class of ``transformers``."""
     base = getattr(transformers, "BaseImageProcessor", None)
     if not isinstance(cls, type):
         return False
@@ -213,7 +223,7 @@ def _image_processor_class_names(transformers: Any) -> list[str]:
     )
 
 
-def _accepted_kwargs(cls: type) -> set[str] | None:
+def _accepted_kwargs(cls: type[Any]) -> set[str] | None:
     """Keyword arguments ``cls`` documents (its ``valid_kwargs`` TypedDict or signature)."""
     import inspect
     import typing
@@ -233,7 +243,7 @@ def _accepted_kwargs(cls: type) -> set[str] | None:
     return {p.name for p in params if p.name != "self"}
 
 
-def _check_kwargs(cls: type, name: str, kwargs: dict[str, Any]) -> None:
+def _check_kwargs(cls: type[Any], name: str, kwargs: dict[str, Any]) -> None:
     """Reject keyword arguments the class would silently store and ignore."""
     accepted = _accepted_kwargs(cls)
     if accepted is None:
@@ -284,7 +294,7 @@ def build_hf_image_processor(
         return HFImageProcessor(proc)
     name = options.class_name or DEFAULT_CLASS
     cls = getattr(transformers, name, None) if not name.startswith("_") else None
-    if not _is_image_processor_class(transformers, cls):
+    if not _is_image_processor_class(cls, transformers):
         known = _image_processor_class_names(transformers)
         close = difflib.get_close_matches(name, known, n=3, cutoff=0.5)
         hint = f" Did you mean: {', '.join(close)}?" if close else ""

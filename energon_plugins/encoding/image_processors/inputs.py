@@ -72,7 +72,7 @@ def decoder_for(processor: Any) -> Any:
         return raw_image_decoder()
     from megatron.energon import SampleDecoder
 
-    return SampleDecoder(image_decode=decode)  # type: ignore[arg-type]
+    return SampleDecoder(image_decode=decode)
 
 
 def preload_decoding() -> None:
@@ -134,7 +134,7 @@ def _raw_decoder_class() -> type:
                 super().__init__(
                     av_decode=av_decode, video_decode_audio=video_decode_audio, guess_content=guess_content
                 )
-                self._config = {**self._config, "image_decode": RAW_IMAGE_DECODE}
+                self._config = {**self.config(), "image_decode": RAW_IMAGE_DECODE}
                 self._decoder = webdataset.autodecode.Decoder(
                     GuessingHandlerWrapper.wrap(
                         guess_content,

@@ -46,11 +46,12 @@ def new_output(shape: tuple[int, ...], dtype: Any = None) -> Any:
     if torch.utils.data.get_worker_info() is not None:
         from energon_plugins.encoding.memory import shared
 
-        shared = shared.pool() if numel * element >= POOL_MIN_BYTES else None
-        if shared is not None:
-            return shared.take(numel * element).view(dtype).view(shape)
+        shared_pool = shared.pool() if numel * element >= POOL_MIN_BYTES else None
+        if shared_pool is not None:
+            return shared_pool.take(numel * element).view(dtype).view(shape)
         storage = torch.UntypedStorage._new_shared(numel * element)
-        return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))
+        # torch's stubs lack set_(source, offset, size) with the default (contiguous) stride
+        return torch.empty(0, dtype=dtype).set_(storage, 0, tuple(shape))  # type: ignore[call-overload]
     if numel * element < POOL_MIN_BYTES:
         return torch.empty(shape, dtype=dtype)
     return process_pool().take(numel * element).view(dtype).view(shape)

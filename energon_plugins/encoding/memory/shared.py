@@ -148,7 +148,8 @@ def pool() -> SharedOutputPool | None:
         if _POOL is None:
             import torch.multiprocessing.reductions
 
-            _TORCH_REDUCE = reduction.ForkingPickler._extra_reducers[torch.UntypedStorage]
+            # _extra_reducers is ForkingPickler's private reducer table, absent from typeshed.
+            _TORCH_REDUCE = reduction.ForkingPickler._extra_reducers[torch.UntypedStorage]  # type: ignore[attr-defined]
             reduction.ForkingPickler.register(torch.UntypedStorage, reduce_pooled_storage)
             _POOL = SharedOutputPool()
         return _POOL

@@ -35,7 +35,7 @@ import dataclasses
 import operator
 from bisect import bisect_left, bisect_right, insort
 from collections.abc import Sequence
-from typing import Any, ClassVar
+from typing import Any, ClassVar, TypeVar
 
 from pydantic import BaseModel
 
@@ -89,8 +89,9 @@ class PackingStrategy:
 
     name: ClassVar[str] = ""
     options_class: ClassVar[type[PackingOptions]] = PackingOptions
+    options: PackingOptions
 
-    def __init__(self, options: BaseModel | None = None) -> None:
+    def __init__(self, options: PackingOptions | None = None) -> None:
         """Keep validated ``options`` (an instance of :attr:`options_class`; None: defaults)."""
         self.options = options if options is not None else self.options_class()
 
@@ -174,6 +175,7 @@ class FirstFitDecreasing(PackingStrategy):
 
     name = "first-fit-decreasing"
     options_class = FirstFitDecreasingOptions
+    options: FirstFitDecreasingOptions
     bisect_max_samples: ClassVar[int] = 32_768
 
     def _pack(self, lengths: list[int], items: list[int], capacity: int) -> list[list[int]]:
@@ -233,7 +235,7 @@ def _grow(tree: list[int], size: int, capacity: int) -> tuple[list[int], int]:
 
 
 def _refined(
-    strategy: PackingStrategy,
+    strategy: "FirstFitDecreasing | BestFitDecreasing",
     bins: list[list[int]],
     lengths: list[int],
     items: list[int],
@@ -291,6 +293,7 @@ class BestFitDecreasing(PackingStrategy):
 
     name = "best-fit-decreasing"
     options_class = BestFitDecreasingOptions
+    options: BestFitDecreasingOptions
 
     def _pack(self, lengths: list[int], items: list[int], capacity: int) -> list[list[int]]:
         return _refined(self, self._best_fit(lengths, items, capacity), lengths, items, capacity)
@@ -392,7 +395,10 @@ def _is_int(value: Any) -> bool:
     return True
 
 
-def _make(cls: type[PackingStrategy], options: BaseModel | None) -> PackingStrategy:
+_StrategyT = TypeVar("_StrategyT", bound=PackingStrategy)
+
+
+def _make(cls: type[_StrategyT], options: BaseModel | None) -> _StrategyT:
     if options is not None and not isinstance(options, cls.options_class):
         raise TypeError(
             f"{cls.name}: options must be {cls.options_class.__name__}, got {type(options).__name__}"
@@ -402,23 +408,23 @@ def _make(cls: type[PackingStrategy], options: BaseModel | None) -> PackingStrat
 
 def make_none(options: NoPackingOptions | None, context: Any = None) -> NoPacking:
     """Factory of ``none``."""
-    return _make(NoPacking, options)  # type: ignore[return-value]
+    return _make(NoPacking, options)
 
 
 def make_first_fit_decreasing(
     options: FirstFitDecreasingOptions | None, context: Any = None
 ) -> FirstFitDecreasing:
     """Factory of ``first-fit-decreasing``."""
-    return _make(FirstFitDecreasing, options)  # type: ignore[return-value]
+    return _make(FirstFitDecreasing, options)
 
 
 def make_best_fit_decreasing(
     options: BestFitDecreasingOptions | None, context: Any = None
 ) -> BestFitDecreasing:
     """Factory of ``best-fit-decreasing``."""
-    return _make(BestFitDecreasing, options)  # type: ignore[return-value]
+    return _make(BestFitDecreasing, options)
 
 
 def make_greedy_knapsack(options: GreedyKnapsackOptions | None, context: Any = None) -> GreedyKnapsack:
     """Factory of ``greedy-knapsack``."""
-    return _make(GreedyKnapsack, options)  # type: ignore[return-value]
+    return _make(GreedyKnapsack, options)

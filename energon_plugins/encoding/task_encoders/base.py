@@ -168,7 +168,7 @@ class PluginTaskEncoder(
         super().__init_subclass__(**kwargs)
         fn = cls.__dict__.get("encode_sample")
         if fn is not None and not getattr(fn, "__plugin_error_policy__", False):
-            cls.encode_sample = _wrap_encode_sample(fn)  # type: ignore[method-assign]
+            cls.encode_sample = _wrap_encode_sample(fn)
 
     def preflight_problems(self) -> list[str]:
         """Problems this encoder can find without reading data (``energon-plugins validate``
@@ -233,7 +233,7 @@ class PluginTaskEncoder(
                 f"skipped (last: {_sample_key(sample)!r}, {reason}: {exc}); counts so far: "
                 f"{dict(self._error_counts)}"
             ) from exc
-        skip._counted_by = self  # type: ignore[attr-defined]
+        skip._counted_by = self
         raise skip
 
     @stateless

@@ -114,17 +114,19 @@ class ImageTokensMixin:
         must give the token counts (and grids) planned from the image sizes; a difference stops
         the loader, naming the sample (the plan was wrong).
         """
-        pending = [s for s in samples if isinstance(s, PendingImagesSample) and s.pending_images]
+        pending = [
+            (s, s.pending_images) for s in samples if isinstance(s, PendingImagesSample) and s.pending_images
+        ]
         if not pending:
             return samples, None
-        images = [img for s in pending for img in s.pending_images]
+        images = [img for _, own_images in pending for img in own_images]
         processed, pixels = self.process_images(images)
         grid = _get(processed, "image_grid_thw")
         counts = self.image_token_counts(processed, len(images))
         done: dict[int, EncodedSample] = {}
         image = row = 0
-        for sample in pending:
-            n = len(sample.pending_images)
+        for sample, own_images in pending:
+            n = len(own_images)
             own_grid = grid[image : image + n] if grid is not None else None
             rows = int(own_grid.prod(dim=-1).sum()) if own_grid is not None else n
             self._check_plan(sample, counts[image : image + n], own_grid)

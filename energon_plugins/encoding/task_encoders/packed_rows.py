@@ -15,7 +15,7 @@
   ``cu_seqlens_q_padded`` / ``cu_seqlens_kv_padded`` when ``pad_to_multiple_of`` > 1.
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import torch
 from megatron.energon import edataclass, stateless
@@ -68,8 +68,13 @@ class PackAssemblyMixin:
     ``pad_token_id``, ``ignore_index``, ``complete_samples`` and the ``combine_*`` helpers.
     """
 
-    packing_capacity: int
-    pad_to_multiple_of: int
+    if TYPE_CHECKING:  # read-only properties of the selection half (PackSelectionMixin)
+
+        @property
+        def packing_capacity(self) -> int: ...
+
+        @property
+        def pad_to_multiple_of(self) -> int: ...
 
     def truncate_for_packing(self, sample: EncodedSample, capacity: int) -> EncodedSample:
         """Cut an overlong ``sample`` to ``capacity`` tokens.

@@ -80,18 +80,16 @@ class PackSelectionMixin:
         """
         option = int(self._packing_option("pad_to_multiple_of"))
         context = getattr(self, "context", None)
-        parallel = parallel_pad_multiple(
-            int(getattr(context, "cp_size", 1) or 1),
-            int(getattr(context, "tp_size", 1) or 1),
-            getattr(context, "sequence_parallel", None),
-        )
+        cp_size = int(getattr(context, "cp_size", 1) or 1)
+        tp_size = int(getattr(context, "tp_size", 1) or 1)
+        parallel = parallel_pad_multiple(cp_size, tp_size, getattr(context, "sequence_parallel", None))
         multiple = math.lcm(max(option, 1), parallel)
         if option < 1 or self.packing_capacity % multiple:
             source = f"pad_to_multiple_of ({option})"
             if parallel > 1:
                 source += (
-                    f" and the context/sequence parallelism (cp_size {context.cp_size}, tp_size "
-                    f"{context.tp_size}: a multiple of {parallel})"
+                    f" and the context/sequence parallelism (cp_size {cp_size}, tp_size "
+                    f"{tp_size}: a multiple of {parallel})"
                 )
             raise ConfigError(
                 f"packing.options.pad_to_multiple_of: seq_length {self.packing_capacity} must be "
