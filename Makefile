@@ -32,7 +32,7 @@ export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install demo test test-fast test-bridge bench docs clean
+.PHONY: install demo lint test test-fast test-bridge bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -47,7 +47,17 @@ install: $(STAMP)
 demo: $(STAMP)
 	$(VENV)/bin/energon-plugins demo
 
-test: $(STAMP)
+# ruff (lint and format), mypy over energon_plugins, and the import contracts (the layers, the
+# plugins' public face): all configured in pyproject.toml.
+lint: $(STAMP)
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports
+
+# The suite runs in a random order (pytest-randomly prints the seed; replay an order with
+# PYTEST_ARGS=--randomly-seed=N, or keep the file order with PYTEST_ARGS='-p no:randomly').
+test: lint
 	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
