@@ -87,3 +87,11 @@ def small_clip_processor():
     import transformers
 
     return transformers.CLIPImageProcessor(size={"shortest_edge": 28}, crop_size={"height": 28, "width": 28})
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Name the order's seed even under ``-q`` (pytest-randomly prints it only in the header),
+    so a failure that depends on the order can be replayed with ``--randomly-seed=N``."""
+    seed = getattr(config.option, "randomly_seed", None)
+    if seed is not None and not config.getoption("-p", default=None) == ["no:randomly"]:
+        terminalreporter.write_line(f"test order: --randomly-seed={seed}")

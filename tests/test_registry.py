@@ -1,6 +1,7 @@
 """The plugin host: discovery through real entry points, isolation, names, options, env vars."""
 
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -475,7 +476,11 @@ def test_load_time_is_measured_and_a_slow_plugin_is_pointed_out(plugin_path, mon
     with energon_plugins.use_registry(registry):
         result = CliRunner().invoke(cli, ["list"], env={"COLUMNS": "120"})
     assert result.exit_code == 0, result.output
-    assert "energon-plugin-slow takes 0.6 s to load" in " ".join(result.output.split())
+    # the figure is the measured time: 0.6 s or more on a loaded machine
+    assert re.search(
+        r"energon-plugin-slow takes (0\.[6-9]|[1-9][0-9]*(\.[0-9])?) s to load",
+        " ".join(result.output.split()),
+    ), result.output
 
 
 def test_the_light_entry_point_reader_agrees_with_importlib_metadata(plugin_path, monkeypatch, tmp_path):
