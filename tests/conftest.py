@@ -92,6 +92,6 @@ def small_clip_processor():
 def pytest_terminal_summary(terminalreporter, exitstatus, config):
     """Name the order's seed even under ``-q`` (pytest-randomly prints it only in the header),
     so a failure that depends on the order can be replayed with ``--randomly-seed=N``."""
-    seed = getattr(config.option, "randomly_seed", None)
-    if seed is not None and not config.getoption("-p", default=None) == ["no:randomly"]:
+    seed = getattr(config.option, "randomly_seed", None)  # absent under -p no:randomly
+    if seed is not None:
         terminalreporter.write_line(f"test order: --randomly-seed={seed}")
