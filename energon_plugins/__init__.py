@@ -18,6 +18,7 @@ from energon_plugins.errors import (
     PluginLoadError,
     PluginNotFoundError,
     PluginOptionsError,
+    SampleFailedError,
 )
 from energon_plugins.host._markers import ENTRY_POINT_GROUP, hookimpl, hookspec
 from energon_plugins.host.api import available, create, resolve
@@ -49,6 +50,7 @@ _LAZY = {
     "EnergonDataloader": "energon_plugins.loading.dataloader",
     "cyclic_iter": "energon_plugins.loading.dataloader",
     "ValidationLoader": "energon_plugins.loading.validation",
+    "EndlessValidationWarning": "energon_plugins.loading.validation",
     "build_datamodule": "energon_plugins.loading.datamodule",
     "PluginTaskEncoder": "energon_plugins.encoding.task_encoders.base",
     "EncodedSample": "energon_plugins.encoding.samples",
@@ -181,7 +183,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from energon_plugins.loading.dataloader import EnergonDataloader, cyclic_iter
     from energon_plugins.loading.datamodule import EnergonMultiModalDataModule, build_datamodule
-    from energon_plugins.loading.validation import ValidationLoader
+    from energon_plugins.loading.validation import EndlessValidationWarning, ValidationLoader
     from energon_plugins.preview.images import row_images
 
 
@@ -207,6 +209,7 @@ __all__ = [
     "EncodedSample",
     "EnergonDataloader",
     "EnergonMultiModalDataModule",
+    "EndlessValidationWarning",
     "EnergonPluginsError",
     "LoadFailure",
     "MultiModalBatch",
@@ -220,6 +223,7 @@ __all__ = [
     "PluginTaskEncoder",
     "RecordError",
     "Registry",
+    "SampleFailedError",
     "SampledVideo",
     "SourceRecord",
     "ValidationLoader",
