@@ -367,40 +367,47 @@ def test_checkpoint_files_hold_no_repr_of_the_config(vqa_dataset, tokenizer, cli
 
 # ---------------------------------------------------------------------------- freeing
 @pytest.mark.slow
-def _children_settle_at(count, timeout=60.0):
-    """The number of live child processes once it reaches ``count`` (or the timeout passes):
-    a stopped worker takes a moment to exit, longer on a loaded machine."""
+def _own_children(before):
+    """PIDs of live child processes started since ``before`` (a set of PIDs): children of
+    earlier tests that exit meanwhile do not count (they failed this test in some orders)."""
     import multiprocessing
+
+    return {p.pid for p in multiprocessing.active_children()} - before
+
+
+def _own_children_settle(before, timeout=60.0):
+    """How many of this test's children are alive once none is (or the timeout passes): a
+    stopped worker takes a moment to exit, longer on a loaded machine."""
     import time
 
     deadline = time.monotonic() + timeout
-    while len(multiprocessing.active_children()) != count and time.monotonic() < deadline:
+    while _own_children(before) and time.monotonic() < deadline:
         time.sleep(0.1)
-    return len(multiprocessing.active_children())
+    return len(_own_children(before))
 
 
 def test_discarded_loaders_stop_their_workers(vqa_dataset, tokenizer, clip_processor):
     import gc
     import multiprocessing
 
-    before = len(multiprocessing.active_children())
+    before = {p.pid for p in multiprocessing.active_children()}
     dm = make_dm(vqa_dataset, tokenizer, clip_processor, num_workers=2, num_val_workers=2)
     take(dm.train_dataloader(), 2)
     val = dm.val_dataloader()
     list(val.one_pass())
     it = iter(val)
     next(it)
-    assert len(multiprocessing.active_children()) >= before + 4
+    assert len(_own_children(before)) >= 4
     dm.close()  # explicit: workers stop now
-    assert _children_settle_at(before) == before
+    assert _own_children_settle(before) == 0
     assert dm.train_dataloader_object is None and dm.val_dataloader_object is None
 
     dm = make_dm(vqa_dataset, tokenizer, clip_processor, num_workers=0, num_val_workers=2)
     list(dm.val_dataloader().one_pass())
-    assert len(multiprocessing.active_children()) == before + 2
+    assert len(_own_children(before)) == 2
     del dm, val, it
     gc.collect()  # dropped: the workers go with the loader
-    assert _children_settle_at(before) == before
+    assert _own_children_settle(before) == 0
 
 
 # ---------------------------------------------------------------------------- discarded loaders
