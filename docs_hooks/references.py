@@ -9,7 +9,7 @@
   ``plugins/`` in this repository, with their options tables.
 
 Pure functions returning markdown, shared by the mkdocs hook (:mod:`docs_hooks.generate`) and
-``tests/test_docs.py``. Nothing here runs at import time.
+``tests/project/test_docs.py``. Nothing here runs at import time.
 """
 
 import inspect

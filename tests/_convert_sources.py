@@ -16,6 +16,39 @@ from typing import Any
 from PIL import Image, ImageDraw
 
 TAG = "<image>"
+SPLITS = "train=0.7,val=0.15,test=0.15"
+SHARD = "16KiB"
+
+
+def tree_bytes(output: pathlib.Path) -> dict[str, bytes]:
+    """The shards, the report and Energon's split and dataset files: what must be byte-identical."""
+    names = [
+        *output.glob("*.tar"),
+        output / "rejected.jsonl",
+        output / ".nv-meta" / "split.yaml",
+        output / ".nv-meta" / "dataset.yaml",
+    ]
+    return {p.name: p.read_bytes() for p in names}
+
+
+def llava_args(source: "Source", out: pathlib.Path, *extra: str, workers: int = 0) -> list[str]:
+    """``convert`` arguments for the LLaVA source of :func:`write_llava_source` into ``out``."""
+    return [
+        "convert",
+        str(source.path),
+        str(out),
+        "--from",
+        "llava-json",
+        "-o",
+        f"image_folder={source.options['image_folder']}",
+        "--split-ratio",
+        SPLITS,
+        "--shard-size",
+        SHARD,
+        "--workers",
+        str(workers),
+        *extra,
+    ]
 
 
 def image_bytes(kind: str, size: tuple[int, int], seed: int) -> bytes:

@@ -28,7 +28,7 @@ def data_root(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def vqa_dataset(data_root):
-    """A prepared VQA dataset: 60 samples, 5 per shard, 80/20 train/val (48 / 12)."""
+    """A prepared VQA dataset: 60 samples, 5 per shard, 80/20 train/val by shard (45 / 15)."""
     from energon_plugins.synthetic import write_dataset
 
     return write_dataset(data_root / "vqa", kind="vqa", num_samples=60, samples_per_shard=5)

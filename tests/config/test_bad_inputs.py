@@ -5,7 +5,7 @@ The rows cover config files (through ``energon-plugins validate``, the way a use
 them, with what ``validate`` opens: tokenizer, components, dataset metadata, one sample with
 ``--deep``), config text (YAML that is malformed or hostile), datasets the encoder cannot read,
 loader checkpoints, plugins and environment variables. The constructor's own table
-(``tests/test_datamodule_arguments.py``) covers bad keyword arguments.
+(``tests/loading/test_datamodule_arguments.py``) covers bad keyword arguments.
 """
 
 import os
@@ -483,7 +483,7 @@ def test_a_bad_environment_variable_is_named_by_every_verb(monkeypatch, variable
 def test_the_table_has_at_least_sixty_rows_with_the_constructors():
     """The bad inputs above, with the constructor's own table, make the suite the issue asks
     for (at least 60 rows)."""
-    from tests import test_datamodule_arguments as constructor
+    from tests.loading import test_datamodule_arguments as constructor
 
     rows = (
         len(CONFIG_CASES)

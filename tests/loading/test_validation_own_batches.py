@@ -8,9 +8,6 @@ generator.
 """
 
 import json
-import os
-import subprocess
-import sys
 import types
 import warnings
 from pathlib import Path
@@ -21,6 +18,7 @@ from megatron.energon import DefaultTaskEncoder
 import energon_plugins
 from energon_plugins.errors import ConfigError
 from energon_plugins.loading.validation import EndlessValidationWarning
+from tests._ranks import run_worker
 
 WORKER = Path(__file__).with_name("own_batches_worker.py")
 MICRO_BATCH = 4
@@ -130,14 +128,7 @@ def test_two_real_ranks_with_equal_splits_pass_own_batches_and_unequal_ones_all_
     dataset = write_dataset(tmp_path / "vqa", kind="vqa", num_samples=60, samples_per_shard=5)
     out = tmp_path / "out"
     out.mkdir()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
-    proc = subprocess.run(
-        [sys.executable, str(WORKER), str(tmp_path / "rendezvous"), str(dataset.path), str(out)],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    proc = run_worker(WORKER, tmp_path / "rendezvous", dataset.path, out, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stderr[-5000:]
     results = [json.loads((out / f"rank{rank}.json").read_text()) for rank in range(2)]
 

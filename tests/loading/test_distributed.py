@@ -6,14 +6,12 @@ CP pair of DP replica 0, ranks {2, 3} that of replica 1; with DP=4 every rank is
 """
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
 from energon_plugins.synthetic import write_dataset
+from tests._ranks import run_worker
 
 WORLD = 4
 WORKER = Path(__file__).with_name("distributed_worker.py")
@@ -40,22 +38,7 @@ def distributed_run(tmp_path_factory):
     assert len(small.split_keys["val"]) == 3
     out = root / "out"
     out.mkdir()
-    env = dict(os.environ, HF_HUB_OFFLINE="1", PYTHONWARNINGS="ignore")
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(WORKER),
-            str(WORLD),
-            str(root / "rendezvous"),
-            str(big.path),
-            str(small.path),
-            str(out),
-        ],
-        capture_output=True,
-        text=True,
-        env=env,
-        timeout=300,
-    )
+    proc = run_worker(WORKER, WORLD, root / "rendezvous", big.path, small.path, out, timeout=300)
     assert proc.returncode == 0 and proc.stdout.strip().endswith("OK"), proc.stderr[-5000:]
     results = [json.loads((out / f"rank{r}.json").read_text()) for r in range(WORLD)]
     return big, small, out, results

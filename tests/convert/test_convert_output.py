@@ -27,17 +27,16 @@ from energon_plugins import ConvertError, convert_dataset
 from energon_plugins.cli import cli
 from energon_plugins.convert.progress import ConvertProgress, RecordCounter
 from energon_plugins.convert.report import read_report
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _convert_sources import (
+from tests._convert_sources import (
+    SHARD,
+    SPLITS,
     image_bytes,
+    llava_args,
+    tree_bytes,
     write_llava_source,
     write_parquet_source,
     write_sharegpt_source,
 )
-
-SPLITS = "train=0.7,val=0.15,test=0.15"
-SHARD = "16KiB"
 
 
 class Recorder(ConvertProgress):
@@ -60,31 +59,6 @@ class Recorder(ConvertProgress):
 
     def advance(self, done, rejected):
         self.advances.append((done, rejected))
-
-
-def tree_bytes(output: Path) -> dict[str, bytes]:
-    """The shards, the report and Energon's split list (what must be byte-identical)."""
-    names = [*output.glob("*.tar"), output / "rejected.jsonl", output / ".nv-meta" / "split.yaml"]
-    return {p.name: p.read_bytes() for p in names}
-
-
-def llava_args(source, out, *extra):
-    return [
-        "convert",
-        str(source.path),
-        str(out),
-        "--from",
-        "llava-json",
-        "-o",
-        f"image_folder={source.options['image_folder']}",
-        "--split-ratio",
-        SPLITS,
-        "--shard-size",
-        SHARD,
-        "--workers",
-        "0",
-        *extra,
-    ]
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from energon_plugins import hookimpl, load_registry, use_registry
 from energon_plugins.cli import cli
 from energon_plugins.errors import PluginNotFoundError
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 EXAMPLES = sorted((REPO / "examples").glob("*.yaml"))
 BUILTIN_EXAMPLES = [p for p in EXAMPLES if p.name in {"minimal.yaml", "packing.yaml", "full.yaml"}]
 SCRIPT = pathlib.Path(sys.executable).with_name("energon-plugins")

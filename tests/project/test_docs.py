@@ -37,7 +37,7 @@ import pytest
 from docs_hooks import references
 from docs_hooks.model_tables import model_keys
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = Path(__file__).resolve().parents[2]
 DOCS = REPO / "docs"
 EXAMPLES = DOCS / "examples"
 MKDOCS = REPO / ".venv" / "bin" / "mkdocs"

@@ -28,17 +28,17 @@ import energon_plugins
 from energon_plugins import ConvertError, convert_dataset
 from energon_plugins.cli import cli
 from energon_plugins.convert.report import read_report
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _convert_sources import (
+from tests._convert_sources import (
+    SHARD,
+    SPLITS,
+    llava_args,
+    tree_bytes,
     write_llava_source,
     write_parquet_source,
     write_sharegpt_source,
 )
 
 IGNORE = -100
-SPLITS = "train=0.7,val=0.15,test=0.15"
-SHARD = "16KiB"
 WRITERS = {
     "llava-json": write_llava_source,
     "sharegpt": write_sharegpt_source,
@@ -234,16 +234,6 @@ def test_train_batches_through_the_datamodule(converted, fmt, encoder, tiny_llav
 
 
 # ----------------------------------------------------------------------------- determinism, resume
-def tree_bytes(output: Path) -> dict[str, bytes]:
-    names = [
-        *output.glob("*.tar"),
-        output / "rejected.jsonl",
-        output / ".nv-meta" / "split.yaml",
-        output / ".nv-meta" / "dataset.yaml",
-    ]
-    return {p.name: p.read_bytes() for p in names}
-
-
 def test_same_input_gives_byte_identical_shards_whatever_the_workers(converted, tmp_path):
     source, first = converted["llava-json"]
     again = convert_dataset(
@@ -301,24 +291,7 @@ def test_a_killed_run_resumes_without_duplicates(converted, tmp_path):
     assert not (out / ".nv-meta" / "split.yaml").exists()
 
     runner = CliRunner()
-    args = [
-        "convert",
-        str(source.path),
-        str(out),
-        "--from",
-        "llava-json",
-        "-o",
-        f"image_folder={source.options['image_folder']}",
-        "--split-ratio",
-        SPLITS,
-        "--shard-size",
-        SHARD,
-        "--workers",
-        "2",
-        "--max-rejected",
-        "30%",
-        "--json",
-    ]
+    args = llava_args(source, out, "--max-rejected", "30%", "--json", workers=2)
     refused = runner.invoke(cli, args[:-1])
     assert refused.exit_code == 1 and "--resume" in refused.output
     resumed = runner.invoke(cli, [*args, "--resume"])
@@ -505,7 +478,8 @@ def test_images_keep_their_bytes_unless_asked():
 def test_parquet_question_answer_layout(tmp_path):
     import pyarrow as pa
     import pyarrow.parquet as pq
-    from _convert_sources import image_bytes
+
+    from tests._convert_sources import image_bytes
 
     folder = tmp_path / "vqa"
     folder.mkdir()

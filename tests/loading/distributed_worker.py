@@ -1,4 +1,4 @@
-"""The 4-process run driven by ``tests/test_distributed.py``: DP=2 x CP=2, then DP=4.
+"""The 4-process run driven by ``tests/loading/test_distributed.py``: DP=2 x CP=2, then DP=4.
 
 Usage: ``python distributed_worker.py WORLD INIT_FILE DATASET SMALL_DATASET OUT_DIR``.
 The launcher imports torch, megatron-core, Energon and transformers once, then forks one
@@ -23,6 +23,8 @@ os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 import torch
 import torch.distributed as dist
 import torch.utils.data._utils as data_utils
+
+from tests._ranks import fork_ranks
 
 data_utils.MP_STATUS_CHECK_INTERVAL = 0.1
 
@@ -149,8 +151,6 @@ def run_rank(rank, world, init_file, dataset, small_dataset, out_dir) -> None:
 
 def main() -> None:
     """Import once, fork one process per rank, exit non-zero if any rank failed."""
-    import multiprocessing
-
     import megatron.core.parallel_state
     import megatron.core.process_groups_config
     import megatron.energon  # noqa: F401
@@ -159,21 +159,7 @@ def main() -> None:
     import energon_plugins.loading.datamodule  # noqa: F401
 
     world, init_file, dataset, small_dataset, out_dir = sys.argv[1:6]
-    world = int(world)
-    ctx = multiprocessing.get_context("fork")
-    procs = [
-        ctx.Process(target=run_rank, args=(rank, world, init_file, dataset, small_dataset, out_dir))
-        for rank in range(world)
-    ]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=300)
-    codes = [proc.exitcode for proc in procs]
-    if any(code != 0 for code in codes):
-        print(f"rank exit codes: {codes}", file=sys.stderr)
-        sys.exit(1)
-    print("OK")
+    fork_ranks(run_rank, int(world), (int(world), init_file, dataset, small_dataset, out_dir), timeout=300)
 
 
 if __name__ == "__main__":

@@ -45,9 +45,7 @@ from energon_plugins.convert.formats.media import (
 )
 from energon_plugins.convert.records import REASONS
 from energon_plugins.convert.report import read_report
-
-sys.path.insert(0, str(Path(__file__).parent))
-from _convert_sources import image_bytes
+from tests._convert_sources import image_bytes
 
 TAG = "<image>"
 ONE_TURN = [{"from": "human", "value": f"{TAG}\nWhat is it?"}, {"from": "gpt", "value": "A box."}]

@@ -15,7 +15,7 @@ import pytest
 import energon_plugins
 import energon_plugins.testing
 
-PLUGINS = Path(__file__).resolve().parent.parent / "plugins"
+PLUGINS = Path(__file__).resolve().parents[2] / "plugins"
 FACE = {"energon_plugins": energon_plugins, "energon_plugins.testing": energon_plugins.testing}
 
 

@@ -154,7 +154,7 @@ def command(source: pathlib.Path, output: pathlib.Path, *extra: str) -> list[str
 
 def environment() -> dict[str, str]:
     """The child's environment: offline, with this checkout importable."""
-    root = str(pathlib.Path(__file__).resolve().parents[1])
+    root = str(pathlib.Path(__file__).resolve().parents[2])
     path = os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "HF_HUB_OFFLINE": "1", "PYTHONPATH": path, "COLUMNS": "100"}
 

@@ -1,6 +1,6 @@
 """Loader states saved by energon-plugins 0.1.0 restore exactly with today's code.
 
-The fixture (``tests/fixtures/state-0.1.0``, written by its ``make_fixture.py`` with the 0.1.0
+The fixture (``tests/loading/fixtures/state-0.1.0``, written by its ``make_fixture.py`` with the 0.1.0
 code) holds a small prepared dataset, the demo tokenizer, one training-loader state file per
 setup and the sample keys and token digests of the batches that followed each save. Moving a
 module must not change what a saved state means: the fingerprint names components by their

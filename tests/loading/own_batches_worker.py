@@ -1,5 +1,5 @@
 """Two real ranks (gloo) evaluating batches of a user's own type, for
-``tests/test_validation_own_batches.py``.
+``tests/loading/test_validation_own_batches.py``.
 
 Usage: ``python own_batches_worker.py INIT_FILE DATASET OUT_DIR``.
 The launcher imports torch and Energon once, then forks one process per rank (each its own
@@ -24,6 +24,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 import torch
 import torch.distributed as dist
+
+from tests._ranks import fork_ranks
 
 WORLD = 2
 EVALUATIONS = 3
@@ -88,24 +90,12 @@ def run_rank(rank: int, init_file: str, dataset: str, out_dir: str) -> None:
 
 def main() -> None:
     """Import once, fork one process per rank, exit non-zero if any rank failed."""
-    import multiprocessing
-
     import megatron.energon  # noqa: F401 - imported once, before forking
 
     import energon_plugins.loading.datamodule  # noqa: F401
 
     init_file, dataset, out_dir = sys.argv[1:4]
-    ctx = multiprocessing.get_context("fork")
-    procs = [ctx.Process(target=run_rank, args=(rank, init_file, dataset, out_dir)) for rank in range(WORLD)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(timeout=240)
-    codes = [proc.exitcode for proc in procs]
-    if any(code != 0 for code in codes):
-        print(f"rank exit codes: {codes}", file=sys.stderr)
-        sys.exit(1)
-    print("OK")
+    fork_ranks(run_rank, WORLD, (init_file, dataset, out_dir), timeout=240)
 
 
 if __name__ == "__main__":
