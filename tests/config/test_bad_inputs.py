@@ -21,6 +21,8 @@ from energon_plugins.cli import cli
 from energon_plugins.errors import EnergonPluginsError
 from tests._dists import write_distribution
 
+pytestmark = pytest.mark.bad_input
+
 SEQ = 320
 
 
@@ -478,20 +480,3 @@ def test_a_bad_environment_variable_is_named_by_every_verb(monkeypatch, variable
         energon_plugins.reset_registry()
     assert result.exit_code == 1
     assert_named(result.output, *named)
-
-
-def test_the_table_has_at_least_sixty_rows_with_the_constructors():
-    """The bad inputs above, with the constructor's own table, make the suite the issue asks
-    for (at least 60 rows)."""
-    from tests.loading import test_datamodule_arguments as constructor
-
-    rows = (
-        len(CONFIG_CASES)
-        + len(TEXT_CASES)
-        + len(DATASET_CASES)
-        + len(CHECKPOINT_CASES)
-        + len(PLUGIN_CASES)
-        + len(ENV_CASES)
-    )
-    constructor_rows = len(getattr(constructor, "BAD_CALLS", ()))
-    assert rows >= 40 and rows + constructor_rows >= 60, (rows, constructor_rows)
