@@ -11,7 +11,7 @@ build-backend = "setuptools.build_meta"
 
 [project]
 name = "${distribution}"
-version = "0.1.0"
+dynamic = ["version"]  # ${package}.__version__, the one place it is written
 description = "${summary}"
 readme = "README.md"
 requires-python = ">=3.11"
@@ -27,6 +27,9 @@ test = ["pytest>=8"]
 # implementations and imports only pydantic, so `energon-plugins list` stays fast.
 [project.entry-points.energon_plugins]
 ${entry_point} = "${package}.plugin"
+
+[tool.setuptools.dynamic]
+version = { attr = "${package}.__version__" }
 
 [tool.setuptools.packages.find]
 include = ["${package}*"]
