@@ -94,7 +94,7 @@ _LAZY = {
     "energon_image_to_pil": "energon_plugins.encoding.image_processors.hf",
     "HFImageProcessorOptions": "energon_plugins.encoding.image_processors.options",
     "decode_uint8": "energon_plugins.encoding.image_processors.inputs",
-    "image_size": "energon_plugins.encoding.image_processors.inputs",
+    "image_height_width": "energon_plugins.encoding.image_processors.inputs",
     "is_encoded": "energon_plugins.encoding.image_processors.inputs",
     "to_pil": "energon_plugins.encoding.image_processors.inputs",
     "to_uint8_chw": "energon_plugins.encoding.image_processors.inputs",
@@ -105,12 +105,12 @@ _LAZY = {
     "UnsupportedSampleError": "energon_plugins.encoding.task_encoders.multimodal",
     "MultimodalOptions": "energon_plugins.encoding.task_encoders.options",
     "budget_skip": "energon_plugins.encoding.video.budget",
-    "misfit": "energon_plugins.encoding.video.budget",
+    "budget_misfit": "energon_plugins.encoding.video.budget",
     "as_av_decoder": "energon_plugins.encoding.video.decode",
     "describe_part": "energon_plugins.encoding.video.decode",
     "labelled_videos": "energon_plugins.encoding.video.decode",
     "row_images": "energon_plugins.preview.images",
-    "main_for": "energon_plugins.demo.examples",
+    "example_data_main": "energon_plugins.demo.examples",
     "prepare_example_data": "energon_plugins.demo.examples",
     "run_cli": "energon_plugins.cli.runner",
 }
@@ -120,7 +120,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.convert.records import RecordError, SourceRecord
     from energon_plugins.convert.result import ConvertResult
     from energon_plugins.convert.run import convert_dataset
-    from energon_plugins.demo.examples import main_for, prepare_example_data
+    from energon_plugins.demo.examples import example_data_main, prepare_example_data
     from energon_plugins.encoding.batch_formats.base import BatchFormat
     from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
     from energon_plugins.encoding.chat.chatml import (
@@ -145,7 +145,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from energon_plugins.encoding.image_processors.inputs import (
         decode_uint8,
-        image_size,
+        image_height_width,
         is_encoded,
         to_pil,
         to_uint8_chw,
@@ -161,7 +161,7 @@ if TYPE_CHECKING:  # pragma: no cover
         UnsupportedSampleError,
     )
     from energon_plugins.encoding.task_encoders.options import MultimodalOptions
-    from energon_plugins.encoding.video.budget import VideoPlan, budget_plans, budget_skip, misfit
+    from energon_plugins.encoding.video.budget import VideoPlan, budget_misfit, budget_plans, budget_skip
     from energon_plugins.encoding.video.decode import (
         SampledVideo,
         VideoDecodeError,
@@ -274,7 +274,7 @@ __all__ = [
     "energon_image_to_pil",
     "HFImageProcessorOptions",
     "decode_uint8",
-    "image_size",
+    "image_height_width",
     "is_encoded",
     "to_pil",
     "to_uint8_chw",
@@ -285,12 +285,12 @@ __all__ = [
     "UnsupportedSampleError",
     "MultimodalOptions",
     "budget_skip",
-    "misfit",
+    "budget_misfit",
     "as_av_decoder",
     "describe_part",
     "labelled_videos",
     "row_images",
-    "main_for",
+    "example_data_main",
     "prepare_example_data",
     "run_cli",
 ]

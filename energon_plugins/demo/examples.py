@@ -35,7 +35,7 @@ def prepare_example_data(
     return {"path": str(info.path), "tokenizer": str(tokenizer)}
 
 
-def main_for(kind: str, tokenizer_family: str, image_size: Any, description: str) -> Any:
+def example_data_main(kind: str, tokenizer_family: str, image_size: Any, description: str) -> Any:
     """A ``main(argv=None)`` for a plugin's ``python -m <plugin>.demo_data DIR [--samples N]``."""
 
     def main(argv: list[str] | None = None) -> None:

@@ -26,7 +26,7 @@ import energon_plugins
 from energon_plugins.encoding.image_processors.hf import wrap_image_processor
 from energon_plugins.encoding.image_processors.inputs import (
     decoder_for,
-    image_size,
+    image_height_width,
     to_pil,
     to_uint8_chw,
 )
@@ -111,7 +111,7 @@ def test_every_decode_path_gives_the_same_8_bit_pixels(mixed_dataset):
     for key, data in raw.items():
         assert isinstance(data, bytes)  # left encoded: the buffers hold the file
         reference = uint8[key]
-        assert image_size(data) == tuple(reference.shape[-2:])
+        assert image_height_width(data) == tuple(reference.shape[-2:])
         for form in (data, pil[key], floats[key], reference):
             assert torch.equal(to_uint8_chw(form), reference), key
         assert np.array_equal(np.asarray(to_pil(data)), np.asarray(pil[key])), key

@@ -189,7 +189,7 @@ def _channels_first(shape: tuple[int, ...]) -> bool:
     return shape[0] in (1, 3, 4) and (shape[-1] not in (1, 3, 4) or shape[0] <= shape[-1])
 
 
-def image_size(image: Any) -> tuple[int, int]:
+def image_height_width(image: Any) -> tuple[int, int]:
     """``(height, width)`` of any image form; encoded files are read up to their header only."""
     if is_encoded(image):
         width, height = _open(image).size

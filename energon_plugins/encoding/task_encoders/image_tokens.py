@@ -22,7 +22,7 @@ import torch
 from megatron.energon.errors import FatalSampleError
 
 from energon_plugins.encoding.chat.conversation import expand_image_tokens
-from energon_plugins.encoding.image_processors.inputs import image_size
+from energon_plugins.encoding.image_processors.inputs import image_height_width
 from energon_plugins.encoding.samples import EncodedSample, PendingImagesSample
 from energon_plugins.encoding.skips import CountedSkip
 
@@ -83,7 +83,7 @@ class ImageTokensMixin:
         size_for = getattr(proc, "output_size_for", None)
         if not callable(grid_for) and not callable(size_for):
             return None
-        sizes = [image_size(img) for img in images]
+        sizes = [image_height_width(img) for img in images]
         if callable(grid_for):
             grids = [grid_for(h, w) for h, w in sizes]
             if all(g is not None for g in grids):

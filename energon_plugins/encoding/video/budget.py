@@ -83,7 +83,9 @@ def _fewer(frames: int, floor: int, multiple: int) -> int:
     return max(floor, fewer)
 
 
-def misfit(visual_tokens: int, length: int | None, max_visual_tokens: int | None, seq_length: int) -> str:
+def budget_misfit(
+    visual_tokens: int, length: int | None, max_visual_tokens: int | None, seq_length: int
+) -> str:
     """Why a plan does not fit: its visual tokens over ``max_visual_tokens``, or its length
     (``None``: not known yet) over ``seq_length``; empty when it fits."""
     if max_visual_tokens is not None and visual_tokens > max_visual_tokens:
@@ -95,7 +97,7 @@ def misfit(visual_tokens: int, length: int | None, max_visual_tokens: int | None
 
 def budget_skip(key: Any, why: str) -> Any:
     """The counted skip of a sample no plan fits: ``video_budget`` (visual tokens) or
-    ``too_long`` (``seq_length``), with why (:func:`misfit` of the last plan tried)."""
+    ``too_long`` (``seq_length``), with why (:func:`budget_misfit` of the last plan tried)."""
     from energon_plugins.encoding.skips import CountedSkip
 
     reason = BUDGET_REASON if why.startswith("visual") else "too_long"

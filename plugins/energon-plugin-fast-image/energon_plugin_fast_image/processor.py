@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from energon_plugin_fast_image.pil_resize import resize_batch, vertical_first
 from energon_plugin_fast_image.settings import ProcessorSettings, resolve_settings
-from energon_plugins import decode_uint8, image_size, is_encoded, new_output
+from energon_plugins import decode_uint8, image_height_width, is_encoded, new_output
 
 _PIL_CODES = {"nearest": 0, "bilinear": 2, "bicubic": 3}
 
@@ -371,7 +371,7 @@ class FastImageProcessor:
         """``(uint8 HWC tensor, resize target)``; encoded JPEGs in draft mode when allowed."""
         if not (self.jpeg_draft and is_encoded(image) and self.settings.do_resize):
             return to_uint8_hwc(image, index), None
-        target = self.resize_target(*image_size(image))
+        target = self.resize_target(*image_height_width(image))
         return decode_uint8(image, min_size=target, index=index).permute(1, 2, 0), target
 
 

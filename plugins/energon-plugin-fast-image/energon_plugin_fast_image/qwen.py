@@ -20,7 +20,7 @@ import torch.nn.functional as F
 
 from energon_plugin_fast_image.processor import FastBatchFeature, call_items, torch_threads
 from energon_plugin_fast_image.qwen_settings import QwenSettings, resolve_qwen_settings, smart_resize
-from energon_plugins import image_size, is_encoded, new_output, to_uint8_chw
+from energon_plugins import image_height_width, is_encoded, new_output, to_uint8_chw
 
 CHANNELS = 3
 BAND_BYTES = 2 << 20
@@ -87,7 +87,7 @@ class FastQwen2VLProcessor:
     # -- processing ----------------------------------------------------------------------------
     def _resized(self, image: Any, index: int) -> torch.Tensor:
         """One image decoded and resized to its target: uint8 ``(3, h, w)``."""
-        height, width = image_size(image)
+        height, width = image_height_width(image)
         target = self.resize_target(height, width)
         draft = target if self.jpeg_draft and is_encoded(image) else None
         chw = to_uint8_chw(image, min_size=draft, index=index)

@@ -21,10 +21,10 @@ from energon_plugins import (
     SampledVideo,
     VideoPlan,
     as_av_decoder,
+    budget_misfit,
     budget_skip,
     decode_frames,
     frame_indices,
-    misfit,
     read_video_info,
 )
 
@@ -92,7 +92,7 @@ def encode_fitting_videos(
         if predicted is not None:
             visual = sum(predicted) + (known[1] if known else 0)
             length = sum(predicted) + known[0] if known else None
-            why = misfit(visual, length, budget, seq_length)
+            why = budget_misfit(visual, length, budget, seq_length)
             if why:
                 continue
         sampled = [
@@ -103,7 +103,7 @@ def encode_fitting_videos(
         video_tokens = sum(encoded.video_token_counts or ())
         image_tokens = sum(encoded.image_token_counts or ())
         known = (encoded.length - video_tokens, image_tokens)
-        why = misfit(video_tokens + image_tokens, encoded.length, budget, seq_length)
+        why = budget_misfit(video_tokens + image_tokens, encoded.length, budget, seq_length)
         if not why:
             return encoded
     raise budget_skip(key, why)

@@ -5,7 +5,7 @@ GPT-style conversation per sample) and ``DIR/tokenizer`` the offline LLaVA demo 
 (Vicuna v1 template, ``<image>`` token). A second run with the same arguments reuses them.
 """
 
-from energon_plugins import main_for, prepare_example_data
+from energon_plugins import example_data_main, prepare_example_data
 
 IMAGE_SIZE = ((24, 24), (96, 72))
 
@@ -22,7 +22,7 @@ def prepare(directory, *, num_samples: int = 200, seed: int = 0) -> dict[str, st
     )
 
 
-main = main_for("llava", "llava", IMAGE_SIZE, __doc__.splitlines()[0])
+main = example_data_main("llava", "llava", IMAGE_SIZE, __doc__.splitlines()[0])
 
 if __name__ == "__main__":
     main()

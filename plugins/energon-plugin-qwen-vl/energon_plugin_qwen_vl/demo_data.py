@@ -5,7 +5,7 @@
 tokenizer (ChatML, vision tokens). A second run with the same arguments reuses them.
 """
 
-from energon_plugins import main_for, prepare_example_data
+from energon_plugins import example_data_main, prepare_example_data
 
 IMAGE_SIZE = ((24, 24), (224, 168))
 
@@ -22,7 +22,7 @@ def prepare(directory, *, num_samples: int = 200, seed: int = 0) -> dict[str, st
     )
 
 
-main = main_for("chatml", "qwen2", IMAGE_SIZE, __doc__.splitlines()[0])
+main = example_data_main("chatml", "qwen2", IMAGE_SIZE, __doc__.splitlines()[0])
 
 if __name__ == "__main__":
     main()

@@ -39,6 +39,7 @@ from energon_plugins import (
     MultimodalTaskEncoder,
     UnsupportedSampleError,
     as_av_decoder,
+    budget_misfit,
     budget_plans,
     budget_skip,
     build_messages,
@@ -48,7 +49,6 @@ from energon_plugins import (
     expand_image_tokens,
     frame_indices,
     labelled_videos,
-    misfit,
     read_video_info,
     text_turns,
     tokenize_conversation,
@@ -215,7 +215,7 @@ class Qwen2VLTaskEncoder(MultimodalTaskEncoder):
             infos, self.options.video, self.video.frame_multiple, max_pixels=self.video.max_pixels
         ):
             tokens = sum(self.video.predicted_tokens(infos, plan))
-            why = misfit(image_tokens + tokens, fixed + tokens, budget, self.seq_length)
+            why = budget_misfit(image_tokens + tokens, fixed + tokens, budget, self.seq_length)
             if not why:
                 break
         else:
