@@ -12,7 +12,7 @@ processes freeze their own heaps and are left as Energon builds them. In the mai
   under the training loader for the rest of training). Instead each pass goes through
   :func:`frozen_for_pass`: it freezes the heap for the pass when nothing has it frozen (an
   evaluation-only script: passes 1.7x faster beside half a million objects,
-  ``benchmarks/validation_heap.py``), and at the end of the pass gives the freeze back only if
+  ``benchmarks/memory/validation_heap.py``), and at the end of the pass gives the freeze back only if
   no training loader of this process started an iteration meanwhile (that iteration froze the
   heap too, and its freeze must stay).
 

@@ -12,7 +12,7 @@ no refused path was opened through Python (the images are decoded from bytes, so
 path). A file made unreadable with ``chmod 000`` would prove nothing here: the tests run as root.
 
 The memory bounds of the JSON reader are checked with ``tracemalloc``; its time being linear in a
-long string's length is a timing figure, measured by ``benchmarks/convert_long_records.py``
+long string's length is a timing figure, measured by ``benchmarks/convert/convert_long_records.py``
 rather than asserted here.
 """
 

@@ -39,6 +39,9 @@ def test_run_all_quick_writes_every_benchmark(tmp_path):
     data = json.loads((tmp_path / "latest.json").read_text())
     bench = data["benchmarks"]
     assert set(bench) == set(only)
+    # each script's own summary rows, concatenated; no ERROR row
+    assert {row[0] for row in data["summary"]} == {*only, "run"}
+    assert all(row[1] != "ERROR" for row in data["summary"])
     pipelines = bench["pipelines"]["result"]
     for family in ("llava", "qwen"):
         figures = pipelines["families"][family]["0"]
@@ -69,10 +72,17 @@ def test_run_all_quick_writes_every_benchmark(tmp_path):
 
 @pytest.mark.slow
 def test_convert_benchmark_compares_both_sides(tmp_path):
-    """benchmarks/convert.py runs both sides on generated LLaVA JSON and checks they agree."""
+    """benchmarks/convert/convert.py runs both sides on generated LLaVA JSON and checks they agree."""
     out = tmp_path / "convert.json"
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "convert.py"), "--records", "120", "--json", str(out)],
+        [
+            sys.executable,
+            str(ROOT / "benchmarks" / "convert" / "convert.py"),
+            "--records",
+            "120",
+            "--json",
+            str(out),
+        ],
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
         capture_output=True,
         text=True,
@@ -114,11 +124,11 @@ def test_video_benchmark_quick_run_reports_the_ratio(tmp_path):
 
 
 def test_cli_startup_times_a_regular_install_listing_the_same_plugins():
-    """benchmarks/cli_startup.py also times ``list`` in a throwaway environment without the
+    """benchmarks/startup/cli_startup.py also times ``list`` in a throwaway environment without the
     editable-install finders; that environment lists the same plugins, imports nothing heavy."""
     env = {**os.environ, "HF_HUB_OFFLINE": "1"}
     proc = subprocess.run(
-        [sys.executable, str(ROOT / "benchmarks" / "cli_startup.py"), "--runs", "1", "--json"],
+        [sys.executable, str(ROOT / "benchmarks" / "startup" / "cli_startup.py"), "--runs", "1", "--json"],
         env=env,
         capture_output=True,
         text=True,
@@ -132,10 +142,15 @@ def test_cli_startup_times_a_regular_install_listing_the_same_plugins():
     assert regular["cli_median_s"] > 0 and regular["ratio"] > 0
     assert result["goal_met"] == (regular["ratio"] <= result["goal_ratio"])
     assert result["heavy_modules_imported_by_list"] == []
+    figures = {row[0]: row for row in result["summary"]}
+    assert figures["heavy modules imported by `list`"][1:] == ["none", "none", True]
+    goal = figures["`energon-plugins list` / `python -c pass`, regular install (wall; CPU time)"]
+    assert goal[2:] == ["<= 3.0", result["goal_met"]]
 
 
 def _quick_json(script: str, tmp_path: Path) -> dict:
-    """Run ``benchmarks/SCRIPT --quick --json FILE`` offline; return the JSON it wrote."""
+    """Run ``benchmarks/SCRIPT --quick --json FILE`` offline; return the JSON it wrote (its
+    ``summary`` rows checked: ``[figure, value, goal, met]``)."""
     out = tmp_path / f"{Path(script).stem}.json"
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
     proc = subprocess.run(
@@ -146,12 +161,14 @@ def _quick_json(script: str, tmp_path: Path) -> dict:
         timeout=600,
     )
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    return json.loads(out.read_text())
+    result = json.loads(out.read_text())
+    assert result["summary"] and all(len(row) == 4 and isinstance(row[1], str) for row in result["summary"])
+    return result
 
 
 @pytest.mark.slow
 def test_hf_processor_benchmark_times_the_same_pixels_on_both_sides(tmp_path):
-    """benchmarks/hf_processor.py gives the per-batch loop the encoder's processor settings and
+    """benchmarks/processors/hf_processor.py gives the per-batch loop the encoder's processor settings and
     stops unless both paths make the same pixel values (a baseline left at the processor's
     default image size once timed a twentieth of the work)."""
     import importlib.util
@@ -159,12 +176,12 @@ def test_hf_processor_benchmark_times_the_same_pixels_on_both_sides(tmp_path):
 
     import torch
 
-    result = _quick_json("hf_processor.py", tmp_path)
+    result = _quick_json("processors/hf_processor.py", tmp_path)
     assert set(result["samples_per_second"]) == {"encoder", "baseline"}
     assert all(rate > 0 for rate in result["samples_per_second"].values())
 
     spec = importlib.util.spec_from_file_location(
-        "hf_processor_bench", ROOT / "benchmarks" / "hf_processor.py"
+        "hf_processor_bench", ROOT / "benchmarks" / "processors" / "hf_processor.py"
     )
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
@@ -175,9 +192,9 @@ def test_hf_processor_benchmark_times_the_same_pixels_on_both_sides(tmp_path):
 
 
 def test_validation_heap_benchmark_times_both_loaders(tmp_path):
-    """benchmarks/validation_heap.py times validation passes with and without the freeze rule
+    """benchmarks/memory/validation_heap.py times validation passes with and without the freeze rule
     (quick sizes) and writes the keys the summary reads."""
-    result = _quick_json("validation_heap.py", tmp_path)
+    result = _quick_json("memory/validation_heap.py", tmp_path)
     assert result["batches_per_pass"] > 0 and result["objects_in_process"] > 10_000
     assert set(result["median_pass_seconds"]) == {"Energon (no freeze)", "with the freeze rule"}
     assert result["speedup"] > 0

@@ -15,56 +15,29 @@ the script also builds a throwaway virtual environment (no pip) that sees the sa
 plain ``sys.path`` entries and times both commands there; the goal is judged on that one, the
 start-up users get.
 
-With ``--verbs`` it also times what the README promises, each verb a fresh process on the
-demo data (written first into a temporary folder; ``examples/minimal.yaml`` is the config),
-median of ``--verb-runs`` runs: ``--help``, ``list``, ``validate --quick CONFIG`` (the config
-itself) and ``validate CONFIG`` (the components opened too), and ``demo``: the seconds to its
-first output on a terminal (stderr on a pseudo-terminal: the start-up status), to its first
-line on stdout (the result; all a pipe sees) and in all. The machine (CPUs, load average)
-is recorded beside the figures.
+With ``--json`` the figures are printed as JSON, the key ones under ``"summary"``; the
+verbs' own times: ``cli_verbs.py``.
 
-Usage: python benchmarks/cli_startup.py [--runs N] [--json] [--verbs [--verb-runs N]]
+Usage: python benchmarks/startup/cli_startup.py [--runs N] [--json]
 """
 
 import argparse
 import json
 import os
-import platform
-import resource
-import selectors
-import shutil
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from _shared.common import summary_row
+from _shared.processes import CPU_SECONDS, cli_command, timed_run
+
+BENCHMARK = {"name": "cli_startup", "full": ["--runs", "9"], "quick": ["--runs", "1"], "output": "stdout"}
+
 HEAVY = ("torch", "transformers", "megatron", "pydantic", "rich")
-
-
-def _cli() -> list[str]:
-    script = Path(sys.executable).with_name("energon-plugins")
-    if script.exists():
-        return [str(script)]
-    found = shutil.which("energon-plugins")
-    return [found] if found else [sys.executable, "-m", "energon_plugins"]
-
-
-_cpu: dict[str, list[float]] = {}
-"""CPU seconds (user + system) of each command's child process, by command line."""
-
-
-def _time(cmd: list[str], env: dict[str, str]) -> float:
-    """Wall time of one run of ``cmd``; its CPU time is recorded in :data:`_cpu`."""
-    before = resource.getrusage(resource.RUSAGE_CHILDREN)
-    start = time.perf_counter()
-    subprocess.run(cmd, env=env, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wall = time.perf_counter() - start
-    after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
-    _cpu.setdefault(" ".join(cmd), []).append(cpu)
-    return wall
 
 
 def heavy_modules_after_list(env: dict[str, str]) -> list[str]:
@@ -158,19 +131,19 @@ def _alternate(
     probes: dict[str, list[str]] | None = None,
 ) -> dict:
     """Median wall and CPU times of both commands over ``runs`` alternating runs."""
-    _time(baseline_cmd, env)  # warm the file-system cache for both
-    _time(cli_cmd, env)
+    timed_run(baseline_cmd, env)  # warm the file-system cache for both
+    timed_run(cli_cmd, env)
     baseline, cli = [], []
     probe_times: dict[str, list[float]] = {label: [] for label in probes or {}}
     for _ in range(runs):
-        baseline.append(_time(baseline_cmd, env))
-        cli.append(_time(cli_cmd, env))
+        baseline.append(timed_run(baseline_cmd, env))
+        cli.append(timed_run(cli_cmd, env))
         for label, cmd in (probes or {}).items():
-            probe_times[label].append(_time(cmd, env))
+            probe_times[label].append(timed_run(cmd, env))
     base_median = statistics.median(baseline)
     cli_median = statistics.median(cli)
-    base_cpu = statistics.median(_cpu[" ".join(baseline_cmd)][1:])
-    cli_cpu = statistics.median(_cpu[" ".join(cli_cmd)][1:])
+    base_cpu = statistics.median(CPU_SECONDS[" ".join(baseline_cmd)][1:])
+    cli_cpu = statistics.median(CPU_SECONDS[" ".join(cli_cmd)][1:])
     return {
         "baseline_command": " ".join(baseline_cmd),
         "cli_command": " ".join(cli_cmd),
@@ -199,7 +172,7 @@ def measure(runs: int = 7) -> dict:
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "COLUMNS": "120"}
     env.pop("PYTHONDONTWRITEBYTECODE", None)
     probes = {label: [sys.executable, "-c", code] for label, code in BREAKDOWN.items()}
-    editable = _alternate([sys.executable, "-c", "pass"], [*_cli(), "list"], env, runs, probes)
+    editable = _alternate([sys.executable, "-c", "pass"], [*cli_command(), "list"], env, runs, probes)
     with tempfile.TemporaryDirectory() as folder:
         python = str(regular_install(Path(folder)))
         regular_cli = [python, "-c", CONSOLE_SCRIPT, "list"]
@@ -210,7 +183,7 @@ def measure(runs: int = 7) -> dict:
             runs,
             {label: [python, "-c", code] for label, code in REGULAR_BREAKDOWN.items()},
         )
-        regular["same_rows_listed"] = listed(regular_cli, env) == listed([*_cli(), "list"], env)
+        regular["same_rows_listed"] = listed(regular_cli, env) == listed([*cli_command(), "list"], env)
     return {
         **editable,
         "runs": runs,
@@ -221,129 +194,38 @@ def measure(runs: int = 7) -> dict:
     }
 
 
-EXAMPLE_CONFIG = Path(__file__).resolve().parent.parent / "examples" / "minimal.yaml"
-"""The config ``validate`` is timed on (its paths point at ``../.cache/demo``)."""
-
-
-def first_output(cmd: list[str], env: dict[str, str], timeout: float = 600) -> dict[str, float]:
-    """Run ``cmd`` with stderr on a pseudo-terminal and stdout on a pipe; return the seconds to
-    the first byte on the terminal (``first_terminal_s``), to the first byte on stdout
-    (``first_stdout_s``) and to the end (``total_s``)."""
-    import pty
-
-    master, slave = pty.openpty()
-    start = time.perf_counter()
-    proc = subprocess.Popen(
-        cmd, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=slave, close_fds=True
-    )
-    os.close(slave)
-    seen: dict[str, float] = {}
-    with selectors.DefaultSelector() as selector:
-        selector.register(master, selectors.EVENT_READ, "first_terminal_s")
-        selector.register(proc.stdout, selectors.EVENT_READ, "first_stdout_s")
-        while selector.get_map() and time.perf_counter() - start < timeout:
-            for key, _ in selector.select(timeout=0.5):
-                try:
-                    data = os.read(key.fd, 65536)
-                except OSError:  # the terminal's other end is closed
-                    data = b""
-                if not data:
-                    selector.unregister(key.fileobj)
-                    continue
-                seen.setdefault(key.data, time.perf_counter() - start)
-    proc.wait(timeout=timeout)
-    total = time.perf_counter() - start
-    os.close(master)
-    proc.stdout.close()
-    if proc.returncode != 0:
-        raise subprocess.CalledProcessError(proc.returncode, cmd)
-    return {
-        "first_terminal_s": round(seen.get("first_terminal_s", total), 3),
-        "first_stdout_s": round(seen.get("first_stdout_s", total), 3),
-        "total_s": round(total, 3),
-    }
-
-
-def machine() -> dict:
-    """What the figures were measured on."""
-    return {
-        "platform": platform.platform(),
-        "python": sys.version.split()[0],
-        "cpus": os.cpu_count(),
-        "load_average_1min": round(os.getloadavg()[0], 2),
-    }
-
-
-def measure_verbs(runs: int = 3) -> dict:
-    """Median wall seconds of each verb (fresh processes, alternating) on the demo data."""
-    env = {
-        **os.environ,
-        "HF_HUB_OFFLINE": "1",
-        "TRANSFORMERS_OFFLINE": "1",
-        "COLUMNS": "120",
-        "TERM": os.environ.get("TERM", "xterm-256color"),
-    }
-    env.pop("PYTHONDONTWRITEBYTECODE", None)
-    cli = _cli()
-    box = machine()
-    with tempfile.TemporaryDirectory() as folder:
-        root = Path(folder)
-        cache = root / ".cache" / "demo"
-        subprocess.run(
-            [*cli, "demo", "--prepare-only", "--cache-dir", str(cache)],
-            env=env,
-            check=True,
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+def summary_rows(result: dict) -> list[list]:
+    """The key figures for ``run_all.py``: ``list`` against ``python -c pass``, heavy imports."""
+    regular = result["regular_install"]
+    rows = [
+        summary_row(
+            "`energon-plugins list` / `python -c pass`, regular install (wall; CPU time)",
+            f"{regular['cli_median_s'] * 1000:.0f} / {regular['baseline_median_s'] * 1000:.0f} ms "
+            f"({regular['ratio']}x; CPU {regular.get('cpu_ratio')}x)",
+            f"<= {result['goal_ratio']}",
+            regular["ratio"] <= result["goal_ratio"],
         )
-        (root / "examples").mkdir()
-        config = str(shutil.copy(EXAMPLE_CONFIG, root / "examples" / EXAMPLE_CONFIG.name))
-        help_text = subprocess.run(
-            [*cli, "validate", "--help"], env=env, check=True, capture_output=True, text=True
-        ).stdout
-        commands = {"energon-plugins --help": [*cli, "--help"], "energon-plugins list": [*cli, "list"]}
-        if "--quick" in help_text:
-            commands["energon-plugins validate --quick CONFIG"] = [*cli, "validate", "--quick", config]
-        commands["energon-plugins validate CONFIG"] = [*cli, "validate", config]
-        demo = [*cli, "demo", "--cache-dir", str(cache)]
-        for cmd in commands.values():  # warm the file-system cache and the byte-code
-            _time(cmd, env)
-        times: dict[str, list[float]] = {label: [] for label in commands}
-        demo_runs: list[dict[str, float]] = []
-        for _ in range(runs):
-            for label, cmd in commands.items():
-                times[label].append(_time(cmd, env))
-            demo_runs.append(first_output(demo, env))
-    box["load_average_1min_end"] = round(os.getloadavg()[0], 2)
-    return {
-        "runs": runs,
-        "config": "examples/minimal.yaml on the demo data",
-        "machine": box,
-        "median_s": {label: round(statistics.median(values), 3) for label, values in times.items()},
-        "cpu_median_s": {
-            label: round(statistics.median(_cpu[" ".join(cmd)][-runs:]), 3) for label, cmd in commands.items()
-        },
-        "demo_median_s": {
-            key: round(statistics.median(run[key] for run in demo_runs), 3)
-            for key in ("first_terminal_s", "first_stdout_s", "total_s")
-        },
-    }
-
-
-def print_verbs(verbs: dict) -> None:
-    """Print :func:`measure_verbs`'s figures."""
-    box = verbs["machine"]
-    print(
-        f"CLI verbs, median of {verbs['runs']} runs each ({verbs['config']}; {box['cpus']} CPUs, "
-        f"load average {box['load_average_1min']} at the start, {box['load_average_1min_end']} "
-        f"at the end; {box['platform']}):"
+    ]
+    floor = regular["breakdown_median_s"].get("import pluggy (loads every plugin)")
+    if floor:
+        rows.append(
+            summary_row(
+                "`import pluggy` alone / `python -c pass`, regular install",
+                f"{floor / regular['baseline_median_s']:.2f}x (a floor of `list`)",
+            )
+        )
+    rows.append(
+        summary_row(
+            "the same in the project's .venv (editable installs)",
+            f"{result['cli_median_s'] * 1000:.0f} / {result['baseline_median_s'] * 1000:.0f} ms "
+            f"({result['ratio']}x)",
+        )
     )
-    for label, seconds in verbs["median_s"].items():
-        print(f"    {label:<46} {seconds:8.2f} s (CPU {verbs['cpu_median_s'][label]:.2f} s)")
-    demo = verbs["demo_median_s"]
-    print(f"    {'energon-plugins demo: first output (terminal)':<46} {demo['first_terminal_s']:8.2f} s")
-    print(f"    {'energon-plugins demo: first line on stdout':<46} {demo['first_stdout_s']:8.2f} s")
-    print(f"    {'energon-plugins demo: in all':<46} {demo['total_s']:8.2f} s")
+    heavy = result["heavy_modules_imported_by_list"]
+    rows.append(
+        summary_row("heavy modules imported by `list`", ", ".join(heavy) or "none", "none", not heavy)
+    )
+    return rows
 
 
 def main() -> None:
@@ -351,14 +233,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=7)
     parser.add_argument("--json", action="store_true")
-    parser.add_argument(
-        "--verbs", action="store_true", help="also time --help, list, validate and demo on the demo data"
-    )
-    parser.add_argument("--verb-runs", type=int, default=3)
     args = parser.parse_args()
     result = measure(args.runs)
-    if args.verbs:
-        result["verbs"] = measure_verbs(args.verb_runs)
+    result["summary"] = summary_rows(result)
     if args.json:
         print(json.dumps(result, indent=2))
         return
@@ -390,8 +267,6 @@ def main() -> None:
         print(f"    {label:<30} {seconds * 1000:8.1f} ms")
     heavy = result["heavy_modules_imported_by_list"]
     print(f"  heavy modules imported by list: {', '.join(heavy) if heavy else 'none'}")
-    if "verbs" in result:
-        print_verbs(result["verbs"])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """How ``convert`` reads JSON records with a very long string, and a very deep one.
 
-Run: ``python benchmarks/convert_long_records.py [--sizes 32,64,128] [--old] [--json out.json]``.
+Run: ``python benchmarks/convert/convert_long_records.py [--sizes 32,64,128] [--old] [--json out.json]``.
 
 For each size (MiB), one record whose answer is a string that long is written as a JSON array
 (``[{...}]``) and as JSON Lines; the figure is the CPU seconds to read it the way ``convert`` does
@@ -17,16 +17,26 @@ traced memory peak (``tracemalloc``) of reading all three (the deep one is rejec
 
 import argparse
 import json
+import math
 import sys
 import tempfile
 import time
 import tracemalloc
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import print_table, write_json
+from _shared.common import print_table, summary_row, write_json
+
+BENCHMARK = {
+    "name": "convert_long_records",
+    "full": [],
+    "quick": ["--sizes", "4,8", "--repeats", "1"],
+    "output": "file",
+}
+
+LINEAR_GOAL = 3.0
+"""Most the reading time may grow per doubling of the string (linear: 2, quadratic: 4)."""
 
 
 def read_all(path: Path, **caps) -> int:
@@ -134,7 +144,47 @@ def main() -> None:
         [[count, deep_figure["seconds"], deep_figure["peak_mb"]]],
     )
     if args.json:
-        write_json(args.json, "convert_long_records", {"long_string": figures, "deep": deep_figure})
+        result = {"long_string": figures, "deep": deep_figure}
+        write_json(args.json, "convert_long_records", {**result, "summary": summary_rows(result)})
+
+
+def growth_per_doubling(small: dict, large: dict, key: str) -> float:
+    """How much the time ``key`` grows per doubling of the size between two figures."""
+    ratio = large[key] / max(small[key], 1e-9)
+    return round(ratio ** (math.log(2) / math.log(large["mib"] / small["mib"])), 2)
+
+
+def summary_rows(result: dict) -> list[list]:
+    """The key figures for ``run_all.py``: seconds per size, the growth between the two largest
+    sizes (goal: linear), and the deep record's seconds and memory."""
+    sizes = result["long_string"]
+    rows = [
+        summary_row(
+            f"one record with a {figure['mib']} MiB string: CPU s, array / JSON Lines",
+            f"{figure['array_s']} / {figure['jsonl_s']}",
+        )
+        for figure in sizes
+    ]
+    if len(sizes) >= 2:
+        small, large = sizes[-2], sizes[-1]
+        array, lines = (growth_per_doubling(small, large, key) for key in ("array_s", "jsonl_s"))
+        rows.append(
+            summary_row(
+                f"reading time per doubling of the string ({small['mib']} -> {large['mib']} MiB), "
+                "array / JSON Lines",
+                f"{array}x / {lines}x",
+                f"<= {LINEAR_GOAL}x (linear 2x, quadratic 4x)",
+                max(array, lines) <= LINEAR_GOAL,
+            )
+        )
+    deep = result["deep"]
+    rows.append(
+        summary_row(
+            "a record nested 10^6 deep between two small ones: records read, s, traced peak MB",
+            f"{deep['records']}, {deep['seconds']} s, {deep['peak_mb']} MB",
+        )
+    )
+    return rows
 
 
 if __name__ == "__main__":

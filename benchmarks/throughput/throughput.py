@@ -1,6 +1,6 @@
 """Loader throughput of the default pipeline with 0, 1 and 2 worker processes.
 
-Run: ``python benchmarks/throughput.py [--workers 0 1 2] [--rounds 2] [--batches 30]
+Run: ``python benchmarks/throughput/throughput.py [--workers 0 1 2] [--rounds 2] [--batches 30]
 [--json out.json] [--quick]``.
 
 The datamodule is built from the demo config (``multimodal`` encoder, ``hf`` CLIP processor,
@@ -17,10 +17,12 @@ import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import print_table, write_json
-from _pipeline import load_average, prepare, quiet_loading, timed_batches
+from _shared.common import print_table, summary_row, write_json
+from _shared.pipeline import load_average, prepare, quiet_loading, timed_batches
+
+BENCHMARK = {"name": "throughput", "full": [], "quick": ["--quick"], "output": "file"}
 
 
 def _fast_worker_shutdown() -> None:
@@ -69,6 +71,19 @@ def measure(workers: list[int], rounds: int, batches: int, cache_dir: str | None
     return {"workers": out, "rounds": rounds, "batches_per_round": batches, "load_average": load_average()}
 
 
+def summary_rows(result: dict) -> list[list]:
+    """The key figures for ``run_all.py``: samples/s per worker count against the first count."""
+    first = next(iter(result["workers"]))
+    return [
+        summary_row(
+            f"{workers} workers: samples/s, best (median; x {first} workers; first batch)",
+            f"{r['samples_per_s_best']} ({r['samples_per_s_median']}; {r['ratio_to_first']}x; "
+            f"{r['first_batch_s_median']} s)",
+        )
+        for workers, r in result["workers"].items()
+    ]
+
+
 def main(argv=None) -> dict:
     """Measure, print a table, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -98,6 +113,7 @@ def main(argv=None) -> dict:
         ["workers", "samples/s (best)", "samples/s (median)", "ratio", "first batch s"],
         rows,
     )
+    result["summary"] = summary_rows(result)
     if args.json:
         print(f"wrote {write_json(args.json, 'throughput', result)}")
     return result

@@ -1,11 +1,12 @@
 """Packing through the real encoder path: fill ratio with and without carry-over.
 
-Run: ``python benchmarks/packing_encoder.py [--samples 6000] [--seed 0] [--json out.json]``.
+Run: ``python benchmarks/packing/packing_encoder.py [--samples 6000] [--dataset-size 4000] [--seed 0]
+[--json out.json]``.
 
 Writes a VQA dataset with Energon's prepare API (``energon_plugins.synthetic.write_dataset``)
 and reads it through ``EnergonMultiModalDataModule`` and Energon's savable loader, with a
 :class:`~energon_plugins.PluginTaskEncoder` whose ``encode_sample`` gives each sample the
-length that ``benchmarks/packing.py`` draws for its index (60% text around 250 tokens, 40%
+length that ``benchmarks/packing/packing.py`` draws for its index (60% text around 250 tokens, 40%
 576 or 1,152 image tokens plus text around 120; capacity 4,096). Packing is the encoder's own
 (``select_samples_to_pack`` / ``pack_selected_samples`` in Energon's ``PackingDataset``, or the
 carry-over stage). The loader runs until about ``--samples`` samples have been packed (the
@@ -20,10 +21,17 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import goal_line, print_table, write_json
-from packing import sample_lengths
+from _shared.common import goal_line, goal_rows, print_table, write_json
+from _shared.lengths import sample_lengths
+
+BENCHMARK = {
+    "name": "packing_encoder",
+    "full": [],
+    "quick": ["--samples", "300", "--dataset-size", "400"],
+    "output": "file",
+}
 
 CAPACITY = 4096
 BUFFER_SIZES = (50, 200, 1000)
@@ -97,13 +105,14 @@ def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=6000, help="samples packed per run")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dataset-size", type=int, default=4000, help="samples in the dataset")
     parser.add_argument("--data", help="dataset folder (default: a temporary one)")
     parser.add_argument("--json", help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
 
     from energon_plugins.synthetic import write_dataset
 
-    dataset_size = 4000
+    dataset_size = args.dataset_size
     lengths = sample_lengths(dataset_size, args.seed)
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(args.data) if args.data else Path(tmp) / "vqa"
@@ -158,6 +167,7 @@ def main(argv=None) -> int:
     print("Goals:")
     for label, ok, detail in goals:
         print("  " + goal_line(label, ok, detail))
+    goal_records = [{"goal": g, "met": ok, "detail": d} for g, ok, d in goals]
     if args.json:
         path = write_json(
             args.json,
@@ -167,7 +177,8 @@ def main(argv=None) -> int:
                 "seed": args.seed,
                 "capacity": CAPACITY,
                 "results": results,
-                "goals": [{"goal": g, "met": ok, "detail": d} for g, ok, d in goals],
+                "goals": goal_records,
+                "summary": goal_rows(goal_records),
             },
         )
         print(f"wrote {path}")

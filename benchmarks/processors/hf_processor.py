@@ -1,6 +1,6 @@
 """The ``hf-processor`` encoder against a hand-written loop that calls the processor per batch.
 
-Run: ``python benchmarks/hf_processor.py [--samples N] [--batch B] [--family F] [--json FILE]``.
+Run: ``python benchmarks/processors/hf_processor.py [--samples N] [--batch B] [--family F] [--json FILE]``.
 
 The baseline is what Megatron-Bridge's generic ``HFEncoderTaskEncoder`` does (its
 ``encode_sample`` only reshapes the sample; its ``batch`` hands the batch to a per-processor
@@ -22,11 +22,17 @@ import sys
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import print_table, write_json
-from _realistic import photo, text
+from _shared.common import print_table, summary_row, write_json
+from _shared.realistic import photo, text
+
+BENCHMARK = {
+    "name": "hf_processor",
+    "full": ["--samples", "96", "--repeats", "3"],
+    "quick": ["--quick"],
+    "output": "file",
+}
 
 
 def conversations(count: int, seed: int):
@@ -119,6 +125,7 @@ def encoder_batches(encoder, samples, batch_size):
 
 
 def main() -> None:
+    """Time both paths on the same samples, print the table, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--samples", type=int, default=96)
     parser.add_argument("--batch", type=int, default=8)
@@ -207,18 +214,26 @@ def main() -> None:
         f"ratio encoder / baseline: {ratio:.2f}x (per-sample processor calls with exact "
         "lengths and labels vs one call per batch)"
     )
+    figures = {
+        "family": args.family,
+        "samples": args.samples,
+        "batch": args.batch,
+        "samples_per_second": {k: round(v, 2) for k, v in rates.items()},
+        "ratio_encoder_over_baseline": round(ratio, 3),
+    }
     if args.json:
-        write_json(
-            args.json,
-            "hf_processor",
-            {
-                "family": args.family,
-                "samples": args.samples,
-                "batch": args.batch,
-                "samples_per_second": {k: round(v, 2) for k, v in rates.items()},
-                "ratio_encoder_over_baseline": round(ratio, 3),
-            },
+        write_json(args.json, "hf_processor", {**figures, "summary": summary_rows(figures)})
+
+
+def summary_rows(figures: dict) -> list[list]:
+    """The key figure for ``run_all.py``: samples/s of the encoder against the per-batch loop."""
+    rates = figures["samples_per_second"]
+    return [
+        summary_row(
+            f"samples/s, hf-processor / per-batch processor loop ({figures['family']}, 1 thread)",
+            f"{rates['encoder']} / {rates['baseline']} ({figures['ratio_encoder_over_baseline']:.2f}x)",
         )
+    ]
 
 
 if __name__ == "__main__":

@@ -13,7 +13,8 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-DEFAULT_CACHE = Path(__file__).resolve().parent / "results" / ".cache"
+from . import CACHE_DIR as DEFAULT_CACHE
+
 BATCH = 8
 SEQ_LENGTH = 320
 
@@ -90,3 +91,21 @@ def load_average() -> float | None:
         return round(os.getloadavg()[0], 2)
     except OSError:  # pragma: no cover - not on Linux
         return None
+
+
+def interleave(contenders: dict, rounds: int, batches: int, warmup: int = 3) -> dict:
+    """Per-round CPU and wall samples/s of each ``name -> (iterator, before_fn)``."""
+    for iterator, before in contenders.values():
+        before()
+        timed_batches(iterator, warmup)
+    names = list(contenders)
+    cpu = {n: [] for n in names}
+    wall = {n: [] for n in names}
+    for r in range(rounds):
+        for name in names if r % 2 == 0 else names[::-1]:
+            iterator, before = contenders[name]
+            before()
+            samples, wall_s, cpu_s = timed_batches(iterator, batches)
+            cpu[name].append(samples / cpu_s)
+            wall[name].append(samples / wall_s)
+    return {"cpu": cpu, "wall": wall}

@@ -1,6 +1,6 @@
 """Batch formats: the loader's throughput with each format against the same loader without one.
 
-Run: ``python benchmarks/batch_formats.py [--rounds 8] [--batches 10] [--json out.json] [--quick]``.
+Run: ``python benchmarks/throughput/batch_formats.py [--rounds 8] [--batches 10] [--json out.json] [--quick]``.
 
 Every loader is ``EnergonMultiModalDataModule.from_config(config)`` on the shared demo pipeline
 (0 workers, so all the work, the format's included, is in this process) and differs only in
@@ -25,11 +25,12 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import goal_line, print_table, write_json
-from _pipeline import load_average, prepare, quiet_loading, timed_batches
-from overhead import interleave
+from _shared.common import goal_line, goal_rows, print_table, write_json
+from _shared.pipeline import interleave, load_average, prepare, quiet_loading, timed_batches
+
+BENCHMARK = {"name": "batch_formats", "full": [], "quick": ["--quick"], "output": "file"}
 
 GOAL_RATIO = 0.98
 FORMATS = ("megatron-bridge", "megatron-lm", "hf")
@@ -174,6 +175,7 @@ def main(argv=None) -> dict:
         rows,
     )
     result["goals"] = goals
+    result["summary"] = goal_rows(goals)
     print("Goals:")
     for goal in goals:
         print("  " + goal_line(goal["goal"], goal["met"], goal["detail"]))

@@ -1,7 +1,7 @@
 """Validation passes at 0 workers beside a model-sized heap: the project's freeze rule against
 Energon's validation loader in the main process.
 
-Run: ``python benchmarks/validation_heap.py [--objects N] [--rounds R] [--json FILE]``.
+Run: ``python benchmarks/memory/validation_heap.py [--objects N] [--rounds R] [--json FILE]``.
 
 Energon's ``GcDataset`` collects every 10 batches. A validation loader in the main process does
 not freeze the heap itself (the end of its pass would unfreeze the training loader's), so in
@@ -21,9 +21,23 @@ import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import print_table, write_json
+from _shared.common import print_table, summary_row, write_json
+
+BENCHMARK = {"name": "validation_heap", "full": [], "quick": ["--quick"], "output": "file"}
+
+
+def summary_rows(figures: dict) -> list[list]:
+    """The key figure for ``run_all.py``: seconds per pass without and with the freeze rule."""
+    return [
+        summary_row(
+            f"validation pass at 0 workers beside ~{figures['objects_in_process']:,} objects: "
+            "Energon (no freeze) / with the freeze rule, s",
+            " / ".join(f"{v:.3f}" for v in figures["median_pass_seconds"].values())
+            + f" ({figures['speedup']}x)",
+        )
+    ]
 
 
 def main() -> None:
@@ -88,17 +102,14 @@ def main() -> None:
         [[name, f"{medians[name]:.3f}", f"{min(v):.3f}-{max(v):.3f}"] for name, v in times.items()],
     )
     print(f"passes with the freeze rule are {ratio:.2f}x faster")
+    figures = {
+        "batches_per_pass": batches,
+        "objects_in_process": objects,
+        "median_pass_seconds": {k: round(v, 4) for k, v in medians.items()},
+        "speedup": round(ratio, 3),
+    }
     if args.json:
-        write_json(
-            args.json,
-            "validation_heap",
-            {
-                "batches_per_pass": batches,
-                "objects_in_process": objects,
-                "median_pass_seconds": {k: round(v, 4) for k, v in medians.items()},
-                "speedup": round(ratio, 3),
-            },
-        )
+        write_json(args.json, "validation_heap", {**figures, "summary": summary_rows(figures)})
 
 
 if __name__ == "__main__":

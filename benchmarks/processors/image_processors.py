@@ -1,8 +1,8 @@
 """Image processors per image: fast-clip / fast-siglip / fast-qwen2-vl against transformers.
 
-Run: ``python benchmarks/image_processors.py [--per-size 6] [--rounds 5] [--json FILE] [--quick]``.
+Run: ``python benchmarks/processors/image_processors.py [--per-size 6] [--rounds 5] [--json FILE] [--quick]``.
 
-Images: photographs-like JPEGs (:func:`_realistic.photo`) whose long side is 224, 448, 800,
+Images: photographs-like JPEGs (:func:`_shared.realistic.photo`) whose long side is 224, 448, 800,
 1200 and 1600 px (aspect ratios 1:1 to 2:1), ``--per-size`` of each. Every processor is called
 once per image (as a task encoder calls it), on the same decoded ``uint8 (3, H, W)`` tensors
 (decoding excluded), in interleaved rounds; the figure is the median over rounds of the time
@@ -31,10 +31,12 @@ import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import goal_line, print_table, write_json
-from _realistic import photo
+from _shared.common import goal_line, goal_rows, print_table, summary_row, write_json
+from _shared.realistic import photo
+
+BENCHMARK = {"name": "image_processors", "full": [], "quick": ["--quick"], "output": "file"}
 
 SIDES = (224, 448, 800, 1200, 1600)
 QWEN_GOAL = 3.0
@@ -260,9 +262,23 @@ def main(argv=None) -> dict:
     for g in result["goals"]:
         print(goal_line(g["goal"], g["met"], g["detail"]))
     result["load_average_after"] = [round(v, 2) for v in os.getloadavg()]
+    result["summary"] = summary_rows(result)
     if args.json:
         print(f"wrote {write_json(args.json, 'image_processors', result)}")
     return result
+
+
+def summary_rows(result: dict) -> list[list]:
+    """The key figures for ``run_all.py``: ms per image of each family and size, the goal."""
+    rows = [
+        summary_row(
+            f"{row['family']} {row['long_side']} px: transformers (torchvision) / fast, ms per image",
+            f"{row['hf_ms']} / {row['fast_ms']} ({row['ratio']}x; max diff "
+            f"{row['max_abs_diff']}; from JPEG {row['from_jpeg_ratio']}x)",
+        )
+        for row in result["rows"]
+    ]
+    return rows + goal_rows(result["goals"])
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Packing benchmark: fill ratio, packs and selection time of every packing strategy.
 
-Run: ``python benchmarks/packing.py [--samples 20000] [--seed 0] [--json out.json]``.
+Run: ``python benchmarks/packing/packing.py [--samples 20000] [--seed 0] [--json out.json]``.
 
 A seeded stream of sample lengths: 60% text-only samples (lognormal around 250 tokens),
 40% image samples (576 or 1,152 image tokens plus lognormal text around 120), packed with a
@@ -14,34 +14,28 @@ once (or reported as dropped).
 
 import argparse
 import math
-import random
 import sys
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import goal_line, print_table, write_json
+from _shared.common import goal_line, goal_rows, print_table, write_json
+from _shared.lengths import sample_lengths
 
 import energon_plugins
 from energon_plugins.encoding.packing.carry import split_carry
 
+BENCHMARK = {
+    "name": "packing",
+    "full": ["--samples", "10000", "--repeats", "5"],
+    "quick": ["--samples", "1000", "--repeats", "1"],
+    "output": "file",
+}
+
 CAPACITY = 4096
 BUFFER_SIZES = (50, 200, 1000)
 STRATEGIES = ("none", "first-fit-decreasing", "best-fit-decreasing", "greedy-knapsack")
-
-
-def sample_lengths(count: int, seed: int) -> list[int]:
-    """The seeded length stream: 60% text (lognormal ~250), 40% image (576/1,152 + ~120)."""
-    rng = random.Random(seed)
-    lengths = []
-    for _ in range(count):
-        if rng.random() < 0.6:
-            lengths.append(max(1, round(rng.lognormvariate(math.log(250), 0.7))))
-        else:
-            image = rng.choice((576, 1152))
-            lengths.append(image + max(1, round(rng.lognormvariate(math.log(120), 0.6))))
-    return lengths
 
 
 def split_buffers(lengths, buffer_size):
@@ -229,6 +223,7 @@ def main(argv=None) -> int:
     print("Goals:")
     for label, ok, detail in goals:
         print("  " + goal_line(label, ok, detail))
+    goal_records = [{"goal": g, "met": ok, "detail": d} for g, ok, d in goals]
     if args.json:
         path = write_json(
             args.json,
@@ -238,7 +233,8 @@ def main(argv=None) -> int:
                 "seed": args.seed,
                 "capacity": CAPACITY,
                 "results": results,
-                "goals": [{"goal": g, "met": ok, "detail": d} for g, ok, d in goals],
+                "goals": goal_records,
+                "summary": goal_rows(goal_records),
             },
         )
         print(f"wrote {path}")

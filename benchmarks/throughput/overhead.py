@@ -1,6 +1,6 @@
 """Framework overhead: the datamodule built from a config against a hand-wired Energon loader.
 
-Run: ``python benchmarks/overhead.py [--rounds 8] [--batches 20] [--json out.json] [--quick]``.
+Run: ``python benchmarks/throughput/overhead.py [--rounds 8] [--batches 20] [--json out.json] [--quick]``.
 
 Both loaders read the same demo metadataset with the same task encoder object (the one the
 datamodule built from the config) and equal worker configs (0 workers, this process):
@@ -30,10 +30,12 @@ import statistics
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import goal_line, print_table, write_json
-from _pipeline import load_average, prepare, quiet_loading, timed_batches
+from _shared.common import goal_line, print_table, summary_row, write_json
+from _shared.pipeline import interleave, load_average, prepare, quiet_loading, timed_batches
+
+BENCHMARK = {"name": "overhead", "full": [], "quick": ["--quick"], "output": "file"}
 
 GOAL_RATIO = 0.98
 
@@ -121,24 +123,6 @@ def raw_reader(path: str, batch_size: int):
     return iter(get_savable_loader(dataset))
 
 
-def interleave(contenders: dict, rounds: int, batches: int, warmup: int = 3) -> dict:
-    """Per-round CPU and wall samples/s of each ``name -> (iterator, before_fn)``."""
-    for iterator, before in contenders.values():
-        before()
-        timed_batches(iterator, warmup)
-    names = list(contenders)
-    cpu = {n: [] for n in names}
-    wall = {n: [] for n in names}
-    for r in range(rounds):
-        for name in names if r % 2 == 0 else names[::-1]:
-            iterator, before = contenders[name]
-            before()
-            samples, wall_s, cpu_s = timed_batches(iterator, batches)
-            cpu[name].append(samples / cpu_s)
-            wall[name].append(samples / wall_s)
-    return {"cpu": cpu, "wall": wall}
-
-
 def _paired_ratio(series: dict, a: str, b: str) -> float:
     return statistics.median(x / y for x, y in zip(series[a], series[b], strict=True))
 
@@ -202,6 +186,39 @@ def measure(rounds: int, batches: int, cache_dir: str | None = None) -> dict:
     }
 
 
+def summary_rows(result: dict) -> list[list]:
+    """The key figures for ``run_all.py``: rates, the goal ratio, own time, the MSC metrics' cost."""
+    overhead = result["overhead"]
+    rows = [
+        summary_row(f"{name} samples/s (CPU time, 0 workers)", rate)
+        for name, rate in overhead["cpu_samples_per_s"].items()
+    ]
+    rows.append(
+        summary_row(
+            "ratio framework / hand-wired (CPU, best rounds)",
+            f"{overhead['ratio_cpu']:.3f} "
+            f"(median of per-round ratios {overhead['ratio_cpu_paired_median']:.3f}; "
+            f"wall {overhead['ratio_wall']:.3f})",
+            f">= {result['goal_ratio']}",
+            overhead["ratio_cpu"] >= result["goal_ratio"],
+        )
+    )
+    own = result["framework_own_time"]
+    rows.append(summary_row("framework-only layers' own time / loop time (cProfile)", f"{own['share']:.3%}"))
+    for section, what in (
+        ("msc_metrics", "whole pipeline"),
+        ("msc_metrics_raw_reads", "read + decode only"),
+    ):
+        msc = result[section]
+        rows.append(
+            summary_row(
+                f"MSC metrics skipped / default: {what} (CPU, best rounds)",
+                f"{msc['ratio_cpu']:.3f} (median of per-round ratios {msc['ratio_cpu_paired_median']:.3f})",
+            )
+        )
+    return rows
+
+
 def main(argv=None) -> dict:
     """Measure, print the tables and the goal, optionally write JSON."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -258,6 +275,7 @@ def main(argv=None) -> dict:
         f"MSC metrics skipped: {gain:.3f}x the default throughput of the whole pipeline, "
         f"{raw_gain:.3f}x for reading and decoding alone (CPU time)"
     )
+    result["summary"] = summary_rows(result)
     if args.json:
         print(f"wrote {write_json(args.json, 'overhead', result)}")
     return result

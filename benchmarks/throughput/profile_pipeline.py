@@ -1,6 +1,6 @@
 """Where the default pipeline's time goes, and what the cuts in our code gained.
 
-Run: ``python benchmarks/profile_pipeline.py [--batches 40] [--rounds 6] [--baseline REV]
+Run: ``python benchmarks/throughput/profile_pipeline.py [--batches 40] [--rounds 6] [--baseline REV]
 [--json out.json] [--quick]``.
 
 1. **Profile** (cProfile, 0 workers, torch threads 1): ``--batches`` batches of the demo
@@ -31,12 +31,19 @@ import time
 import types
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import print_table, write_json
-from _pipeline import load_average, prepare, quiet_loading, timed_batches
+from _shared.common import print_table, summary_row, write_json
+from _shared.pipeline import load_average, prepare, quiet_loading, timed_batches
 
-REPO = Path(__file__).resolve().parent.parent
+BENCHMARK = {
+    "name": "profile",
+    "full": ["--batches", "30", "--rounds", "6"],
+    "quick": ["--quick"],
+    "output": "file",
+}
+
+REPO = Path(__file__).resolve().parents[2]
 BASELINE = "b5d3cdd7c58d4e9340543e0aab89c36fe7fbd415"
 """The commit before the cuts (batched tokenization, two chat renders, image->PIL copies)."""
 
@@ -388,9 +395,50 @@ def main(argv=None) -> dict:
                 f"({cmp['tokenize_conversation_speedup']:.2f}x); Energon tensor -> PIL, 336 px: "
                 f"{p['baseline']} -> {p['current']} µs ({cmp['image_to_pil_speedup']:.2f}x)"
             )
+    result["summary"] = summary_rows(result)
     if args.json:
         print(f"wrote {write_json(args.json, 'profile_pipeline', result)}")
     return result
+
+
+def summary_rows(result: dict) -> list[list]:
+    """The key figures for ``run_all.py``: each stage's share, the cuts against the baseline."""
+    rows = [
+        summary_row(f"share: {stage.strip()}", f"{v['share']:.1%}")
+        for stage, v in result["profile"]["stages"].items()
+    ]
+    cuts = result.get("before_after") or {}
+    if "ratio_current_to_baseline" in cuts:
+        rates = cuts["cpu_samples_per_s"]
+        rows.append(
+            summary_row(
+                f"cuts: current / {cuts['baseline_revision'][:10]} samples/s (CPU)",
+                f"{rates['current']} / {rates['baseline']} ({cuts['ratio_current_to_baseline']:.3f}x)",
+            )
+        )
+    if "encode_sample_us" in cuts:
+        us = cuts["encode_sample_us"]
+        rows.append(
+            summary_row(
+                "cuts: encode_sample alone, µs per sample current / baseline",
+                f"{us['current']} / {us['baseline']} ({cuts['encode_sample_speedup']:.3f}x faster)",
+            )
+        )
+    if "tokenize_conversation_us" in cuts:
+        t, p = cuts["tokenize_conversation_us"], cuts["image_to_pil_336px_us"]
+        rows.append(
+            summary_row(
+                "cuts: tokenize_conversation, µs current / baseline",
+                f"{t['current']} / {t['baseline']} ({cuts['tokenize_conversation_speedup']:.2f}x faster)",
+            )
+        )
+        rows.append(
+            summary_row(
+                "cuts: Energon tensor -> PIL (336 px), µs current / baseline",
+                f"{p['current']} / {p['baseline']} ({cuts['image_to_pil_speedup']:.2f}x faster)",
+            )
+        )
+    return rows
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
 """Restore latency on realistic data: restore to the first batch against a fresh start's.
 
-Run: ``python benchmarks/loader.py [--after 40] [--rounds 3] [--workers 0,2] [--json FILE]
+Run: ``python benchmarks/throughput/loader.py [--after 40] [--rounds 3] [--workers 0,2] [--json FILE]
 [--quick]``.
 
-The ``qwen2-vl`` + ``fast-qwen2-vl`` pipeline on the realistic dataset (:mod:`_realistic`),
+The ``qwen2-vl`` + ``fast-qwen2-vl`` pipeline on the realistic dataset (:mod:`_shared.realistic`),
 without packing (micro batch 4) and with first-fit-decreasing packing (buffer 100, capacity
 4,096), at 0 and 2 workers. A loader is advanced ``--after`` batches and its state saved; then
 (a) a fresh loader's first batch is timed (build to first batch), (b) a fresh loader restores
@@ -34,11 +34,12 @@ import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import goal_line, print_table, write_json
-from _realistic import realistic_dataset, saved_tokenizers
-from memory import config
+from _shared.common import goal_line, goal_rows, print_table, write_json
+from _shared.realistic import qwen2_vl_config, realistic_dataset, saved_tokenizers
+
+BENCHMARK = {"name": "loader", "full": [], "quick": ["--quick"], "output": "file"}
 
 GOAL = 1.5
 SETTINGS = {
@@ -56,7 +57,7 @@ class _Loader:
         from energon_plugins import EnergonMultiModalDataModule
 
         self.dm = EnergonMultiModalDataModule.from_config(
-            config(path, tokenizer, workers=workers, packing=packing)
+            qwen2_vl_config(path, tokenizer, workers=workers, packing=packing)
         )
         if checkpoints is None:
             self.loader = self.dm.train_dataloader()
@@ -213,6 +214,7 @@ def main(argv=None) -> dict:
             f"throughput at 2 workers, samples/s: {cost['samples_per_s']} "
             f"(datamodule, a checkpoint per batch / Energon's defaults: {cost['ratio']}x)"
         )
+    result["summary"] = goal_rows(goals, f"<= {GOAL}x, exact")
     if args.json:
         print(f"wrote {write_json(args.json, 'loader', result)}")
     return result

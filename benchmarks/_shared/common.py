@@ -1,4 +1,8 @@
-"""Small helpers shared by the benchmark scripts: a rich table, ratios, a JSON dump."""
+"""Small helpers shared by the benchmark scripts: a rich table, goal lines, summary rows, a JSON dump.
+
+A script's JSON carries its own key figures as ``"summary": [[figure, value, goal, met], ...]``
+(:func:`summary_row` builds one); ``run_all.py`` concatenates them (see ``benchmarks/README.md``).
+"""
 
 import json
 import platform
@@ -31,6 +35,18 @@ def print_table(title: str, columns: Sequence[str], rows: Sequence[Sequence[Any]
 def goal_line(label: str, ok: bool, detail: str) -> str:
     """One ``[met]``/``[MISSED]`` line for a goal, with its measured figures."""
     return f"[{'met' if ok else 'MISSED'}] {label}: {detail}"
+
+
+def summary_row(figure: str, value: Any, goal: str = "", met: bool | None = None) -> list[Any]:
+    """One ``[figure, value, goal, met]`` row of a script's ``"summary"``: ``value`` as text,
+    ``goal`` ``""`` and ``met`` ``None`` when the figure has no goal."""
+    return [figure, str(value), goal, None if met is None else bool(met)]
+
+
+def goal_rows(goals: Sequence[Mapping[str, Any]], goal: str = "") -> list[list[Any]]:
+    """Summary rows of a script's ``goals`` list (``{"goal", "met", "detail"}`` mappings): the
+    goal's label as the figure, its detail as the value, ``goal`` in the goal column."""
+    return [summary_row(g["goal"], g["detail"], goal, g["met"]) for g in goals]
 
 
 def write_json(path: str | Path, name: str, payload: Mapping[str, Any]) -> Path:

@@ -19,7 +19,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-CACHE = Path(__file__).resolve().parent / "results" / ".cache"
+from . import CACHE_DIR as CACHE
+
 VERSION = 1
 
 _WORDS = """
@@ -184,3 +185,28 @@ def image_stats(path: Path, limit: int = 64) -> dict[str, Any]:
         "mean_megapixels": round(sum(w * h for w, h in sides) / len(sides) / 1e6, 2),
         "mean_kb": round(sum(sizes) / len(sizes) / 1024),
     }
+
+
+def qwen2_vl_config(path: str, tokenizer: str, *, workers: int, packing: bool) -> dict:
+    """The Qwen2-VL datamodule config of the measurements."""
+    cfg = {
+        "path": path,
+        "seq_length": 2048,
+        "micro_batch_size": 4,
+        "global_batch_size": 4,
+        "num_workers": workers,
+        "shuffle_buffer_size": 100,
+        "tokenizer": {"path": tokenizer},
+        "image_processor": {"name": "fast-qwen2-vl"},
+        "task_encoder": {"name": "qwen2-vl"},
+        "batch_format": None,
+    }  # batches read as the encoder's (throughput/batch_formats.py)
+    if packing:
+        cfg.update(
+            seq_length=4096,
+            micro_batch_size=1,
+            global_batch_size=1,
+            packing_buffer_size=100,
+            packing={"name": "first-fit-decreasing"},
+        )
+    return cfg

@@ -1,6 +1,6 @@
 """``energon-plugins convert`` against a hand-written webdataset script doing the same work.
 
-Run: ``python benchmarks/convert.py [--records 20000] [--workers N] [--json out.json]``.
+Run: ``python benchmarks/convert/convert.py [--records 20000] [--workers N] [--json out.json]``.
 
 The input is generated: a LLaVA JSON array of ``--records`` records (one or two rounds of
 turns each) over a pool of 256 JPEG images of 320x240 (about 10-20 KB each; records reuse
@@ -33,10 +33,16 @@ import tempfile
 import time
 from pathlib import Path
 
-HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import print_table, write_json
+from _shared.common import print_table, summary_row, write_json
+
+BENCHMARK = {
+    "name": "convert",
+    "full": ["--records", "20000"],
+    "quick": ["--records", "200"],
+    "output": "file",
+}
 
 POOL = 256
 SHARD_BYTES = 64 * 10**6
@@ -170,6 +176,31 @@ def measure(side: str, source: Path, out: Path, workers: int | None) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+def summary_rows(figures: dict) -> list[list]:
+    """The key figures for ``run_all.py``: records/s (goal: faster than the hand-written script),
+    peak RSS and its growth with the input."""
+    return [
+        summary_row(
+            f"records/s at {figures['records']} LLaVA records: convert / hand-written script",
+            f"{figures['convert_records_per_s']} / {figures['handwritten_records_per_s']} "
+            f"({figures['ratio_records_per_s']}x; CPU s {figures['convert_cpu_seconds']} / "
+            f"{figures['handwritten_cpu_seconds']})",
+            "> 1",
+            figures["ratio_records_per_s"] > 1,
+        ),
+        summary_row(
+            "peak RSS MiB: convert (largest worker) / hand-written script",
+            f"{figures['convert_peak_rss_mb']} ({figures['convert_worker_peak_rss_mb']}) / "
+            f"{figures['handwritten_peak_rss_mb']}",
+        ),
+        summary_row(
+            "peak RSS growth per 10k records, MiB: convert / hand-written",
+            f"{figures['convert_rss_growth_mb_per_10k_records']} / "
+            f"{figures['handwritten_rss_growth_mb_per_10k_records']}",
+        ),
+    ]
+
+
 def main(argv=None) -> int:
     """Generate the input, run both sides at two sizes, print and write the figures."""
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -232,7 +263,7 @@ def main(argv=None) -> int:
         low, high = runs[f"{side}@{sizes[0]}"], runs[f"{side}@{top}"]
         return round((high["peak_rss_mb"] - low["peak_rss_mb"]) / (top - sizes[0]) * 10000, 1)
 
-    summary = {
+    figures = {
         "records": top,
         "workers": args.workers,
         "cpus": os.cpu_count(),
@@ -250,14 +281,14 @@ def main(argv=None) -> int:
         "runs": runs,
     }
     print(
-        f"convert / hand-written records/s at {top} records: {summary['ratio_records_per_s']}x "
+        f"convert / hand-written records/s at {top} records: {figures['ratio_records_per_s']}x "
         f"(CPU s {ours['cpu_seconds']} / {theirs['cpu_seconds']}); "
         f"peak RSS {ours['peak_rss_mb']} / {theirs['peak_rss_mb']} MiB; growth per 10k records "
-        f"{summary['convert_rss_growth_mb_per_10k_records']} / "
-        f"{summary['handwritten_rss_growth_mb_per_10k_records']} MiB"
+        f"{figures['convert_rss_growth_mb_per_10k_records']} / "
+        f"{figures['handwritten_rss_growth_mb_per_10k_records']} MiB"
     )
     if args.json:
-        write_json(args.json, "convert", summary)
+        write_json(args.json, "convert", {**figures, "summary": summary_rows(figures)})
     return 0
 
 

@@ -1,10 +1,10 @@
 """The project's pipelines against the hand-written one, on realistic data, at 0 and 2 workers.
 
-Run: ``python benchmarks/pipelines.py [--rounds 5] [--batches 6] [--workers 0,2] [--json FILE]
+Run: ``python benchmarks/throughput/pipelines.py [--rounds 5] [--batches 6] [--workers 0,2] [--json FILE]
 [--quick]``.
 
-Data: :func:`_realistic.realistic_dataset` (photographs-like JPEGs, 400-1600 px on the long
-side, 30-300 word answers, Energon's own prepare). Baseline: :mod:`_handwritten` (Energon
+Data: :func:`_shared.realistic.realistic_dataset` (photographs-like JPEGs, 400-1600 px on the long
+side, 30-300 word answers, Energon's own prepare). Baseline: :mod:`_shared.handwritten` (Energon
 loader + ``SampleDecoder(image_decode="pil")`` + transformers' processor with its default,
 torchvision backend + tokenizer), same prompts and outputs. Contenders, per model family:
 
@@ -37,10 +37,12 @@ from pathlib import Path
 from typing import Any
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import goal_line, print_table, write_json
-from _realistic import image_stats, realistic_dataset, saved_tokenizers
+from _shared.common import goal_line, goal_rows, print_table, summary_row, write_json
+from _shared.realistic import image_stats, realistic_dataset, saved_tokenizers
+
+BENCHMARK = {"name": "pipelines", "full": [], "quick": ["--quick"], "output": "file"}
 
 SEQ = 2048
 MBS = 4
@@ -102,7 +104,7 @@ def contenders(path: str, tokenizers: dict[str, str], quick: bool) -> dict[str, 
 def build(spec: dict[str, Any], path: str, tokenizers: dict[str, str], workers: int) -> Any:
     """A fresh loader for one contender."""
     if spec["kind"] == "hand":
-        from _handwritten import hand_written_loader
+        from _shared.handwritten import hand_written_loader
 
         return hand_written_loader(
             path,
@@ -128,7 +130,7 @@ def build(spec: dict[str, Any], path: str, tokenizers: dict[str, str], workers: 
         "image_processor": spec["processor"],
         "task_encoder": {"name": spec["encoder"]},
         # the encoder's batch, compared field by field with the hand-written loop's (the
-        # batch formats' own cost is benchmarks/batch_formats.py)
+        # batch formats' own cost is benchmarks/throughput/batch_formats.py)
         "batch_format": None,
     }
     if spec.get("packing"):
@@ -330,9 +332,37 @@ def main(argv=None) -> dict:
     for g in result["goals"]:
         print(goal_line(g["goal"], g["met"], g["detail"]))
     print(f"outputs (first batch, 0 workers): {result['outputs']}")
+    result["summary"] = summary_rows(result)
     if args.json:
         print(f"wrote {write_json(args.json, 'pipelines', result)}")
     return result
+
+
+def summary_rows(result: dict[str, Any]) -> list[list]:
+    """The key figures for ``run_all.py``: every pipeline's rate, the goals, the output check."""
+    rows = []
+    for by_workers in result["families"].values():
+        for workers, figures in by_workers.items():
+            base = next(iter(figures))
+            for name, f in figures.items():
+                rows.append(
+                    summary_row(
+                        f"{name}, {workers} workers: samples/s (x {base}; first batch)",
+                        f"{f['samples_per_s_median']} ({f['ratio_to_hand_written']}x; "
+                        f"{f['first_batch_s_median']} s)",
+                    )
+                )
+    rows += goal_rows(result["goals"])
+    for family, check in result["outputs"].items():
+        rows.append(
+            summary_row(
+                f"{family}: same outputs as the hand-written pipeline (first batch)",
+                f"ids identical {check['input_ids_identical']}, labels identical "
+                f"{check['labels_identical']} (differ on tokens {check.get('labels_differ_on')}), "
+                f"max pixel diff {check['pixel_values_max_abs_diff']}",
+            )
+        )
+    return rows
 
 
 def goals(result: dict[str, Any]) -> list[dict[str, Any]]:

@@ -1,10 +1,10 @@
 """Loader memory on realistic data: worker RSS with Qwen packing, and RSS over rebuilt loaders.
 
-Run: ``python benchmarks/memory.py [--batches 30] [--rebuilds 20] [--json FILE] [--quick]``.
+Run: ``python benchmarks/memory/memory.py [--batches 30] [--rebuilds 20] [--json FILE] [--quick]``.
 
 1. **Worker RSS**: ``qwen2-vl`` + ``fast-qwen2-vl`` with first-fit-decreasing packing (buffer
    100, capacity 4,096) and without packing (micro batch 4), 2 workers, ``shuffle_buffer_size``
-   100, on the realistic dataset (:mod:`_realistic`); after ``--batches`` batches, the peak
+   100, on the realistic dataset (:mod:`_shared.realistic`); after ``--batches`` batches, the peak
    resident set of each worker (``VmHWM``) and of the main process. A forked worker's resident
    set counts the pages it shares with the main process (imports).
 2. **Rebuilt loaders**: ``--rebuilds`` times, a datamodule and its training loader are built
@@ -27,10 +27,12 @@ import time
 import warnings
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from _common import goal_line, print_table, write_json
-from _realistic import realistic_dataset, saved_tokenizers
+from _shared.common import goal_line, goal_rows, print_table, summary_row, write_json
+from _shared.realistic import qwen2_vl_config, realistic_dataset, saved_tokenizers
+
+BENCHMARK = {"name": "memory", "full": [], "quick": ["--quick"], "output": "file"}
 
 MB = 1024 * 1024
 RSS_GOAL_MB = 2048
@@ -60,36 +62,11 @@ def children() -> list[int]:
         return []
 
 
-def config(path: str, tokenizer: str, *, workers: int, packing: bool) -> dict:
-    """The Qwen2-VL datamodule config of the measurements."""
-    cfg = {
-        "path": path,
-        "seq_length": 2048,
-        "micro_batch_size": 4,
-        "global_batch_size": 4,
-        "num_workers": workers,
-        "shuffle_buffer_size": 100,
-        "tokenizer": {"path": tokenizer},
-        "image_processor": {"name": "fast-qwen2-vl"},
-        "task_encoder": {"name": "qwen2-vl"},
-        "batch_format": None,
-    }  # batches read as the encoder's (benchmarks/batch_formats.py)
-    if packing:
-        cfg.update(
-            seq_length=4096,
-            micro_batch_size=1,
-            global_batch_size=1,
-            packing_buffer_size=100,
-            packing={"name": "first-fit-decreasing"},
-        )
-    return cfg
-
-
 def worker_rss(path: str, tokenizer: str, batches: int, packing: bool) -> dict:
     """Peak RSS of the workers and of the main process after ``batches`` batches."""
     from energon_plugins import EnergonMultiModalDataModule
 
-    dm = EnergonMultiModalDataModule.from_config(config(path, tokenizer, workers=2, packing=packing))
+    dm = EnergonMultiModalDataModule.from_config(qwen2_vl_config(path, tokenizer, workers=2, packing=packing))
     iterator = iter(dm.train_dataloader())
     start = time.perf_counter()
     for _ in range(batches):
@@ -119,7 +96,9 @@ def rebuilt(path: str, tokenizer: str, rebuilds: int, kind: str) -> dict:
 
     series = []
     for _ in range(rebuilds):
-        dm = EnergonMultiModalDataModule.from_config(config(path, tokenizer, workers=0, packing=False))
+        dm = EnergonMultiModalDataModule.from_config(
+            qwen2_vl_config(path, tokenizer, workers=0, packing=False)
+        )
         if kind == "datamodule":
             loader = dm.train_dataloader()
         else:
@@ -206,9 +185,26 @@ def main(argv=None) -> dict:
     ]
     for g in result["goals"]:
         print(goal_line(g["goal"], g["met"], g["detail"]))
+    result["summary"] = summary_rows(result)
     if args.json:
         print(f"wrote {write_json(args.json, 'memory', result)}")
     return result
+
+
+def summary_rows(result: dict) -> list[list]:
+    """The key figures for ``run_all.py``: worker peak RSS, RSS over rebuilt loaders, the goals."""
+    rows = []
+    for r in result["workers"]:
+        what = "packing buffer 100" if r["packing"] else "no packing"
+        rows.append(summary_row(f"worker peak RSS, 2 workers, {what}", f"{r['worker_peak_rss_mb']} MiB"))
+    for r in result["rebuilt"]:
+        rows.append(
+            summary_row(
+                f"RSS over rebuilt loaders ({r['kind']})",
+                f"{r['rss_mb'][0]} -> {r['rss_mb'][-1]} MiB ({r['growth_per_loader_mb']} MiB per loader)",
+            )
+        )
+    return rows + goal_rows(result["goals"])
 
 
 if __name__ == "__main__":
