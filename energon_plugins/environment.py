@@ -18,6 +18,8 @@ VARIABLES: dict[str, str] = {
     "ENERGON_PLUGINS_DISABLE": "skip these plugin distributions (comma-separated)",
     "ENERGON_PLUGINS_CACHE": "where `energon-plugins demo` keeps its generated data",
     "ENERGON_PLUGINS_STORAGE_METRICS": "1 keeps multi-storage-client's metrics wrapper on local reads",
+    "ENERGON_PLUGINS_DATA_TIMEOUT": "seconds a data-side collective (the validation length agreement) "
+    "waits for every data-parallel rank before naming the ones that did not answer (default 120)",
 }
 """Every variable energon-plugins reads, with what it does."""
 

@@ -168,6 +168,11 @@ class ValidationLoader:
 
         The first call agrees on the pass length over the DP group (a collective: call it
         on every rank, as Megatron and Lightning do); later calls return the cached value.
+
+        Raises:
+            RankTimeoutError: a data-parallel rank did not answer within
+                ``ENERGON_PLUGINS_DATA_TIMEOUT`` seconds (the message names it; see
+                :class:`~energon_plugins.loading.distributed.DataGroup`).
         """
         if self._length is None:
             if self.batches_per_evaluation is not None:

@@ -5,6 +5,12 @@ over Energon's basic loader and ``get_val_dataset`` (every val sample once per p
 the same batches at every evaluation, equal length on every DP rank: a rank with fewer real
 batches pads with zero-loss batches made from the split's first batch). ``"infinite"``:
 Megatron-Bridge's old behaviour, a cycling savable loader over the shuffled val split.
+
+The finite loader agrees on its length through a
+:class:`~energon_plugins.loading.distributed.DataGroup`, created here on every data-parallel
+rank together: a rank stopped later makes the others raise
+:class:`~energon_plugins.loading.distributed.RankTimeoutError` naming it within
+``ENERGON_PLUGINS_DATA_TIMEOUT`` seconds, instead of hanging for the training group's timeout.
 """
 
 from functools import partial
@@ -16,7 +22,7 @@ from megatron.energon.savable_loader import BasicDataLoader
 from energon_plugins.config.energon_arguments import split_energon_arguments
 from energon_plugins.loading.assembly import loader_dataset, pinned, savable_loader
 from energon_plugins.loading.dataloader import EnergonDataloader
-from energon_plugins.loading.distributed import max_over_group
+from energon_plugins.loading.distributed import DataGroup
 from energon_plugins.loading.heap import freezes_heap
 from energon_plugins.loading.validation import RestartingDataset, ValidationLoader
 
@@ -30,7 +36,12 @@ def build_validation_loader(datamodule: Any) -> ValidationLoader | EnergonDatalo
 
 
 def finite_validation_loader(datamodule: Any) -> ValidationLoader:
-    """The ``"finite"`` validation loader: one pass per evaluation, the same every time."""
+    """The ``"finite"`` validation loader: one pass per evaluation, the same every time.
+
+    A collective when there are several data-parallel ranks: each creates (or reuses) the
+    data side's gloo group here.
+    """
+    data_group = DataGroup(datamodule.parallel_layout())
     encoder = datamodule.validation_task_encoder
     dataset = RestartingDataset(loader_dataset(datamodule, datamodule.num_val_workers, "val"))
     loader = pinned(evaluation_loader(dataset), datamodule.pin_memory)
@@ -50,9 +61,7 @@ def finite_validation_loader(datamodule: Any) -> ValidationLoader:
     )
     return ValidationLoader(
         loader,
-        pass_length=partial(
-            max_over_group, layout=datamodule.parallel_layout(), what="len(val_dataloader())"
-        ),
+        pass_length=partial(data_group.max_of, what="len(val_dataloader())"),
         count_by_pass=count_by_pass,
         batches_per_evaluation=datamodule.val_batches_per_evaluation,
         template=template,
