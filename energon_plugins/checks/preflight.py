@@ -13,9 +13,11 @@ reads the first batches through the whole pipeline. Nothing starts a worker or t
 accelerator.
 """
 
+import contextlib
 import dataclasses
+import io
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from energon_plugins.checks.sample_read import (
@@ -24,6 +26,7 @@ from energon_plugins.checks.sample_read import (
     TIME_LIMIT_S,
     read_samples,
     sample_findings,
+    skips_unlogged,
 )
 from energon_plugins.config.model import DataModuleConfig
 from energon_plugins.config.settings import ConfigIssue
@@ -98,6 +101,10 @@ def run_preflight(
         load_tokenizer,
     )
 
+    remote = remote_code_tokenizer(config.tokenizer.path)
+    if remote is not None:
+        report.issues.append(ConfigIssue("tokenizer.path", remote))
+        return report  # transformers would ask on the terminal whether to run it
     try:
         tokenizer = load_tokenizer(config.tokenizer.path)
     except EnergonPluginsError as exc:
@@ -147,12 +154,65 @@ def run_preflight(
     report.issues = list(dict.fromkeys(issues))  # the val encoder often repeats the train one's
     if report.issues or not (read or deep):
         return report
+    report.issues += _field_map_issues(datamodule, config)
+    if report.issues:
+        return report  # every sample would fail: reading them only repeats it 64 times
     step(f"reading up to {SAMPLE_LIMIT} training samples (at most {TIME_LIMIT_S:g} s)...")
     _read(datamodule, config, report)
     if deep and not report.issues:
         step(f"reading {samples} training batch(es) through the whole pipeline...")
         report.issues += _sample_issues(datamodule, samples, config)
     return report
+
+
+def remote_code_tokenizer(path: str) -> str | None:
+    """Why the tokenizer directory ``path`` cannot load without running code it ships (its
+    ``tokenizer_config.json`` maps ``AutoTokenizer`` through ``auto_map`` to a class transformers
+    does not have), or ``None``. Checked before transformers loads it: transformers would ask on
+    the terminal whether to run that code (15 s), and nothing here ever runs it."""
+    import json
+    from pathlib import Path
+
+    try:
+        data = json.loads((Path(path) / "tokenizer_config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None  # no such file or not JSON: loading the tokenizer says so
+    auto_map = data.get("auto_map") if isinstance(data, dict) else None
+    ref = auto_map.get("AutoTokenizer") if isinstance(auto_map, dict) else auto_map
+    refs = [r for r in (ref if isinstance(ref, (list, tuple)) else [ref]) if isinstance(r, str)]
+    if not refs:
+        return None
+    from transformers.models.auto.tokenization_auto import tokenizer_class_from_name
+
+    name = data.get("tokenizer_class")
+    if isinstance(name, str) and tokenizer_class_from_name(name) is not None:
+        return None  # transformers has the class: the shipped code is not needed
+    return (
+        f"the tokenizer in {path!r} is code shipped in the directory ({', '.join(refs)}, named by "
+        "auto_map in its tokenizer_config.json), which is never run; use a tokenizer directory "
+        "that transformers loads with its own classes"
+    )
+
+
+def _field_map_issues(datamodule: Any, config: DataModuleConfig) -> list[ConfigIssue]:
+    """:func:`~energon_plugins.checks.field_map.field_map_problems` of the training split, at ``path``."""
+    from energon_plugins.checks.field_map import field_map_problems
+    from energon_plugins.config.dataset_check import is_remote
+
+    if is_remote(datamodule.path):
+        return []
+    try:
+        return [ConfigIssue("path", problem) for problem in field_map_problems(datamodule.path, "train")]
+    except EnergonPluginsError as exc:
+        return [_issue("path", exc, config)]
+
+
+@contextlib.contextmanager
+def energon_prints_held() -> Iterator[None]:
+    """Hold what Energon ``print``s while samples are read in this process (a line per failed
+    sample, ``Except ... in MapDataset...``): the failures are counted and reported instead."""
+    with contextlib.redirect_stdout(io.StringIO()):
+        yield
 
 
 def processor_note(config: DataModuleConfig, datamodule: Any) -> str:
@@ -187,7 +247,7 @@ def _read(datamodule: Any, config: DataModuleConfig, report: PreflightReport) ->
     from energon_plugins._quiet import quietly
 
     try:
-        with quietly():
+        with quietly(), energon_prints_held():
             read = read_samples(datamodule)
     except Exception as exc:  # noqa: BLE001 - the sample's failure, named by the encoder
         text = " ".join(str(exc).split())
@@ -283,18 +343,20 @@ def _sample_issues(datamodule: Any, count: int, config: DataModuleConfig) -> lis
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
 
     from energon_plugins._quiet import quietly
+    from energon_plugins.loading.errors_policy import SkipTracker
     from energon_plugins.loading.formatting import BatchFormatDataset, build_batch_format
 
     encoder = datamodule.task_encoder
     before = dict(getattr(encoder, "error_counts", dict)())
+    tracker = SkipTracker(getattr(encoder, "on_error", "skip"))
     try:
-        with quietly():
+        with quietly(), energon_prints_held(), skips_unlogged():
             dataset = get_val_dataset(
                 datamodule.path,
                 split_part="train",
                 batch_size=1,
                 task_encoder=encoder,
-                worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0),
+                worker_config=WorkerConfig(rank=0, world_size=1, num_workers=0, global_error_handler=tracker),
             )
             if datamodule.batch_format is not None:
                 fmt, label = build_batch_format(datamodule.batch_format, datamodule.build_context())
@@ -311,6 +373,8 @@ def _sample_issues(datamodule: Any, count: int, config: DataModuleConfig) -> lis
         return [_issue("path", exc, config)]
     after = dict(getattr(encoder, "error_counts", dict)())
     skipped = {k: v - before.get(k, 0) for k, v in after.items() if v > before.get(k, 0)}
+    for reason, count in tracker.counts.items():
+        skipped[reason] = skipped.get(reason, 0) + count
     issues = []
     for key, reasons in (
         ("seq_length", {k: v for k, v in skipped.items() if k in SEQ_LENGTH_SKIPS}),

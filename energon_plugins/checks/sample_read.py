@@ -70,7 +70,7 @@ def _at_most(encoder: Any, consecutive: int) -> Iterator[None]:
 
 
 @contextlib.contextmanager
-def _skips_unlogged() -> Iterator[None]:
+def skips_unlogged() -> Iterator[None]:
     """Hold the skip tracker's per-sample log lines (they are counted and reported)."""
     log = logging.getLogger("energon_plugins.loading.errors_policy")
     level = log.level
@@ -105,7 +105,7 @@ def read_samples(datamodule: Any, *, limit: int = SAMPLE_LIMIT, seconds: float =
     config = WorkerConfig(rank=0, world_size=1, num_workers=0, global_error_handler=tracker)
     result = SampleRead()
     start = time.perf_counter()
-    with _at_most(encoder, limit), _skips_unlogged():
+    with _at_most(encoder, limit), skips_unlogged():
         dataset = get_val_dataset(
             datamodule.path,
             split_part="train",
@@ -163,7 +163,7 @@ def sample_findings(
     Samples skipped because of ``seq_length`` (:data:`SEQ_LENGTH_SKIPS`) are an error at
     ``seq_length``; answers only cut are a warning there; samples skipped for other reasons
     (a corrupt image, a sample the encoder refuses) a warning at ``path`` (the task encoder's
-    ``on_error: skip`` asked for that). ``truncation`` is the encoder's option, when it has one.
+    ``on_error: skip`` asked for that), an error when no sample at all was left. ``truncation`` is the encoder's option, when it has one.
     """
     errors: list[ConfigIssue] = []
     warnings: list[ConfigIssue] = []
@@ -195,11 +195,13 @@ def sample_findings(
         )
     if others:
         listed = ", ".join(f"{k}: {v}" for k, v in sorted(others.items()))
-        warnings.append(
+        every = sum(read.skipped.values()) >= total  # nothing left to train on: an error
+        (errors if every else warnings).append(
             ConfigIssue(
                 "path",
-                f"the task encoder skipped {_share(sum(others.values()), total)} ({listed}); see "
-                "`energon-plugins preview` for the samples",
+                f"the task encoder skipped {_share(sum(others.values()), total)} ({listed})"
+                + ("; no sample could be read" if every else "")
+                + "; see `energon-plugins preview` for the samples",
             )
         )
     return errors, warnings, note

@@ -12,13 +12,15 @@ PIPE_WIDTH = 140
 
 def output_width(stream: Any = None) -> int | None:
     """The width to lay out text for ``stream`` (stdout): None for a terminal (its own width),
-    else ``$COLUMNS`` or :data:`PIPE_WIDTH`."""
+    else ``$COLUMNS`` or :data:`PIPE_WIDTH` (a ``$COLUMNS`` that is not a positive number is
+    ignored, as rich and the shells ignore it)."""
     import os
 
     stream = sys.stdout if stream is None else stream
     if hasattr(stream, "isatty") and stream.isatty():
         return None
-    return int(os.environ.get("COLUMNS", "0") or 0) or PIPE_WIDTH
+    columns = os.environ.get("COLUMNS", "").strip()
+    return int(columns) if columns.isdigit() and 0 < int(columns) <= 100_000 else PIPE_WIDTH
 
 
 def console(stderr: bool = False) -> Any:

@@ -6,7 +6,7 @@ behind a rich progress bar and prints samples/s, tokens/s, the padding fraction,
 skipped by reason (corrupt image or JSON, missing field, truncated shard, encoder skips) and,
 with packing, the fill ratio (real tokens / (rows x seq_length)). The statistics are read from
 the task encoder's batches, so the config's ``batch_format`` is left out (it costs under 2% of
-the loader's time: ``benchmarks/batch_formats.py``). After a run with ``num_workers: 0`` a
+the loader's time: ``benchmarks/throughput/batch_formats.py``). After a run with ``num_workers: 0`` a
 one-line hint says so (the pipeline then runs in the training process, between its steps
 rather than beside them); ``--json`` lists it under ``hints``. While the datamodule is built and
 the loader warms up, a status on stderr names the step (only where stderr is a terminal).
@@ -102,6 +102,7 @@ def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...
     from energon_plugins.cli._output import print_json, startup_status
 
     with startup_status(f"checking {config}...") as status:
+        from energon_plugins.checks.field_map import check_field_map
         from energon_plugins.config.overrides import parse_set_option
         from energon_plugins.loading.startup import build_datamodule_step_by_step
 
@@ -111,6 +112,7 @@ def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...
             quiet_known_warnings()
         overrides = dict(parse_set_option(item) for item in sets)
         datamodule, _ = build_datamodule_step_by_step(config, overrides, status)
+        check_field_map(datamodule.path)  # else every sample fails, one traceback each
         workers = datamodule.num_workers
         status.update(
             f"starting the loader ({workers} worker{'s' * (workers != 1)}) and reading a warm-up batch..."

@@ -173,7 +173,7 @@ def convert_command(
     from energon_plugins.convert.interrupt import catch_stop_signals, exit_status
     from energon_plugins.convert.run import convert_dataset
 
-    parsed = dict(parse_set_option(item, flag="--option") for item in options)
+    parsed = dict(parse_set_option(item, flag="-o/--option") for item in options)
     # sys.stderr rather than click.get_text_stream, deprecated since Click 8.5
     bar = _progress_bar(not as_json and stream_is_terminal(sys.stderr))
 

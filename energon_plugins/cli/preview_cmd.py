@@ -132,6 +132,7 @@ def preview_command(config: str, count: int, raw: bool, html_path: str | None, s
     from energon_plugins.cli._output import startup_status
 
     with startup_status(f"checking {config}...") as status:
+        from energon_plugins.checks.field_map import check_field_map
         from energon_plugins.config.overrides import parse_set_option
         from energon_plugins.loading.startup import (
             build_datamodule_step_by_step,
@@ -145,6 +146,7 @@ def preview_command(config: str, count: int, raw: bool, html_path: str | None, s
             quiet_known_warnings()
         overrides = {"num_workers": 0, **dict(parse_set_option(item) for item in sets)}
         datamodule, checked = build_datamodule_step_by_step(config, overrides, status)
+        check_field_map(datamodule.path)  # else every sample fails, one traceback each
         status.update(f"reading {count} row(s) through the loader...")
         rows = collect_rows(datamodule, count, None if raw else configured_batch_format(checked))
     print_rows(rows, datamodule.seq_length)

@@ -94,6 +94,20 @@ def _print_findings(notes: list[str], warnings: list[Any]) -> None:
         click.echo(f"warning: {warning.path}: {warning.message}", err=True)
 
 
+def _environment_issues() -> list[Any]:
+    """The environment variables a run reads later, checked now (``ENERGON_PLUGINS_DATA_TIMEOUT``
+    is read when the validation loader is built): one issue each, named by the variable."""
+    from energon_plugins.config.settings import ConfigIssue
+    from energon_plugins.errors import ConfigError
+    from energon_plugins.loading.distributed import DATA_TIMEOUT_VARIABLE, data_timeout
+
+    try:
+        data_timeout()
+    except ConfigError as exc:
+        return [ConfigIssue(DATA_TIMEOUT_VARIABLE, str(exc).split(": ", 1)[-1])]
+    return []
+
+
 def _check(
     config: str,
     sets: tuple[str, ...],
@@ -109,14 +123,22 @@ def _check(
     from energon_plugins.checks.preflight import PreflightReport, run_preflight
     from energon_plugins.config.load import read_config_file
     from energon_plugins.config.overrides import apply_overrides, parse_set_option
-    from energon_plugins.config.validate import check_config
+    from energon_plugins.config.validate import check_config, validation_split_warning
 
     data = read_config_file(config)
     data = apply_overrides(data, dict(parse_set_option(item) for item in sets))
     result, issues = check_config(data, base_dir=Path(config).expanduser().resolve().parent)
-    if result is None or issues or quick:
+    issues = [*issues, *_environment_issues()]
+    if result is None or issues:
         return result, PreflightReport(issues=list(issues))
-    from energon_plugins._quiet import quietly
+    no_val_split = validation_split_warning(result)
+    if quick:
+        report = PreflightReport()
+    else:
+        from energon_plugins._quiet import quietly
 
-    with quietly():
-        return result, run_preflight(result, read=True, deep=deep, samples=samples, progress=progress)
+        with quietly():
+            report = run_preflight(result, read=True, deep=deep, samples=samples, progress=progress)
+    if no_val_split is not None:
+        report.warnings.append(no_val_split)
+    return result, report

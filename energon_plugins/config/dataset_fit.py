@@ -125,10 +125,16 @@ def dataset_parts(
 
 
 def _import_type(part: DatasetPart) -> type | None:
-    try:
-        return getattr(importlib.import_module(part.module), part.cls)
-    except Exception:  # noqa: BLE001 - Energon reports an unknown type with its own message
-        return None
+    """The sample type ``part`` names, resolved as Energon does (a module that is not there
+    falls back to ``megatron.energon``); ``None`` when it cannot be found."""
+    for module in (part.module, "megatron.energon"):
+        try:
+            found = getattr(importlib.import_module(module), part.cls, None)
+        except Exception:  # noqa: BLE001 - a module that is missing or fails to import
+            continue
+        if isinstance(found, type):
+            return found
+    return None
 
 
 def fit_problems(encoder: Any, path: str | Path, split: str) -> list[str]:
@@ -159,7 +165,13 @@ def fit_problems(encoder: Any, path: str | Path, split: str) -> list[str]:
             continue
         supported = getattr(encoder, "supported_sample_types", None)
         sample_type = _import_type(part)
-        if supported is None or sample_type is None:
+        if sample_type is None:
+            problems.append(
+                f"{part.path / META_DIR / 'dataset.yaml'} names the sample type {part.type_name}, "
+                f"which cannot be imported (no class {part.cls!r} in {' or '.join(dict.fromkeys([part.module, 'megatron.energon']))})"
+            )
+            continue
+        if supported is None:
             continue
         if not issubclass(sample_type, tuple(supported)):
             problems.append(

@@ -5,7 +5,10 @@ The datamodule passes its own ``**kwargs`` (the config's ``energon:`` section) o
 ``get_val_dataset``. :data:`ENERGON_DATASET_ARGUMENTS` lists what Energon 7.4 accepts there
 (its signatures, and the dataset factory the remaining ``**kwargs`` reach; a test compares the
 table with the installed Energon). Anything else is refused up front with the reason, instead
-of coming back as a ``TypeError`` from inside the dataset factory.
+of coming back as a ``TypeError`` from inside the dataset factory. The values of the known
+arguments are checked too (:class:`EnergonArgumentValues`): Energon takes
+``virtual_epoch_length: -7`` or ``repeat: "no"`` without a word and does something else than
+meant. Each value is held to the nesting bounds of :mod:`energon_plugins.config.bounds`.
 
 Import-light: no Energon import (the table is data).
 """
@@ -14,8 +17,13 @@ import dataclasses
 from collections.abc import Iterable, Mapping
 from typing import Any
 
+import pydantic
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
 from energon_plugins._suggest import did_you_mean
-from energon_plugins.config.settings import ConfigIssue
+from energon_plugins.config.bounds import nesting_reason
+from energon_plugins.config.settings import MAX_COUNT, MAX_WORKERS, ConfigIssue, issue_from_pydantic
+from energon_plugins.strict_types import Boolean, Integer
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,6 +90,92 @@ ENERGON_REFUSED: dict[str, str] = {
 """Names Energon knows but the datamodule refuses -> why."""
 
 
+class EnergonArgumentValues(BaseModel):
+    """The values Energon 7.4's dataset factories accept for the arguments of
+    :data:`ENERGON_DATASET_ARGUMENTS` (``subset`` and ``part_filter``, which also take objects,
+    are checked by :func:`_object_argument_issues`)."""
+
+    model_config = ConfigDict(extra="allow", arbitrary_types_allowed=True)
+
+    batch_drop_last: Boolean = False
+    virtual_epoch_length: Integer = Field(default=0, ge=0, le=MAX_COUNT)
+    shuffle_over_epochs_multiplier: Integer | None = 1
+    repeat: Boolean = True
+    dataset_config: str = Field(default="dataset.yaml", min_length=1)
+    split_config: str = Field(default="split.yaml", min_length=1)
+    subflavors: dict[str, Any] | None = None
+    parallel_shard_iters: Integer | None = Field(default=None, ge=1, le=MAX_WORKERS)
+
+    @field_validator("shuffle_over_epochs_multiplier")
+    @classmethod
+    def _multiplier(cls, value: int | None) -> int | None:
+        if value is not None and value != -1 and value < 1:
+            raise ValueError(f"must be -1 (shuffle with replacement), null or at least 1, got {value}")
+        return value
+
+
+def _object_argument_issues(arguments: Mapping[str, Any], prefix: str) -> list[ConfigIssue]:
+    """``part_filter`` (part names, a callable, Energon's ``module:function`` text) and
+    ``subset`` (Energon's ``DatasetSubset``, which no config file can hold), without importing
+    Energon."""
+    issues = []
+    if "part_filter" in arguments:
+        value = arguments["part_filter"]
+        names = isinstance(value, list) and all(isinstance(part, str) for part in value)
+        if not (
+            value is None
+            or isinstance(value, str)
+            or names
+            or (callable(value) and not isinstance(value, type))
+        ):
+            got = (
+                "a list holding other values than part names"
+                if isinstance(value, list)
+                else type(value).__name__
+            )
+            issues.append(
+                ConfigIssue(
+                    f"{prefix}part_filter",
+                    "expected a list of part names (such as ['jpg', 'json']), a callable part -> bool, "
+                    f"Energon's 'module:function' text, or None; got {got}",
+                )
+            )
+    if "subset" in arguments:
+        value = arguments["subset"]
+        kind = type(value)
+        energon_subset = kind.__name__ == "DatasetSubset" and kind.__module__.startswith("megatron.energon")
+        if value is not None and not energon_subset:
+            issues.append(
+                ConfigIssue(
+                    f"{prefix}subset",
+                    "expected Energon's DatasetSubset (megatron.energon.flavors.webdataset.structs."
+                    f"DatasetSubset(range=..., absolute_range=...)) or None; got {kind.__name__} (a "
+                    "config file selects a subset in a metadataset: subset: {range: [0, 0.5]})",
+                )
+            )
+    return issues
+
+
+def energon_value_issues(arguments: Mapping[str, Any], prefix: str = "") -> list[ConfigIssue]:
+    """One issue per known argument whose value Energon would misread (or that nests beyond the
+    bounds); unknown names are :func:`energon_argument_issues`'s."""
+    issues = []
+    known = {str(k): v for k, v in arguments.items() if str(k) in ENERGON_DATASET_ARGUMENTS}
+    for name, value in list(known.items()):
+        reason = nesting_reason(value)
+        if reason is not None:
+            issues.append(ConfigIssue(f"{prefix}{name}", reason))
+            del known[name]
+    issues += _object_argument_issues(known, prefix)
+    try:
+        EnergonArgumentValues.model_validate(known)
+    except pydantic.ValidationError as exc:
+        for error in exc.errors():
+            issue = issue_from_pydantic(error, EnergonArgumentValues)
+            issues.append(ConfigIssue(f"{prefix}{issue.path}", issue.message))
+    return issues
+
+
 def energon_argument_issues(
     arguments: Mapping[str, Any],
     *,
@@ -89,7 +183,8 @@ def energon_argument_issues(
     other_names: Iterable[str] = (),
     owner: str = "keyword argument",
 ) -> list[ConfigIssue]:
-    """One issue per argument that Energon's datasets would not accept (or that is set elsewhere).
+    """One issue per argument that Energon's datasets would not accept (or that is set
+    elsewhere), and per known argument with a value Energon would misread.
 
     Args:
         arguments: the extra arguments (constructor ``**kwargs`` or the config's ``energon:``).
@@ -97,7 +192,7 @@ def energon_argument_issues(
         other_names: further names to suggest for a typo (the constructor's own keywords).
         owner: what the arguments are, for the message.
     """
-    issues = []
+    issues = energon_value_issues(arguments, prefix)
     candidates = [*ENERGON_DATASET_ARGUMENTS, *ENERGON_RESERVED, *other_names]
     for key in arguments:
         name = str(key)

@@ -1,8 +1,13 @@
 """Reading a config file (YAML with the safe loader, bounded: see ``safe_yaml``; or JSON).
 
-Errors name the file and, for syntax errors, the line and column.
+Errors name the file and, for syntax errors, the line and column. Both formats get the same
+rules: UTF-8 text (a byte-order mark is skipped) of at most
+:data:`~energon_plugins.config.bounds.MAX_CONFIG_BYTES`, a regular file (not a FIFO or a
+device), no key given twice in one mapping, and the nesting bounds of
+:mod:`~energon_plugins.config.bounds` (a mapping handed to :func:`load_config` included).
 """
 
+import codecs
 import json
 from collections.abc import Mapping
 from pathlib import Path
@@ -10,7 +15,8 @@ from typing import Any
 
 import yaml
 
-from energon_plugins.config.safe_yaml import load_yaml
+from energon_plugins.config.bounds import MAX_CONFIG_BYTES, check_nesting
+from energon_plugins.config.safe_yaml import UnreadableValueError, load_yaml
 from energon_plugins.errors import ConfigError
 
 JSON_SUFFIXES = {".json"}
@@ -24,16 +30,49 @@ def read_config_file(path: str | Path) -> dict[str, Any]:
             not a mapping. The message names the file (and the line for syntax errors).
     """
     file = Path(path).expanduser()
-    if not file.exists():
-        raise ConfigError(f"config file {str(file)!r} does not exist")
-    if file.is_dir():
-        raise ConfigError(f"config file {str(file)!r} is a directory, expected a YAML or JSON file")
     try:
-        text = file.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"cannot read config file {str(file)!r}: {exc}") from exc
-    data = parse_config_text(text, source=str(file), json_format=file.suffix.lower() in JSON_SUFFIXES)
-    return data
+        if not file.exists():
+            raise ConfigError(f"config file {str(file)!r} does not exist")
+        if file.is_dir():
+            raise ConfigError(f"config file {str(file)!r} is a directory, expected a YAML or JSON file")
+        if not file.is_file():
+            raise ConfigError(f"config file {str(file)!r} is not a regular file (a pipe, socket or device)")
+        size = file.stat().st_size
+        if size > MAX_CONFIG_BYTES:
+            raise ConfigError(
+                f"config file {str(file)!r} is {size} bytes; a config file is at most "
+                f"{MAX_CONFIG_BYTES // (1024 * 1024)} MiB"
+            )
+        raw = file.read_bytes()
+    except OSError as exc:
+        raise ConfigError(f"cannot read config file {str(file)!r}: {exc.strerror or exc}") from exc
+    text = decode_config_bytes(raw, str(file))
+    return parse_config_text(text, source=str(file), json_format=file.suffix.lower() in JSON_SUFFIXES)
+
+
+def decode_config_bytes(raw: bytes, source: str) -> str:
+    """``raw`` as UTF-8 text (a UTF-8 byte-order mark skipped).
+
+    Raises:
+        ConfigError: the bytes are UTF-16 or UTF-32 (a byte-order mark says so) or not UTF-8,
+            naming ``source`` and the first bad byte.
+    """
+    for bom, name in (
+        (codecs.BOM_UTF32_LE, "UTF-32"),
+        (codecs.BOM_UTF32_BE, "UTF-32"),
+        (codecs.BOM_UTF16_LE, "UTF-16"),
+        (codecs.BOM_UTF16_BE, "UTF-16"),
+    ):
+        if raw.startswith(bom):
+            raise ConfigError(f"config file {source!r} is {name} text; save it as UTF-8")
+    try:
+        return raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise ConfigError(
+            f"config file {source!r} is not UTF-8 text: byte 0x{raw[exc.start]:02x} on line {line} "
+            "cannot be read; save it as UTF-8"
+        ) from exc
 
 
 def parse_config_text(text: str, *, source: str = "<string>", json_format: bool = False) -> dict[str, Any]:
@@ -43,7 +82,7 @@ def parse_config_text(text: str, *, source: str = "<string>", json_format: bool 
         ConfigError: a syntax error (with line and column) or a top level that is not a mapping.
     """
     try:
-        data = json.loads(text) if json_format else load_yaml(text, source)
+        data = _load_json(text, source) if json_format else load_yaml(text, source)
     except RecursionError as exc:
         raise ConfigError(f"config file {source!r} nests values too deeply to read") from exc
     except json.JSONDecodeError as exc:
@@ -52,11 +91,14 @@ def parse_config_text(text: str, *, source: str = "<string>", json_format: bool 
         ) from exc
     except yaml.YAMLError as exc:
         raise ConfigError(f"config file {source!r} is not valid YAML: {_yaml_message(exc)}") from exc
+    except UnreadableValueError as exc:
+        raise ConfigError(
+            f"config file {source!r} line {exc.line}: value {exc.text!r} cannot be read: {exc.reason}"
+        ) from exc
     except ConfigError:
-        raise  # load_yaml's own (alias and depth bounds)
-    except (ValueError, LookupError, AttributeError) as exc:
-        # PyYAML's safe constructors raise these (not YAMLError) for scalars Python cannot
-        # build (2020-02-30, !!int x, 0x_); int() for over 4300 digits
+        raise  # load_yaml's own (alias and depth bounds, duplicate keys)
+    except ValueError as exc:
+        # int() of more than 4300 digits in JSON
         raise ConfigError(f"config file {source!r} holds a value that cannot be read: {exc}") from exc
     if data is None:
         raise ConfigError(f"config file {source!r} is empty; expected a mapping with at least 'path'")
@@ -69,6 +111,44 @@ def parse_config_text(text: str, *, source: str = "<string>", json_format: bool 
     if bad_keys:
         raise ConfigError(f"config file {source!r}: keys must be strings, got {bad_keys[0]!r}")
     return dict(data)
+
+
+class _DuplicateJsonKey(ValueError):
+    """A JSON object gives ``key`` twice (raised from ``object_pairs_hook``)."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__(key)
+        self.key = key
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """``object_pairs_hook`` of :func:`json.loads`: a dict, refusing a key given twice."""
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise _DuplicateJsonKey(key)
+        out[key] = value
+    return out
+
+
+def _load_json(text: str, source: str) -> Any:
+    """``json.loads`` refusing duplicate keys (naming both lines) and the nesting bounds."""
+    try:
+        data = json.loads(text, object_pairs_hook=_unique_pairs)
+    except _DuplicateJsonKey as exc:
+        message = (
+            f"config {source!r}: key {exc.key!r} is given twice; JSON would keep only the last, so remove one"
+        )
+        try:  # JSON is (nearly) YAML: its composer knows the lines of both keys
+            load_yaml(text, source)
+        except ConfigError as duplicate:
+            if f"key {exc.key!r} is given twice" in str(duplicate):
+                message = str(duplicate).replace("YAML would", "JSON would")
+        except yaml.YAMLError:
+            pass
+        raise ConfigError(message) from None
+    check_nesting(data, source)
+    return data
 
 
 def _yaml_message(exc: yaml.YAMLError) -> str:
@@ -110,6 +190,7 @@ def load_config(
     elif isinstance(source, DataModuleConfig):
         data = source.model_dump(mode="json", exclude_unset=True)
     elif isinstance(source, Mapping):
+        check_nesting(source, "<mapping>")
         data = dict(source)
     else:
         raise ConfigError(

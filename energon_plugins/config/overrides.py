@@ -12,12 +12,15 @@ The rule (one, for Python and the command line alike):
 3. Anything else, ``None`` included, replaces the value (``packing=None`` turns packing off).
 
 The keys are the config file's keys (``sample_config``, not ``multimodal_sample_config``).
+Both the config and the overrides are held to the nesting bounds of
+:mod:`~energon_plugins.config.bounds` before anything is copied.
 """
 
 import copy
 from collections.abc import Mapping
 from typing import Any
 
+from energon_plugins.config.bounds import check_nesting
 from energon_plugins.errors import ConfigError, EnergonPluginsError
 
 
@@ -111,7 +114,14 @@ def apply_overrides(
     data: Mapping[str, Any], overrides: Mapping[str, Any], *, registry: Any = None
 ) -> dict[str, Any]:
     """Return a copy of ``data`` with ``overrides`` applied by the rule in this module's doc;
-    ``registry`` (default: the one in use) tells which names are aliases of each other."""
+    ``registry`` (default: the one in use) tells which names are aliases of each other.
+
+    Raises:
+        ConfigError: ``data`` or ``overrides`` nest deeper or expand further than the bounds of
+            :mod:`~energon_plugins.config.bounds`; an override key is malformed.
+    """
+    check_nesting(data, "<mapping>")
+    check_nesting(overrides, "<overrides>")
     if not overrides:
         return {k: copy.deepcopy(v) for k, v in data.items()}
     return merge(data, expand_dotted(overrides), registry=registry)
@@ -120,18 +130,25 @@ def apply_overrides(
 def parse_set_option(item: str, flag: str = "--set") -> tuple[str, Any]:
     """Parse a command-line ``KEY=VALUE`` (``VALUE`` read as YAML: ``4``, ``null``, ``{a: 1}``).
 
+    ``flag`` names the option in messages (``--set``, ``-o/--option``).
+
     Raises:
-        ConfigError: no ``=``, or a value that is not valid YAML.
+        ConfigError: no ``=``, or a value that is not valid YAML or that YAML cannot build
+            (``2020-02-30``, ``0x_``), naming ``flag``, the key and the value.
     """
     import yaml
 
-    from energon_plugins.config.safe_yaml import load_yaml
+    from energon_plugins.config.safe_yaml import UnreadableValueError, load_yaml
 
     key, sep, text = item.partition("=")
-    if not sep or not key.strip():
+    key = key.strip()
+    if not sep or not key:
         raise ConfigError(f"{flag} expects KEY=VALUE (e.g. seq_length=4096), got {item!r}")
     try:
-        value = load_yaml(text, f"--set {key.strip()}") if text.strip() else ""
+        value = load_yaml(text, f"{flag} {key}") if text.strip() else ""
     except yaml.YAMLError as exc:
-        raise ConfigError(f"{flag} {key}: value {text!r} is not valid YAML: {exc}") from exc
-    return key.strip(), value
+        reason = " ".join(str(exc).split())
+        raise ConfigError(f"{flag} {key}: value {text!r} is not valid YAML: {reason}") from exc
+    except UnreadableValueError as exc:
+        raise ConfigError(f"{flag} {key}: value {text!r} cannot be read: {exc.reason}") from exc
+    return key, value

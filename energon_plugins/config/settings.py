@@ -11,7 +11,10 @@ lists them all (:class:`~energon_plugins.config.ConfigValidationError`), the con
 one :class:`~energon_plugins.ConfigError` paragraph naming every field (:func:`raise_issues`).
 
 Integers are strict (:mod:`energon_plugins.strict_types`): ``True``, ``2.0`` or ``"8"`` are
-refused, not read as 1, 2 or 8 (NumPy integers are accepted). Import-light: pydantic only.
+refused, not read as 1, 2 or 8 (NumPy integers are accepted). Every count has an upper bound
+(``MAX_*`` below) as well as a lower one, so a typo such as ``seq_length: 1e26`` or
+``shuffle_buffer_size: 1e18`` (which never yields a batch) is refused by the config and the
+constructor alike. Import-light: pydantic only.
 """
 
 import dataclasses
@@ -42,12 +45,35 @@ class ConfigIssue:
         return f"{self.path}: {self.message}"
 
 
+MAX_SEQ_LENGTH = 2**24
+"""Longest ``seq_length`` / ``decoder_seq_length`` (16,777,216 tokens): longer than any model's
+context; a larger value is a typo (``1e26``) that would only fail when a buffer is allocated."""
+
+MAX_SHUFFLE_BUFFER_SIZE = 2**20
+"""Largest ``shuffle_buffer_size`` (1,048,576 samples). Energon fills the buffer before the first
+batch, holding every decoded sample: ``1e18`` never yields a batch and grows without bound."""
+
+MAX_PACKING_BUFFER_SIZE = 2**16
+"""Largest ``packing_buffer_size`` (65,536 encoded samples, each holding its pixel tensors)."""
+
+MAX_BATCH_SIZE = 2**20
+"""Largest ``micro_batch_size`` and ``global_batch_size`` (sequences)."""
+
+MAX_WORKERS = 1024
+"""Most loader worker processes per rank (each one is a process of its own)."""
+
+MAX_COUNT = 2**31 - 1
+"""Largest value of the other counts (samples per sequence, batches per evaluation, checkpoints)."""
+
+MAX_CHECKPOINT_EVERY_SEC = 7 * 24 * 3600.0
+"""Longest ``checkpoint_every_sec`` (a week; a restore replays the work since the last one)."""
+
 CHECKPOINT_EVERY_SEC = 0.0
 """Default ``checkpoint_every_sec``: no time floor between a worker's internal checkpoints."""
 
 CHECKPOINT_EVERY_MIN_N_SAMPLES = 1
 """Default ``checkpoint_every_min_n_samples``: a worker checkpoint per batch, so a restore
-replays at most one batch per worker (measured in ``benchmarks/loader.py``: restore as fast as
+replays at most one batch per worker (measured in ``benchmarks/throughput/loader.py``: restore as fast as
 a fresh start; the checkpoints cost no measurable throughput)."""
 
 
@@ -60,32 +86,49 @@ class LoaderSettings(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
-    seq_length: Integer = Field(default=2048, ge=1, description="Maximum tokens per sequence.")
-    micro_batch_size: Integer = Field(default=1, ge=1, description="Sequences per micro batch.")
+    seq_length: Integer = Field(
+        default=2048, ge=1, le=MAX_SEQ_LENGTH, description="Maximum tokens per sequence."
+    )
+    micro_batch_size: Integer = Field(
+        default=1, ge=1, le=MAX_BATCH_SIZE, description="Sequences per micro batch."
+    )
     global_batch_size: Integer | None = Field(
         default=None,
         ge=1,
+        le=MAX_BATCH_SIZE,
         description="Sequences per global batch, a multiple of micro_batch_size x the "
         "data-parallel size; default: micro_batch_size x the data-parallel size.",
     )
-    num_workers: Integer = Field(default=1, ge=0, description="Training loader worker processes.")
+    num_workers: Integer = Field(
+        default=1, ge=0, le=MAX_WORKERS, description="Training loader worker processes."
+    )
     num_val_workers: Integer | None = Field(
-        default=None, ge=0, description="Validation loader workers; default: num_workers."
+        default=None, ge=0, le=MAX_WORKERS, description="Validation loader workers; default: num_workers."
     )
     pin_memory: Boolean = Field(
         default=True, description="Pin batches in page-locked memory (where CUDA is available)."
     )
     shuffle_buffer_size: Integer | None = Field(
-        default=100, ge=0, description="Samples in the training shuffle buffer (before encoding)."
+        default=100,
+        ge=0,
+        le=MAX_SHUFFLE_BUFFER_SIZE,
+        description="Samples in the training shuffle buffer (before encoding); the first batch "
+        "waits until the buffer is full.",
     )
     max_samples_per_sequence: Integer | None = Field(
-        default=None, ge=1, description="Samples read per shard sequence; default: whole shard."
+        default=None, ge=1, le=MAX_COUNT, description="Samples read per shard sequence; default: whole shard."
     )
     decoder_seq_length: Integer | None = Field(
-        default=None, ge=1, description="Decoder sequence length of encoder-decoder models."
+        default=None,
+        ge=1,
+        le=MAX_SEQ_LENGTH,
+        description="Decoder sequence length of encoder-decoder models.",
     )
     packing_buffer_size: Integer | None = Field(
-        default=None, ge=1, description="Encoded samples the packing strategy chooses from."
+        default=None,
+        ge=1,
+        le=MAX_PACKING_BUFFER_SIZE,
+        description="Encoded samples the packing strategy chooses from.",
     )
     sequence_parallel: Boolean | None = Field(
         default=None,
@@ -96,6 +139,7 @@ class LoaderSettings(BaseModel):
     val_batches_per_evaluation: Integer | None = Field(
         default=None,
         ge=1,
+        le=MAX_COUNT,
         description="Batches per evaluation (Megatron's eval_iters): every evaluation starts "
         "the validation split from the beginning and takes this many batches, padded with "
         "zero-loss batches past the end. Default: one whole pass.",
@@ -103,6 +147,8 @@ class LoaderSettings(BaseModel):
     checkpoint_every_sec: Number = Field(
         default=CHECKPOINT_EVERY_SEC,
         ge=0,
+        le=MAX_CHECKPOINT_EVERY_SEC,
+        allow_inf_nan=False,
         description="Energon's savable loader: seconds at least between a worker's internal "
         "checkpoints (a restore replays the batches since the last one). Default 0: with "
         "checkpoint_every_min_n_samples 1, a checkpoint per batch, so a restore takes about "
@@ -112,12 +158,14 @@ class LoaderSettings(BaseModel):
     checkpoint_every_min_n_samples: Integer | None = Field(
         default=CHECKPOINT_EVERY_MIN_N_SAMPLES,
         ge=1,
+        le=MAX_COUNT,
         description="Energon's savable loader: at least this many batches of a worker between "
         "its internal checkpoints; null: Energon's default, 2 x num_workers. Only with workers.",
     )
     n_checkpoints: Integer | None = Field(
         default=None,
         ge=1,
+        le=MAX_COUNT,
         description="Energon's savable loader: internal checkpoints kept, at least "
         "2 x max(num_workers, 1) + 1; default: exactly that.",
     )
@@ -211,9 +259,13 @@ def _positive(value: Any) -> int | None:
 
 
 def raise_issues(issues: Iterable[ConfigIssue], who: str = "EnergonMultiModalDataModule") -> None:
-    """Raise one :class:`ConfigError` naming every issue in one paragraph (nothing if none)."""
-    issues = list(issues)
-    if issues:
+    """Raise one :class:`ConfigError` naming every issue in one paragraph (nothing if none); a
+    field two checks refuse is named once, by the first."""
+    first: dict[str, ConfigIssue] = {}
+    for issue in issues:
+        first.setdefault(issue.path, issue)
+    if first:
+        issues = list(first.values())
         raise ConfigError(f"{who}: " + "; ".join(str(issue) for issue in issues))
 
 
@@ -252,7 +304,21 @@ def issue_from_pydantic(
         )
     if "input" in error and not isinstance(error["input"], Mapping) and "got " not in message:
         message += f" (got {_short(error['input'])})"
+    if kind == "less_than_equal" and loc and loc[-1] in BOUND_REASONS:
+        message += f": {BOUND_REASONS[loc[-1]]}"
     return ConfigIssue(path, message)
+
+
+BOUND_REASONS: dict[str, str] = {
+    "seq_length": "no model has a longer context; a larger value is usually a typo",
+    "decoder_seq_length": "no model has a longer context; a larger value is usually a typo",
+    "shuffle_buffer_size": "Energon fills the whole buffer with decoded samples before the first "
+    "batch, so a larger buffer waits (and grows) without end",
+    "packing_buffer_size": "the buffer holds encoded samples with their pixel tensors",
+    "num_workers": "each worker is a process of its own",
+    "num_val_workers": "each worker is a process of its own",
+}
+"""Why a setting has its upper bound, added to the message of a value above it."""
 
 
 def known_keys(root: type[BaseModel], loc: list[str]) -> list[str]:

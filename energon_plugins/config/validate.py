@@ -7,8 +7,10 @@
 - each ``{name, options}`` selection against the registry: an unknown plugin name lists the
   installed names, and the options are checked against the plugin's own options model
   (``task_encoder.options.max_tiles: ...``);
-- the dataset path (exists, and is an Energon dataset or metadataset) and the tokenizer path,
-  relative paths resolved against the config file's directory;
+- the dataset path (exists, is an Energon dataset or metadataset naming a class Energon has,
+  its shards are all there and whole, and it has a ``val`` split when the config asks for
+  validation: :data:`VALIDATION_KEYS`) and the tokenizer path, relative paths resolved
+  against the config file's directory;
 - the rules between keys and the ``energon:`` arguments, shared with the datamodule's
   constructor (:func:`energon_plugins.config.settings.cross_field_issues`,
   :func:`energon_plugins.config.energon_arguments.energon_argument_issues`): packing and
@@ -27,6 +29,7 @@ from typing import Any
 
 import pydantic
 
+from energon_plugins.config.bounds import nesting_reason
 from energon_plugins.config.energon_arguments import energon_argument_issues
 from energon_plugins.config.model import (
     DEFAULT_BATCH_FORMAT,
@@ -88,6 +91,9 @@ def check_config(
     if not isinstance(data, Mapping):
         issue = ConfigIssue("<root>", f"expected a mapping of config keys, got {type(data).__name__}")
         return None, [issue]
+    too_deep = nesting_reason(data)
+    if too_deep is not None:
+        return None, [ConfigIssue("<root>", too_deep)]
     if registry is None:
         from energon_plugins.host.manager import get_registry
 
@@ -100,6 +106,7 @@ def check_config(
     if check_paths:
         issues += _path_issues("path", _dataset_path_issues, data, base, resolved)
         issues += _path_issues("tokenizer.path", _tokenizer_path_issues, data, base, resolved)
+        issues += _validation_split_issues(data, resolved)
     issues += _cross_field_issues(data)
     issues = _ordered(_unique(issues))
     if issues:
@@ -240,18 +247,78 @@ def dataset_path_problem(path: Path) -> str | None:
     """Why ``path`` is not an Energon dataset with a ``train`` split, or ``None`` if it is one.
 
     Uses the core's import-light check (a prepared folder, a metadataset YAML or a ``.jsonl``
-    file), the same one the datamodule runs before building a loader.
+    file), the same one the datamodule runs before building a loader, then the shards of every
+    prepared folder behind ``path``
+    (:func:`~energon_plugins.config.dataset_check.shard_problems`: each one the index names is
+    there and whole; the train split, and a val split when there is one, hold samples).
     """
-    from energon_plugins.config.dataset_check import check_dataset
+    from energon_plugins.config.dataset_check import check_dataset, dataset_splits, shard_problems
+    from energon_plugins.config.dataset_fit import dataset_parts
     from energon_plugins.errors import DatasetError
 
     if not path.exists():
         return f"dataset {str(path)!r} does not exist"
     try:
-        check_dataset(path, ("train",))
+        kind = check_dataset(path, ("train",))
+        if kind == "webdataset":
+            splits = [s for s in ("train", "val") if s in dataset_splits(path)[1]]
+            problems = shard_problems(path, splits)
+        elif kind == "metadataset":
+            problems = [p for part in dataset_parts(path) for p in shard_problems(part.path)]
+        else:
+            problems = []
     except DatasetError as exc:
         return str(exc)
-    return None
+    return "; ".join(problems) or None
+
+
+VALIDATION_KEYS = ("val_batches_per_evaluation", "validation_task_encoder", "num_val_workers")
+"""Keys that ask for validation: with one of them set, a dataset without a ``val`` split is an
+error (``val_dataloader()`` would raise); without, validation is the training loop's choice and
+a missing split is a warning of ``validate``."""
+
+
+def missing_val_split(path: str) -> bool:
+    """Whether the local dataset at ``path`` has no ``val`` split (a ``.jsonl`` file, a remote
+    path or a path that cannot be read: not known, ``False``)."""
+    from energon_plugins.config.dataset_check import dataset_splits, is_remote
+    from energon_plugins.errors import DatasetError
+
+    if is_remote(path):
+        return False
+    try:
+        kind, splits = dataset_splits(path)
+    except (DatasetError, OSError):
+        return False
+    return kind != "jsonl" and "val" not in splits
+
+
+def _validation_split_issues(data: Mapping[str, Any], resolved: Mapping[str, str]) -> list[ConfigIssue]:
+    asking = [key for key in VALIDATION_KEYS if data.get(key) is not None]
+    if not asking or "path" not in resolved or not missing_val_split(resolved["path"]):
+        return []
+    return [
+        ConfigIssue(
+            "path",
+            f"the dataset {resolved['path']!r} has no 'val' split, but {', '.join(asking)} "
+            f"ask{'s' * (len(asking) == 1)} for validation (val_dataloader() would raise): add a "
+            "val split (energon prepare --split-ratio train=0.9,val=0.1) or remove "
+            f"{'it' if len(asking) == 1 else 'them'}",
+        )
+    ]
+
+
+def validation_split_warning(config: DataModuleConfig) -> ConfigIssue | None:
+    """A warning at ``path`` when the dataset has no ``val`` split and the config does not ask
+    for validation (none of :data:`VALIDATION_KEYS`): ``val_dataloader()`` would raise, so the
+    training loop must run without evaluation."""
+    if any(getattr(config, key) is not None for key in VALIDATION_KEYS) or not missing_val_split(config.path):
+        return None
+    return ConfigIssue(
+        "path",
+        f"the dataset {config.path!r} has no 'val' split: val_dataloader() would raise, so train "
+        "without evaluation (Megatron: --eval-iters 0) or add a val split",
+    )
 
 
 def _path_issues(

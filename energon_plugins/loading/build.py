@@ -26,7 +26,9 @@ passed to the datamodule's constructor as they are."""
 
 
 def load_tokenizer(path: str) -> Any:
-    """``AutoTokenizer.from_pretrained(path, local_files_only=True)``, with a clear error.
+    """``AutoTokenizer.from_pretrained(path, local_files_only=True)``, with a clear error. Code
+    shipped in the folder is never run (``trust_remote_code=False``: transformers would otherwise
+    ask on the terminal).
 
     Raises:
         ConfigError: naming ``tokenizer.path`` and why loading failed.
@@ -34,7 +36,7 @@ def load_tokenizer(path: str) -> Any:
     from transformers import AutoTokenizer
 
     try:
-        return AutoTokenizer.from_pretrained(path, local_files_only=True)
+        return AutoTokenizer.from_pretrained(path, local_files_only=True, trust_remote_code=False)
     except Exception as exc:
         text = " ".join(str(exc).split())
         raise ConfigError(

@@ -6,7 +6,9 @@
   order-free and idempotent; one by one equals together (no plugin switch); overriding a key
   with the value it already has changes nothing;
 - a bad value of an integer field is refused with an error naming the field's dotted path;
-- any YAML (or JSON) text either loads or raises ``ConfigError`` naming the file.
+- any YAML (or JSON) text either loads or raises ``ConfigError`` naming the file;
+- ``energon-plugins validate --quick`` on any mapping, any text or any ``--set`` override exits 0
+  ("valid") or 1 (errors listed), never with a traceback or another exit code.
 
 Config validation only: nothing here builds a loader or reads a dataset (the constructor is
 called with a missing dataset path, so it stops with ``DatasetError`` once its arguments pass).
@@ -34,7 +36,7 @@ from energon_plugins.config import (
     apply_overrides,
     load_config,
 )
-from energon_plugins.config.energon_arguments import ENERGON_DATASET_ARGUMENTS
+from energon_plugins.config.energon_arguments import ENERGON_DATASET_ARGUMENTS, energon_value_issues
 from energon_plugins.config.overrides import parse_set_option
 from energon_plugins.config.settings import Boolean, Integer, LoaderSettings, Number
 from energon_plugins.encoding.packing.options import FirstFitDecreasingOptions
@@ -103,6 +105,7 @@ class Setting(typing.NamedTuple):
     nullable: bool
     low: float | None  # the least valid value (ge), or just below it (gt)
     strict_low: bool
+    high: float | None = None  # the largest valid value (le)
 
 
 def _settings() -> list[Setting]:
@@ -115,9 +118,10 @@ def _settings() -> list[Setting]:
         assert len(kinds) == 1, f"{name}: expected one of Integer, Number, Boolean"
         low = next((m.ge for m in metadata if hasattr(m, "ge")), None)
         gt = next((m.gt for m in metadata if hasattr(m, "gt")), None)
+        high = next((m.le for m in metadata if hasattr(m, "le")), None)
         nullable = type(None) in typing.get_args(field.annotation)
         bound = gt if gt is not None else low
-        out.append(Setting(name, kinds.pop(), nullable, bound, gt is not None))
+        out.append(Setting(name, kinds.pop(), nullable, bound, gt is not None, high))
     return out
 
 
@@ -135,10 +139,14 @@ def valid_value(s: Setting) -> st.SearchStrategy[Any]:
         values: st.SearchStrategy[Any] = st.booleans()
     elif s.kind == "number":
         low = s.low if s.low is not None else -1e6
-        values = st.floats(low, 1e6, exclude_min=s.strict_low) | st.integers(math.floor(low) + 1, 10**6)
+        high = min(1e6, s.high) if s.high is not None else 1e6
+        values = st.floats(low, high, exclude_min=s.strict_low) | st.integers(
+            math.floor(low) + 1, math.floor(high)
+        )
     else:
         low = int(s.low) if s.low is not None else -(10**6)
-        values = st.integers(low, low + 8) | st.integers(low, low + 10**4)
+        high = int(s.high) if s.high is not None else low + 10**4
+        values = st.integers(low, min(low + 8, high)) | st.integers(low, min(low + 10**4, high))
     return values | st.none() if s.nullable else values
 
 
@@ -155,6 +163,10 @@ def invalid_value(s: Setting) -> st.SearchStrategy[Any]:
             | st.floats(max_value=s.low, exclude_max=not s.strict_low, allow_nan=False)
             | st.integers(max_value=math.ceil(s.low) - (0 if s.strict_low else 1))
         )
+        if s.high is not None:  # an upper bound too (checkpoint_every_sec)
+            bad |= st.floats(min_value=s.high, exclude_min=True) | st.integers(
+                min_value=math.floor(s.high) + 1
+            )
     else:
         bad = (
             st.booleans()
@@ -165,6 +177,8 @@ def invalid_value(s: Setting) -> st.SearchStrategy[Any]:
         )
         if s.low is not None:  # a bounded integer (ignore_index is not)
             bad |= st.integers(max_value=int(s.low) - 1)
+        if s.high is not None:  # every count has an upper bound (seq_length: 1e26 is a typo)
+            bad |= st.integers(min_value=int(s.high) + 1)
     return bad if s.nullable else bad | st.none()
 
 
@@ -246,7 +260,7 @@ def test_config_file_and_constructor_accept_and_refuse_alike(workspace: Path, da
     try:
         EnergonMultiModalDataModule(
             path=str(workspace / "missing"),
-            tokenizer=object(),
+            tokenizer=None,
             packing="first-fit-decreasing" if packing else None,
             multimodal_sample_config=sample_config,
             **values,
@@ -279,7 +293,7 @@ def test_config_file_and_constructor_accept_and_refuse_alike(workspace: Path, da
         well_typed = not broken
     except pydantic.ValidationError:
         well_typed = False
-    if well_typed and set(energon) <= set(ENERGON_GOOD):
+    if well_typed and set(energon) <= set(ENERGON_GOOD) and not energon_value_issues(energon):
         event("refused by a rule between settings")
         assert by_config == by_constructor, (refused, issues)
 
@@ -464,8 +478,8 @@ valid_configs = st.fixed_dictionaries(
                 "ignore_index": st.integers(-200, -1),
             },
         ),
-        "energon": st.dictionaries(
-            st.sampled_from(["virtual_epoch_length", "repeat"]), st.integers(0, 9), max_size=2
+        "energon": st.fixed_dictionaries(
+            {}, optional={"virtual_epoch_length": st.integers(0, 9), "repeat": st.booleans()}
         ),
     },
 )
@@ -761,3 +775,64 @@ def test_naming_another_or_an_unknown_plugin_still_drops_the_options(workspace: 
     config = {**BASE, "task_encoder": {"name": "multimodal", "options": {"image_tokens": 7}}}
     data = apply_overrides(config, {"task_encoder.name": name})
     assert data["task_encoder"] == {"name": name}
+
+
+# -- (e) `validate` on any config or override: exit 0 or 1 with a message, never a traceback ------
+
+
+def _validate(args: list[str]) -> Any:
+    from click.testing import CliRunner
+
+    from energon_plugins.cli import cli
+
+    return CliRunner().invoke(cli, ["validate", "--quick", *args])
+
+
+def _accepted_or_refused(result: Any) -> str:
+    """``"accepted"`` or ``"refused"``; anything else (a traceback, another exit code, an error
+    escaping the verb) fails."""
+    assert result.exit_code in (0, 1), (result.exit_code, result.output)
+    assert result.exception is None or isinstance(result.exception, SystemExit), repr(result.exception)
+    assert "Traceback" not in result.output, result.output
+    assert result.output.strip(), "a verdict is printed"
+    if result.exit_code == 0:
+        assert ": valid (" in result.output, result.output
+        return "accepted"
+    assert "error" in result.output.lower(), result.output
+    return "refused"
+
+
+@prop(60)
+@given(tree=near_valid | yaml_trees, as_json=st.booleans())
+def test_validate_accepts_or_refuses_any_mapping(workspace: Path, tree: Any, as_json: bool) -> None:
+    file = write(workspace, json.dumps(tree) if as_json else tree, name="cli.json" if as_json else "cli.yaml")
+    event(_accepted_or_refused(_validate([str(file)])))
+
+
+@prop(60)
+@given(text=yaml_texts)
+def test_validate_accepts_or_refuses_any_text(workspace: Path, text: str) -> None:
+    event(_accepted_or_refused(_validate([str(write(workspace, text, name="cli.yaml"))])))
+
+
+set_texts = st.lists(st.sampled_from(TOKENS) | words, max_size=6).map("".join)
+set_keys = (
+    dotted_keys
+    | st.sampled_from(LEAF_PATHS)
+    | st.lists(st.sampled_from(["", "a", ".", " "]), max_size=4).map("".join)
+)
+
+
+@prop(60)
+@given(
+    items=st.lists(
+        st.tuples(set_keys, st.sampled_from(["=", ""]), yaml_values.map(flow) | set_texts).map("".join),
+        max_size=3,
+    )
+)
+def test_validate_accepts_or_refuses_any_set_override(workspace: Path, items: list[str]) -> None:
+    config = write(workspace, BASE, name="base.yaml")
+    args = [str(config)]
+    for item in items:
+        args += ["--set", item]
+    event(_accepted_or_refused(_validate(args)))
