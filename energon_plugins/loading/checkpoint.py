@@ -23,6 +23,7 @@ from typing import Any
 
 from energon_plugins.errors import EnergonPluginsError
 from energon_plugins.loading.safe_load import StateFileError, load_state_file
+from energon_plugins.loading.state_check import check_against_template, check_payload
 
 STATE_FORMAT = 2
 """Version of the file layout (1: ``{"format", "fingerprint", "state"}``, still read)."""
@@ -131,24 +132,13 @@ def read_state_file(path: Path) -> tuple[Any, dict[str, Any] | None]:
     (``fingerprint`` is ``None`` then).
 
     Raises:
-        StateFileError: the file is unreadable, truncated, corrupt, foreign, or holds no
-            loader state; the message names it.
+        StateFileError: the file is not a regular file, is unreadable, truncated, corrupt,
+            foreign, of a newer format, or holds no loader state or one with fields of the
+            wrong type (see :func:`~energon_plugins.loading.state_check.check_payload`); the
+            message names it.
     """
     payload = load_state_file(path)
-    if isinstance(payload, dict) and BRIDGE_STATE_KEY in payload:
-        fingerprint = payload.get("fingerprint")
-        return payload[BRIDGE_STATE_KEY], dict(fingerprint) if isinstance(fingerprint, dict) else None
-    if isinstance(payload, dict) and payload.get("format") == 1 and "state" in payload:
-        return payload["state"], dict(payload.get("fingerprint") or {})
-    what = (
-        f"a dict with keys {sorted(map(str, payload))[:8]}"
-        if isinstance(payload, dict)
-        else (type(payload).__name__)
-    )
-    raise StateFileError(
-        f"{str(path)!r} holds no loader state (expected a dict with {BRIDGE_STATE_KEY!r}, as "
-        f"save_checkpoint and Megatron-Bridge write; got {what})"
-    )
+    return check_payload(payload, str(path), state_key=BRIDGE_STATE_KEY, newest_format=STATE_FORMAT)
 
 
 def load_loader_state(
@@ -161,14 +151,16 @@ def load_loader_state(
 
     Raises:
         FileNotFoundError: no state file for this rank (the message lists the ones present).
-        StateFileError: the file is truncated, corrupt or not a loader state.
+        StateFileError: the path is not a regular file, or the file is truncated, corrupt or
+            not a loader state.
         StateMismatchError: the state was saved by a different setup; names what differs.
     """
     path = state_path(folder, dp_rank)
-    if not path.is_file():
+    if not path.exists():
         present = sorted(p.name for p in Path(folder).glob("train_dataloader_dprank*.pt"))
+        dangling = " (a symlink to a missing file)" if path.is_symlink() else ""
         raise FileNotFoundError(
-            f"no loader state for DP rank {dp_rank}: {path} does not exist"
+            f"no loader state for DP rank {dp_rank}: {path} does not exist{dangling}"
             f" (present: {', '.join(present) or 'none'})"
         )
     state, saved = read_state_file(path)
@@ -200,6 +192,7 @@ def _digest(value: Any, memo: dict[int, bytes]) -> bytes:
     key = id(value)
     if key in memo:
         return memo[key]
+    memo[key] = b"(cycle)"  # a container met again inside itself
     h = hashlib.sha256(type(value).__name__.encode())
     if isinstance(value, Mapping):
         parts = sorted((_digest(k, memo), _digest(v, memo)) for k, v in value.items())
@@ -339,7 +332,9 @@ def load_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> None:
     Raises:
         StateMismatchError: the state was saved with a different world size, dataset, task
             encoder, batch or packing setting; the message names each difference.
-        StateFileError: the file is truncated, corrupt or not a loader state.
+        StateFileError: the file is not a regular file, is truncated, corrupt, not a loader
+            state, or its state does not have the shape of this loader's (its chain of Energon
+            datasets or a field's type differ: ``StateShapeError``).
     """
     rank, world = _dp_rank_and_size(datamodule)
     fingerprint = loader_fingerprint(datamodule, dp_rank=rank, dp_world_size=world)
@@ -348,7 +343,27 @@ def load_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> None:
     except FileNotFoundError:
         _explain_missing_rank(folder, rank, fingerprint)
         raise
-    datamodule.train_dataloader().restore_state(state)
+    where = str(state_path(folder, rank))
+    loader = datamodule.train_dataloader()
+    check_against_template(_energon_part(state), _energon_part(loader.save_state()), where)
+    try:
+        loader.restore_state(state)
+    except EnergonPluginsError:
+        raise
+    except (TypeError, ValueError, AttributeError, LookupError, AssertionError, RuntimeError) as exc:
+        text = " ".join(str(exc).split())[:200]
+        raise StateFileError(
+            f"{where!r} does not restore into this loader: {type(exc).__name__}: {text}"
+        ) from exc
+
+
+def _energon_part(state: Any) -> Any:
+    """Energon's own state inside ``state`` (``save_state()``'s dict or a bare one), or None."""
+    from megatron.energon.savable_loader import SavableDataLoaderState
+
+    if isinstance(state, dict) and "energon" in state:
+        state = state["energon"]
+    return state if isinstance(state, SavableDataLoaderState) else None
 
 
 def _explain_missing_rank(folder: str | os.PathLike, rank: int, fingerprint: Mapping[str, Any]) -> None:

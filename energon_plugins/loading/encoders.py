@@ -11,32 +11,66 @@ so an override applied after construction reaches them. The image processor is r
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from energon_plugins.errors import ConfigError
+from energon_plugins.errors import ConfigError, PluginNotFoundError, PluginOptionsError
 from energon_plugins.host.api import create
 from energon_plugins.host.context import BuildContext
 from energon_plugins.host.defaults import DEFAULT_TASK_ENCODER
 from energon_plugins.host.manager import get_registry
 from energon_plugins.loading.distributed import parallel_layout
+from energon_plugins.strict_types import short_repr
 
 Split = Literal["train", "val"]
 ContextFactory = Callable[[Split], BuildContext]
 """Gives the build context of a split, called only when a component is built from a name."""
 
 
+def selection_problem(value: Mapping[Any, Any], *, name_required: bool = True) -> str | None:
+    """What is wrong with a ``{name, options}`` selection (``None``: nothing): other keys, no
+    name (where ``name_required``), or a name that is not a non-empty string."""
+    keys = sorted(map(str, value))
+    if set(keys) - {"name", "options"} or (name_required and "name" not in value):
+        return f"expected {{name, options}}, got keys {keys}"
+    name = value.get("name", "-")
+    if not isinstance(name, str) or not name.strip():
+        return f"name must be a registered plugin name (a non-empty string), got {short_repr(name)}"
+    return None
+
+
 def named_selection(label: str, value: Any) -> tuple[str, Any] | None:
     """``(plugin name, options)`` when ``value`` selects a plugin by name, else ``None``.
 
     Raises:
-        ConfigError: ``value`` is a mapping other than ``{name, options}`` (names ``label``).
+        ConfigError: ``value`` is a mapping other than ``{name, options}`` with a string name
+            (names ``label``).
     """
     if isinstance(value, str):
         return value, None
     if isinstance(value, Mapping):
-        unknown = set(value) - {"name", "options"}
-        if unknown or "name" not in value:
-            raise ConfigError(f"{label}: expected {{name, options}}, got keys {sorted(map(str, value))}")
+        problem = selection_problem(value)
+        if problem is not None:
+            raise ConfigError(f"{label}: {problem}")
         return str(value["name"]), value.get("options")
     return None
+
+
+def encoder_problem(value: Any) -> str | None:
+    """What is wrong with a task encoder argument's type (``None``: a name, a mapping, an
+    Energon ``TaskEncoder`` object or ``None``; a mapping's keys are :func:`named_selection`'s)."""
+    if value is None or isinstance(value, (str, Mapping)):
+        return None
+    from megatron.energon import TaskEncoder
+
+    if isinstance(value, TaskEncoder):
+        return None
+    got = type(value).__name__
+    if isinstance(value, type):
+        got = f"the class {value.__qualname__} itself" + (
+            " (pass an instance of it)" if issubclass(value, TaskEncoder) else ""
+        )
+    return (
+        "expected a registered task encoder name (such as 'multimodal'), {name, options}, a "
+        f"megatron.energon TaskEncoder object, or None; got {got}"
+    )
 
 
 def check_encoder_selection(label: str, value: Any) -> None:
@@ -45,13 +79,22 @@ def check_encoder_selection(label: str, value: Any) -> None:
     An encoder object (or ``None``) passes unchecked.
 
     Raises:
-        ConfigError: a malformed ``{name, options}`` mapping.
+        ConfigError: neither a name, ``{name, options}``, a ``TaskEncoder`` nor ``None``; or
+            a malformed ``{name, options}`` mapping.
         PluginNotFoundError, PluginOptionsError: an unknown name or bad options.
     """
+    problem = encoder_problem(value)
+    if problem is not None:
+        raise ConfigError(f"{label}: {problem}")
     selection = named_selection(label, value)
     if selection is not None:
         name, options = selection
-        get_registry().resolve("task_encoder", name).validate_options(options)
+        try:
+            get_registry().resolve("task_encoder", name).validate_options(options)
+        except (PluginNotFoundError, PluginOptionsError) as exc:
+            if label == "task_encoder":  # the registry's message names the kind: the argument
+                raise
+            raise type(exc)(f"{label}: {exc}") from exc
 
 
 def encoder_label(split: Split) -> str:

@@ -14,7 +14,8 @@ import types
 import pytest
 
 import energon_plugins
-from energon_plugins import ConfigError, PluginNotFoundError
+from energon_plugins import ConfigError, PluginNotFoundError, PluginOptionsError
+from tests._refusals import assert_refusal, unchanged
 
 
 class Group:
@@ -37,6 +38,61 @@ class Broken:
 
 
 DP2 = types.SimpleNamespace(dp=Group(0, 2))
+
+
+class RaisingCollection:
+    """A collection whose ``dp`` attribute fails to read (as an unset dataclass field would)."""
+
+    @property
+    def dp(self):
+        raise RuntimeError("dp was never set")
+
+
+class NoSelect:
+    """An object that is not a packing strategy (``select`` is not callable)."""
+
+    select = 3
+
+
+def cyclic_dict():
+    d = {}
+    d["x"] = d
+    return d
+
+
+def cyclic_list():
+    items = []
+    items.append([items])
+    return items
+
+
+def deep_dict(levels):
+    root = node = {}
+    for _ in range(levels):
+        node["x"] = {}
+        node = node["x"]
+    return root
+
+
+def wide_alias_bomb():
+    """Nine levels of nine references to the level below: 9**9 values when walked."""
+    level = ["x"] * 9
+    for _ in range(8):
+        level = [level] * 9
+    return {"bomb": level}
+
+
+def energon_task_encoder_class():
+    from megatron.energon import DefaultTaskEncoder
+
+    return DefaultTaskEncoder
+
+
+def transformers_class(name):
+    import transformers
+
+    return getattr(transformers, name)
+
 
 # (keyword arguments, exception, text the message must contain)
 BAD_CALLS = [
@@ -140,13 +196,179 @@ BAD_CALLS = [
         ConfigError,
         "pg_collection.dp: rank 3 of size 2 is not valid",
     ),
+    # --- component arguments of the wrong type (issue 27): the argument, the type, what is accepted
+    ({"task_encoder": 42}, ConfigError, "task_encoder: expected a registered task encoder name"),
+    ({"task_encoder": 42}, ConfigError, "a megatron.energon TaskEncoder object, or None; got int"),
+    ({"task_encoder": 2.5}, ConfigError, "task_encoder: expected a registered task encoder name"),
+    ({"task_encoder": [1, 2]}, ConfigError, "task_encoder: expected a registered task encoder name"),
+    ({"task_encoder": object()}, ConfigError, "got object"),
+    ({"task_encoder": True}, ConfigError, "task_encoder: expected a registered task encoder name"),
+    ({"task_encoder": print}, ConfigError, "got builtin_function_or_method"),
+    ({"task_encoder": "energon_task_encoder_class"}, ConfigError, "the class DefaultTaskEncoder itself"),
+    ({"task_encoder": {"name": 42}}, ConfigError, "task_encoder: name must be a registered plugin name"),
+    ({"task_encoder": {"name": ""}}, ConfigError, "task_encoder: name must be a registered plugin name"),
+    ({"task_encoder": {"options": {}}}, ConfigError, "task_encoder: expected {name, options}"),
+    ({"task_encoder": {"name": "multimodal", "opts": {}}}, ConfigError, "task_encoder: expected {name"),
+    (
+        {"task_encoder": {"name": "multimodal", "options": 42}},
+        PluginOptionsError,
+        "options must be a mapping",
+    ),
+    ({"validation_task_encoder": 42}, ConfigError, "validation_task_encoder: expected a registered task"),
+    ({"validation_task_encoder": b"multimodal"}, ConfigError, "validation_task_encoder: expected"),
+    ({"validation_task_encoder": {"name": None}}, ConfigError, "validation_task_encoder: name must be"),
+    ({"validation_task_encoder": "multimodl"}, PluginNotFoundError, "multimodl"),
+    ({"tokenizer": 42}, ConfigError, "tokenizer: must be a loaded tokenizer (a Hugging Face tokenizer"),
+    ({"tokenizer": "/models/llava"}, ConfigError, "tokenizer: must be a loaded tokenizer"),
+    ({"tokenizer": "/models/llava"}, ConfigError, "AutoTokenizer.from_pretrained(path)"),
+    ({"tokenizer": {"path": "/models/llava"}}, ConfigError, "tokenizer: must be a loaded tokenizer"),
+    ({"tokenizer": ["a", "b"]}, ConfigError, "got list"),
+    ({"tokenizer": object()}, ConfigError, "tokenizer: must be a loaded tokenizer"),
+    ({"tokenizer": "PreTrainedTokenizerFast"}, ConfigError, "tokenizer: must be a loaded tokenizer"),
+    ({"image_processor": "CLIPImageProcessor"}, ConfigError, "image_processor: must be callable"),
+    ({"image_processor": "CLIPImageProcessor"}, ConfigError, "itself (pass an instance of it)"),
+    ({"image_processor": "/models/clip"}, ConfigError, "energon_plugins.create('image_processor'"),
+    ({"image_processor": {"name": "hf"}}, ConfigError, "image_processor: must be callable"),
+    ({"image_processor": 1.5}, ConfigError, "image_processor: must be callable"),
+    (
+        {"packing": "NoSelect", "packing_buffer_size": 4},
+        ConfigError,
+        "packing: expected a registered packing",
+    ),
+    ({"packing": NoSelect(), "packing_buffer_size": 4}, ConfigError, "got NoSelect"),
+    ({"packing": [1], "packing_buffer_size": 4}, ConfigError, "packing: expected a registered packing"),
+    ({"packing": {"name": 3}, "packing_buffer_size": 4}, ConfigError, "packing: name must be a registered"),
+    (
+        {"packing": {"options": {}}, "packing_buffer_size": 4},
+        ConfigError,
+        "packing: expected {name, options}",
+    ),
+    ({"batch_format": 42}, ConfigError, "batch_format: expected a registered batch format name"),
+    ({"batch_format": 42}, ConfigError, "a callable fmt(batch), or None; got int"),
+    ({"batch_format": [1]}, ConfigError, "batch_format: expected a registered batch format name"),
+    ({"batch_format": {"name": 7}}, ConfigError, "batch_format: name must be a registered plugin name"),
+    ({"batch_format": {"nam": "hf"}}, ConfigError, "batch_format: expected {name, options}"),
+    ({"batch_format": "megatron-bridg"}, PluginNotFoundError, "megatron-bridg"),
+    ({"device": "bogus"}, ConfigError, "device: 'bogus' is not a device torch knows"),
+    ({"device": -1}, ConfigError, "device: -1 is not a device torch knows"),
+    ({"device": 1.5}, ConfigError, "device: expected a torch.device"),
+    ({"device": True}, ConfigError, "device: expected a torch.device"),
+    ({"device": ["cuda"]}, ConfigError, "device: expected a torch.device"),
+    # --- pg_collection: refused when it provides none of the groups read (issue 27)
+    (
+        {"pg_collection": object()},
+        ConfigError,
+        "pg_collection: expected a megatron-core ProcessGroupCollection",
+    ),
+    ({"pg_collection": object()}, ConfigError, "Got object with none of dp, cp, tp"),
+    ({"pg_collection": 1}, ConfigError, "pg_collection: expected a megatron-core ProcessGroupCollection"),
+    ({"pg_collection": {"dp": Group()}}, ConfigError, "Got a mapping with none of dp, cp, tp"),
+    ({"pg_collection": types.SimpleNamespace(dpp=Group())}, ConfigError, "with none of dp, cp, tp"),
+    (
+        {"pg_collection": types.SimpleNamespace(dp=None)},
+        ConfigError,
+        "pg_collection: expected a megatron-core",
+    ),
+    ({"pg_collection": RaisingCollection()}, ConfigError, "Got RaisingCollection with none of dp, cp, tp"),
+    (
+        {"pg_collection": types.SimpleNamespace(dp=42)},
+        ConfigError,
+        "pg_collection.dp: expected a process group answering rank() and size(), got int",
+    ),
+    (
+        {"pg_collection": types.SimpleNamespace(dp=Group(), cp="cp")},
+        ConfigError,
+        "pg_collection.cp: expected a process group answering rank() and size(), got str",
+    ),
+    (
+        {"pg_collection": types.SimpleNamespace(dp=Group(), tp=object())},
+        ConfigError,
+        "pg_collection.tp: expected a process group",
+    ),
+    ({"pg_collection": types.SimpleNamespace(dp=Group(0, 0))}, ConfigError, "rank 0 of size 0 is not valid"),
+    # --- shuffle_buffer_size: bounded (the config's MAX_SHUFFLE_BUFFER_SIZE), so 1e18 cannot hang
+    ({"shuffle_buffer_size": 10**18}, ConfigError, "shuffle_buffer_size: Input should be less than or equal"),
+    ({"shuffle_buffer_size": 10**18}, ConfigError, "Energon fills the whole buffer"),
+    ({"shuffle_buffer_size": 1e18}, ConfigError, "shuffle_buffer_size: must be an integer, got 1e+18"),
+    (
+        {"shuffle_buffer_size": 2**20 + 1},
+        ConfigError,
+        "shuffle_buffer_size: Input should be less than or equal",
+    ),
+    ({"shuffle_buffer_size": float("inf")}, ConfigError, "shuffle_buffer_size: must be an integer"),
+    # --- mapping and list arguments that contain themselves, nest or expand without bound
+    ({"subflavors": "cyclic_dict"}, ConfigError, "subflavors: contains itself"),
+    ({"subflavors": {"a": "cyclic_list"}}, ConfigError, "subflavors: contains itself"),
+    ({"multimodal_sample_config": "cyclic_dict"}, ConfigError, "multimodal_sample_config: contains itself"),
+    (
+        {"task_encoder": {"name": "multimodal", "options": "cyclic_dict"}},
+        ConfigError,
+        "task_encoder: contains itself",
+    ),
+    (
+        {"validation_task_encoder": {"name": "multimodal", "options": "cyclic_dict"}},
+        ConfigError,
+        "contains itself",
+    ),
+    (
+        {"packing": {"name": "ffd", "options": "cyclic_dict"}, "packing_buffer_size": 4},
+        ConfigError,
+        "packing: contains itself",
+    ),
+    (
+        {"batch_format": {"name": "hf", "options": "cyclic_dict"}},
+        ConfigError,
+        "batch_format: contains itself",
+    ),
+    ({"part_filter": "cyclic_list"}, ConfigError, "part_filter: contains itself"),
+    ({"seq_length": "cyclic_list"}, ConfigError, "seq_length: contains itself"),
+    ({"subflavors": "deep_dict"}, ConfigError, "subflavors: nests mappings or lists deeper than 64 levels"),
+    ({"multimodal_sample_config": "deep_dict"}, ConfigError, "multimodal_sample_config: nests mappings"),
+    ({"task_encoder": {"name": "multimodal", "options": "deep_dict"}}, ConfigError, "task_encoder: nests"),
+    ({"subflavors": "wide_alias_bomb"}, ConfigError, "subflavors: expands to more than 100000 values"),
+    ({"batch_format": {"name": "hf", "options": "wide_alias_bomb"}}, ConfigError, "batch_format: expands"),
+    # --- Energon's own-object keywords, checked before Energon asserts on them
+    ({"part_filter": 42}, ConfigError, "part_filter: expected a list of part names"),
+    ({"part_filter": [1, 2]}, ConfigError, "got a list holding other values than part names"),
+    ({"part_filter": {"jpg"}}, ConfigError, "part_filter: expected a list of part names"),
+    ({"subset": 42}, ConfigError, "subset: expected Energon's DatasetSubset"),
+    ({"subset": {"range": [0, 1]}}, ConfigError, "subset: expected Energon's DatasetSubset"),
 ]
+"""Rows whose value is a string naming a builder above (``"cyclic_dict"``, a class name...) get
+that value built fresh for the row (see :func:`materialise`)."""
+
+BUILDERS = {
+    "cyclic_dict": cyclic_dict,
+    "cyclic_list": cyclic_list,
+    "deep_dict": lambda: deep_dict(200),
+    "wide_alias_bomb": wide_alias_bomb,
+    "energon_task_encoder_class": energon_task_encoder_class,
+    "NoSelect": lambda: NoSelect,
+    "CLIPImageProcessor": lambda: transformers_class("CLIPImageProcessor"),
+    "PreTrainedTokenizerFast": lambda: transformers_class("PreTrainedTokenizerFast"),
+}
 
 
-def make(info, tokenizer, processor, **kwargs):
-    args = dict(image_processor=processor, seq_length=300, micro_batch_size=1, num_workers=0)
+def materialise(value):
+    """``value`` with every builder name (at the top or inside a ``{name, options}`` mapping or
+    a plain mapping) replaced by what the builder returns."""
+    if isinstance(value, str) and value in BUILDERS:
+        return BUILDERS[value]()
+    if isinstance(value, dict):
+        return {k: materialise(v) for k, v in value.items()}
+    return value
+
+
+def make(info, default_tokenizer, processor, **kwargs):
+    args = dict(
+        tokenizer=default_tokenizer,
+        image_processor=processor,
+        seq_length=300,
+        micro_batch_size=1,
+        num_workers=0,
+    )
     args.update(kwargs)
-    return energon_plugins.EnergonMultiModalDataModule(str(info.path), tokenizer, **args)
+    return energon_plugins.EnergonMultiModalDataModule(str(info.path), **args)
 
 
 @pytest.mark.bad_input
@@ -154,11 +376,35 @@ def make(info, tokenizer, processor, **kwargs):
     "kwargs, error, words", BAD_CALLS, ids=[f"{i}-{next(iter(r[0]))}" for i, r in enumerate(BAD_CALLS)]
 )
 def test_a_bad_call_is_refused_naming_the_field(vqa_dataset, tokenizer, clip_processor, kwargs, error, words):
-    with pytest.raises(error) as info:
+    kwargs = {key: materialise(value) for key, value in kwargs.items()}
+    with unchanged(vqa_dataset.path), pytest.raises(error) as info:
         make(vqa_dataset, tokenizer, clip_processor, **kwargs)
     message = str(info.value)
     assert words in message, message
-    assert "\n" not in message, "one paragraph"
+    assert_refusal(message, next(iter(kwargs)))  # names the argument, no traceback
+    if error is not PluginOptionsError:  # the registry lists each option error on a line
+        assert "\n" not in message, "one paragraph"
+
+
+def test_a_collection_of_stand_ins_and_plain_values_is_still_accepted(vqa_dataset, tokenizer, clip_processor):
+    """What the component checks must not refuse: a collection without ``dp`` (``cp`` / ``tp``
+    only: the data-parallel world is then torch.distributed's default), an encoder object, a
+    callable batch format, a device name, Energon's part names, a self-similar (shared, not
+    cyclic) sample config mapping."""
+    shared = {"ignore_index": -100}
+    dm = make(
+        vqa_dataset,
+        tokenizer,
+        clip_processor,
+        pg_collection=types.SimpleNamespace(cp=Group(0, 2), tp=Group(0, 1)),
+        task_encoder=energon_task_encoder_class()(),
+        batch_format=lambda batch: batch,
+        device="cpu",
+        part_filter=["jpg", "json"],
+        multimodal_sample_config=shared,
+        subflavors={"a": shared, "b": shared},
+    )
+    assert dm.build_context().cp_size == 2 and dm.parallel_layout().dp_size == 1
 
 
 def test_every_problem_is_named_at_once(vqa_dataset, tokenizer, clip_processor):
