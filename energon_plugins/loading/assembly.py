@@ -2,7 +2,8 @@
 
 A loader is assembled in stages: a ``WorkerConfig`` from the pure data-parallel group, the
 Energon dataset of the split (checked first: the split exists, the encoder can read it, a
-packing buffer has an encoder that packs), the bad-sample policy and skip counting
+packing buffer has an encoder that packs; its tar readers bounded by
+:mod:`energon_plugins.loading.tar_members`), the bad-sample policy and skip counting
 (:mod:`energon_plugins.loading.errors_policy`), the batch format
 (:mod:`energon_plugins.loading.formatting`), then Energon's ``SavableDataLoader`` with the
 checkpoint settings, watchdogs that stop (:mod:`energon_plugins.loading.stages`) and the
@@ -31,6 +32,7 @@ from energon_plugins.loading.errors_policy import SkipCountingDataset, SkipTrack
 from energon_plugins.loading.formatting import BatchFormatDataset, build_batch_format
 from energon_plugins.loading.heap import freezes_heap
 from energon_plugins.loading.stages import finish_watchdogs
+from energon_plugins.loading.tar_members import bound_tar_readers
 from energon_plugins.loading.transfer import configure_pinning
 
 logger = logging.getLogger(__name__)
@@ -172,6 +174,7 @@ def loader_dataset(datamodule: Any, num_workers: int, split: Split) -> Any:
     tracker = SkipTracker(getattr(encoder, "on_error", "skip"))
     worker_config = datamodule._build_worker_config(num_workers, split=split, error_handler=tracker)
     dataset = datamodule.datasets_provider(worker_config, split=split)
+    bound_tar_readers(dataset)  # before the guard wraps the readers
     guard_truncated_shards(dataset, tracker)
     fmt, label = build_batch_format(datamodule.batch_format, datamodule.build_context(split))
     if fmt is not None:  # applied to every batch, in the workers
