@@ -18,6 +18,8 @@ from energon_plugins.errors import (
     PluginLoadError,
     PluginNotFoundError,
     PluginOptionsError,
+    PluginOutputError,
+    RankTimeoutError,
     SampleFailedError,
 )
 from energon_plugins.host._markers import ENTRY_POINT_GROUP, hookimpl, hookspec
@@ -219,6 +221,8 @@ __all__ = [
     "PluginLoadError",
     "PluginNotFoundError",
     "PluginOptionsError",
+    "PluginOutputError",
+    "RankTimeoutError",
     "PluginSpec",
     "PluginTaskEncoder",
     "RecordError",

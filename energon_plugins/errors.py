@@ -1,5 +1,7 @@
 """Exceptions raised by energon-plugins. Every message names the plugin, field or file at fault."""
 
+from collections.abc import Sequence
+
 
 class EnergonPluginsError(Exception):
     """Base class of every error this package raises on purpose (a user error, not a bug)."""
@@ -59,3 +61,26 @@ class SampleFailedError(EnergonPluginsError, ValueError):
         self.key = key
         self.stage = stage
         self.reason = reason
+
+
+class PluginOutputError(EnergonPluginsError, ValueError):
+    """A plugin's component returned what its kind's contract does not allow (a task
+    encoder's sample, an image processor's output, a packing strategy's selection, a batch
+    format's batch). The message names the plugin (kind, registered name and distribution),
+    what it returned and what was expected. A plugin bug, not a bad sample: the loader stops
+    at once instead of skipping."""
+
+
+class RankTimeoutError(EnergonPluginsError, TimeoutError):
+    """Data-parallel ranks did not answer a data-side collective within the data timeout.
+
+    ``ranks`` holds the global ranks that did not answer (every other member of the group
+    when the group itself could not be formed), ``timeout`` the seconds waited, ``what`` the
+    value being agreed on.
+    """
+
+    def __init__(self, text: str, *, ranks: Sequence[int], timeout: float, what: str) -> None:
+        super().__init__(text)
+        self.ranks = tuple(ranks)
+        self.timeout = timeout
+        self.what = what

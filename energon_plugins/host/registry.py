@@ -40,6 +40,7 @@ from energon_plugins.host._options import (
 from energon_plugins.host._spec import Factory, LoadFailure, PluginInfo, PluginSpec
 from energon_plugins.host.context import BuildContext
 from energon_plugins.host.kinds import KINDS, Kind, component_problem, normalize_kind
+from energon_plugins.host.provenance import remember_origin
 
 if TYPE_CHECKING:  # pragma: no cover
     import pydantic
@@ -234,4 +235,5 @@ class Registry:
         problem = component_problem(spec.kind, component)
         if problem is not None:
             raise PluginLoadError(f"{spec.label}: its factory {problem}")
+        remember_origin(component, spec.label)  # messages about its output name the plugin
         return component

@@ -37,7 +37,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from energon_plugins.errors import ConfigError, EnergonPluginsError
+from energon_plugins.errors import ConfigError, RankTimeoutError
 
 ORDER = "tp-cp-ep-dp-pp"
 
@@ -136,21 +136,6 @@ def _is_process_group(group: Any) -> bool:
     import torch.distributed as dist
 
     return dist.is_available() and isinstance(group, dist.ProcessGroup)
-
-
-class RankTimeoutError(EnergonPluginsError, TimeoutError):
-    """Data-parallel ranks did not answer a data-side collective within the data timeout.
-
-    ``ranks`` holds the global ranks that did not answer (every other member of the group
-    when the group itself could not be formed), ``timeout`` the seconds waited, ``what`` the
-    value being agreed on.
-    """
-
-    def __init__(self, text: str, *, ranks: Sequence[int], timeout: float, what: str) -> None:
-        super().__init__(text)
-        self.ranks = tuple(ranks)
-        self.timeout = timeout
-        self.what = what
 
 
 def data_timeout(environ: Mapping[str, str] | None = None) -> float:

@@ -1,6 +1,8 @@
 """The bad-sample policy: skip (counted by reason, logged) or raise, exact across workers.
 
-Failures reach us on three paths, and all three follow one policy (``on_error``):
+Failures reach us on three paths, and all three follow one policy (``on_error``), except a
+plugin's output that breaks its contract (:class:`~energon_plugins.errors.PluginOutputError`,
+see :mod:`energon_plugins.encoding.plugin_outputs`): a bug, raised at once, never skipped.
 
 - Energon's decoding and field mapping (a corrupt image or JSON part, a missing JSON field)
   call ``WorkerConfig.global_error_handler``; :class:`SkipTracker` is that handler.
@@ -34,7 +36,7 @@ from megatron.energon.flavors.webdataset.sample_loader import WebdatasetSampleLo
 from megatron.energon.wrappers.base import BaseWrapperDataset
 
 from energon_plugins.encoding.chat.chatml import VIDEO_EXTENSIONS
-from energon_plugins.errors import EnergonPluginsError
+from energon_plugins.errors import EnergonPluginsError, PluginOutputError
 from energon_plugins.loading.sample_failures import sample_failure
 from energon_plugins.loading.stages import TransparentRestore
 
@@ -148,7 +150,14 @@ class SkipTracker:
         logger.warning("skipped %s (%s)%s", what, reason, detail)
 
     def __call__(self, exc: Exception, sample: Any, sources: Any = None) -> None:
-        """Energon's ``global_error_handler(exception, sample, sources)``."""
+        """Energon's ``global_error_handler(exception, sample, sources)``.
+
+        A :class:`~energon_plugins.errors.PluginOutputError` (a plugin's output broke its
+        contract) is a bug of the plugin, not a bad sample: it is raised under either policy,
+        never counted as a skip.
+        """
+        if isinstance(exc, PluginOutputError):
+            raise exc
         reason = classify_error(exc)
         what = describe_sample(sample)
         if self.on_error == "raise":

@@ -16,6 +16,7 @@ from typing import Any
 
 from megatron.energon.wrappers.base import BaseWrapperDataset
 
+from energon_plugins.encoding.batch_formats.checked import checked_batch_format
 from energon_plugins.errors import BatchFormatError, ConfigError
 from energon_plugins.host.context import BuildContext
 from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
@@ -73,13 +74,14 @@ def build_batch_format(value: Any, context: BuildContext) -> tuple[Callable[[Any
     selection = _selection(value)
     if selection is None:
         check_batch_format_arg(value)
-        return value, f"batch format {getattr(value, '__qualname__', type(value).__name__)}"
+        label = f"batch format {getattr(value, '__qualname__', type(value).__name__)}"
+        return checked_batch_format(value, label), label
     from energon_plugins.host.manager import get_registry
 
     registry = get_registry()
     spec = registry.resolve(BATCH_FORMAT, selection[0])
     fmt = registry.create(BATCH_FORMAT, selection[0], selection[1], context, path="batch_format.options")
-    return fmt, spec.label
+    return checked_batch_format(fmt, spec.label), spec.label  # outputs checked: a loop gets tensors
 
 
 def _encoder_label(encoder: Any) -> str:

@@ -28,7 +28,12 @@ from typing import Any
 
 from megatron.energon.errors import ErrorContext, FatalSampleError
 
-from energon_plugins.errors import BatchFormatError, EnergonPluginsError, SampleFailedError
+from energon_plugins.errors import (
+    BatchFormatError,
+    EnergonPluginsError,
+    PluginOutputError,
+    SampleFailedError,
+)
 
 BATCH_FORMAT_STAGE = "batch format"
 
@@ -72,6 +77,13 @@ class LoaderSampleError(SampleFailedError, FatalSampleError):
 
 class BatchFormatSampleError(SampleFailedError, BatchFormatError):
     """A batch format that failed on a batch, in the loader (also a ``BatchFormatError``)."""
+
+
+class PluginOutputSampleError(SampleFailedError, PluginOutputError, FatalSampleError):
+    """A plugin's output broke its contract, in the loader (also a ``PluginOutputError``, and
+    Energon's ``FatalSampleError`` like :class:`LoaderSampleError`): the reason names the
+    plugin and what it returned; the sample and stage say where it first showed. Raised at
+    once, never counted as a skipped sample."""
 
 
 def _one_line(text: str, limit: int | None = None) -> str:
@@ -173,12 +185,17 @@ def sample_failure(exc: BaseException) -> SampleFailedError | None:
     Handles Energon's ``FatalSampleError``: the stage and the sample from the ``ErrorContext``
     that raised it, the reason from the exception that context caught (a ``FatalSampleError``
     raised outside Energon's stages: the stage from the innermost pipeline function of its
-    traceback); and a batch format's ``BatchFormatError`` (stage ``batch format``).
+    traceback); a batch format's ``BatchFormatError`` (stage ``batch format``); and a
+    :class:`~energon_plugins.errors.PluginOutputError` anywhere in the chain, as a
+    :class:`PluginOutputSampleError`.
     """
     from energon_plugins.loading.errors_policy import error_text
 
     if isinstance(exc, SampleFailedError):
         return None
+    broken = plugin_output_error(exc)
+    if broken is not None:  # a plugin bug, not a bad sample: said as the plugin said it
+        return _plugin_output_failure(exc, broken)
     if isinstance(exc, BatchFormatError):
         return _build(
             BatchFormatSampleError, sample_keys(_failing_batch(exc)), BATCH_FORMAT_STAGE, error_text(exc)
@@ -198,6 +215,36 @@ def sample_failure(exc: BaseException) -> SampleFailedError | None:
     if in_a_row:
         reason += f" (Energon stopped after {in_a_row.group(1)} failures in a row)"
     return _build(LoaderSampleError, keys, stage_of(context.name), reason)
+
+
+def plugin_output_error(exc: BaseException) -> PluginOutputError | None:
+    """The :class:`~energon_plugins.errors.PluginOutputError` in ``exc``'s chain (``exc``
+    itself, its causes and contexts), or ``None``."""
+    seen: set[int] = set()
+    current: BaseException | None = exc
+    while current is not None and id(current) not in seen:
+        if isinstance(current, PluginOutputError):
+            return current
+        seen.add(id(current))
+        current = current.__cause__ or current.__context__
+    return None
+
+
+def _plugin_output_failure(exc: BaseException, broken: PluginOutputError) -> SampleFailedError | None:
+    """The loader's error for a plugin output that broke its contract (found in ``exc``'s
+    chain): the sample and stage where it showed, the plugin's message as the reason
+    (``None`` outside the loader's pipeline)."""
+    if isinstance(exc, BatchFormatError):  # the format stage's message adds the task encoder
+        keys = sample_keys(_failing_batch(exc))
+        return _build(PluginOutputSampleError, keys, BATCH_FORMAT_STAGE, str(exc))
+    context, sample = _failing_context(exc)
+    stage = stage_of(context.name) if context is not None else None
+    if stage is None:
+        stage = _innermost_stage(frame.f_code.co_name for frame in _frames(broken))
+        if stage is None:
+            return None  # a component called directly: its own error says it all
+    keys = sample_keys(sample) or _KEY_IN_DUMP.findall(str(exc))[:1]
+    return _build(PluginOutputSampleError, keys, stage, str(broken))
 
 
 def worker_message(text: str, type_names: Iterable[str] = ()) -> str | None:

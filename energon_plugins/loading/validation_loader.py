@@ -9,7 +9,7 @@ Megatron-Bridge's old behaviour, a cycling savable loader over the shuffled val 
 The finite loader agrees on its length through a
 :class:`~energon_plugins.loading.distributed.DataGroup`, created here on every data-parallel
 rank together: a rank stopped later makes the others raise
-:class:`~energon_plugins.loading.distributed.RankTimeoutError` naming it within
+:class:`~energon_plugins.errors.RankTimeoutError` naming it within
 ``ENERGON_PLUGINS_DATA_TIMEOUT`` seconds, instead of hanging for the training group's timeout.
 """
 

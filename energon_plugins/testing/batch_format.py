@@ -13,6 +13,11 @@ raises):
   take (a refused case is skipped; refusing every case breaks the rule);
 - ``format-passthrough``: a batch of another type (a dict, a list, any object) comes back
   unchanged (the same object);
+- ``format-output``: the output is what a loop can read, as the loader checks every batch
+  (:func:`~energon_plugins.encoding.plugin_outputs.format_output_problem`): a mapping (or an
+  object with fields), tensors at the keys loops read as tensors (``tokens``, ``input_ids``,
+  ``labels``, ``loss_mask``, ``position_ids``) and at every key of the format's
+  ``tensor_keys``;
 - ``format-input-unchanged``: the batch handed in is not modified;
 - ``format-deterministic``: the same batch gives an equal output twice;
 - ``format-pickle``: the output pickles (it crosses from the loader's workers) and comes back
@@ -227,6 +232,7 @@ def check_batch_format(
     Raises:
         ConformanceError: naming the plugin and the rule it breaks.
     """
+    from energon_plugins.encoding.plugin_outputs import format_output_problem
     from energon_plugins.testing.compare import batch_differences
 
     if isinstance(labels, str) and labels not in READERS:
@@ -261,6 +267,9 @@ def check_batch_format(
                 f"{where}: the format raised {type(exc).__name__}: "
                 f"{exc} (refuse a batch the loop cannot take with BatchFormatError)",
             )
+        problem = format_output_problem(output, batch, getattr(fmt, "tensor_keys", ()) or ())
+        if problem is not None:
+            fail(label, problem[0], f"{where}: {problem[1]}")
         changed = batch_differences(batch, before)
         if changed:
             fail(label, "format-input-unchanged", f"{where}: {changed[0]}")

@@ -9,7 +9,9 @@ Rules (each named in the :class:`~energon_plugins.testing.ConformanceError` it r
   ``[0, 1]`` (what Energon's decoder yields) of mixed sizes, and returns a mapping;
 - ``pixel-values``: the mapping has a floating-point, finite ``pixel_values`` tensor with one
   entry per image (``(N, C, H, W)``), or patches described by ``image_grid_thw``
-  (``(N, 3)`` grids whose products sum to the number of patch rows);
+  (``(N, 3)`` grids whose products sum to the number of patch rows): the loader checks the
+  same (:func:`~energon_plugins.encoding.plugin_outputs.image_output_problem`, less strictly
+  about the layout) on the first processor call of each loader;
 - ``deterministic``: the same call twice gives equal tensors;
 - ``per-image``: an image processed alone equals its slice of the batch (batching does not
   change an image's pixels);
@@ -154,46 +156,17 @@ def _call(label: str, proc: Any, images: list[Any], what: str) -> Any:
 
 
 def _pixels(label: str, out: Mapping, count: int) -> tuple[Any, Any]:
+    """``(pixel_values, image_grid_thw)`` of ``out`` after the rules the loader checks too
+    (:func:`~energon_plugins.encoding.plugin_outputs.image_output_problem`, strictly)."""
     import torch
 
-    if "pixel_values" not in out:
-        fail(label, "pixel-values", f"the result has no 'pixel_values' (keys: {sorted(out)})")
-    pixels = out["pixel_values"]
-    if not torch.is_tensor(pixels):
-        fail(
-            label,
-            "pixel-values",
-            f"pixel_values is {type(pixels).__qualname__}, not a tensor "
-            "(return_tensors='pt' asks for torch tensors)",
-        )
-    if not pixels.dtype.is_floating_point:
-        fail(label, "pixel-values", f"pixel_values has dtype {pixels.dtype}, not floating point")
-    if not bool(torch.isfinite(pixels).all()):
-        fail(label, "pixel-values", "pixel_values hold NaN or infinite values")
+    from energon_plugins.encoding.plugin_outputs import image_output_problem
+
+    problem = image_output_problem(out, count, strict=True)
+    if problem is not None:
+        fail(label, *problem)
     grid = out.get("image_grid_thw")
-    if grid is not None:
-        grid = torch.as_tensor(grid)
-        if tuple(grid.shape) != (count, 3):
-            fail(
-                label,
-                "pixel-values",
-                f"image_grid_thw has shape {tuple(grid.shape)} for {count} images; expected ({count}, 3)",
-            )
-        patches = int(grid.prod(dim=-1).sum())
-        if pixels.shape[0] != patches:
-            fail(
-                label,
-                "pixel-values",
-                f"pixel_values has {pixels.shape[0]} rows, but image_grid_thw describes {patches} patches",
-            )
-    elif pixels.dim() != 4 or pixels.shape[0] != count:
-        fail(
-            label,
-            "pixel-values",
-            f"pixel_values has shape {tuple(pixels.shape)} for {count} images; expected "
-            f"({count}, C, H, W), or patches with image_grid_thw",
-        )
-    return pixels, grid
+    return out["pixel_values"], None if grid is None else torch.as_tensor(grid)
 
 
 def _per_image(pixels: Any, grid: Any, count: int) -> list[Any]:

@@ -18,7 +18,9 @@ answer must keep these rules (each named in the
 - ``packing-plan``: a strategy that also has ``plan(lengths, capacity)`` (as the built-ins do)
   returns the same groups in ``plan(...).groups``.
 
-No torch is needed; the cases are deterministic (seeded), so a failure reproduces.
+The selection rules are the loader's own
+(:func:`~energon_plugins.encoding.packing.rules.selection_problem`, checked on every packing
+buffer); no torch is needed; the cases are deterministic (seeded), so a failure reproduces.
 """
 
 import random
@@ -169,36 +171,8 @@ def _as_lists(groups: Any) -> list[list[int]]:
 
 
 def _check_groups(groups: Any, lengths: Sequence[int], capacity: int) -> tuple[str, str] | None:
-    import operator
+    """The selection rules (``select-output``, ``packing-unique``, ``packing-capacity``,
+    ``packing-complete``): the predicate the loader checks every buffer with."""
+    from energon_plugins.encoding.packing.rules import selection_problem
 
-    if not isinstance(groups, (list, tuple)):
-        return "select-output", f"select returned {type(groups).__name__}, not a list of lists"
-    seen: set[int] = set()
-    for number, group in enumerate(groups):
-        if not isinstance(group, (list, tuple)):
-            return "select-output", f"group {number} is {type(group).__name__}, not a list"
-        if not group:
-            return "select-output", f"group {number} is empty"
-        indices = []
-        for item in group:
-            try:
-                index = operator.index(item)
-            except TypeError:
-                return "select-output", f"group {number} holds {item!r}, not an integer index"
-            if not 0 <= index < len(lengths):
-                return "select-output", f"group {number} holds index {index}, outside the buffer"
-            if index in seen or index in indices:
-                return "packing-unique", f"index {index} is placed more than once"
-            indices.append(index)
-        seen.update(indices)
-        total = sum(lengths[i] for i in indices)
-        if len(indices) > 1 and total > capacity:
-            return "packing-capacity", (
-                f"group {number} {indices} holds {total} tokens > capacity {capacity}"
-            )
-    missing = [i for i, length in enumerate(lengths) if length <= capacity and i not in seen]
-    if missing:
-        return "packing-complete", (
-            f"samples {missing[:10]} fit the capacity but are in no group (Energon discards them)"
-        )
-    return None
+    return selection_problem(groups, lengths, capacity, complete=True)

@@ -298,29 +298,16 @@ def _check_batch(
 ) -> None:
     import torch
 
+    from energon_plugins.encoding.plugin_outputs import token_tensors_problem
+
     where = f"batch {index}"
     input_ids = _field(batch, "input_ids")
     labels = _field(batch, "labels")
-    for field_name, value in (("input_ids", input_ids), ("labels", labels)):
-        if not torch.is_tensor(value):
-            fail(
-                label,
-                "batch-fields",
-                f"{where}: {field_name} is {type(value).__name__}, expected a (B, L) tensor",
-            )
-        if value.dim() != 2 or value.dtype.is_floating_point:
-            fail(
-                label,
-                "batch-fields",
-                f"{where}: {field_name} must be a 2-D integer tensor, got {tuple(value.shape)} {value.dtype}",
-            )
+    # the rule the loader checks each encoded sample with (1-D there, (B, L) rows here)
+    problem = token_tensors_problem(input_ids, labels, dims=2)
+    if problem is not None:
+        fail(label, f"batch-{problem[0]}", f"{where}: {problem[1]}")
     shape = tuple(input_ids.shape)
-    if tuple(labels.shape) != shape:
-        fail(
-            label,
-            "batch-shapes",
-            f"{where}: labels {tuple(labels.shape)} and input_ids {shape} differ in shape",
-        )
     for field_name in ("loss_mask", "position_ids", "attention_mask"):
         value = _field(batch, field_name)
         if torch.is_tensor(value) and value.dim() == 2 and tuple(value.shape) != shape:

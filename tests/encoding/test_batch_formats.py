@@ -286,7 +286,7 @@ def test_a_callable_format_and_its_failure_are_named(vqa_dataset, tokenizer, cli
 @pytest.mark.parametrize(
     ("value", "error", "words"),
     [
-        (42, ConfigError, "batch_format must be a registered name"),
+        (42, ConfigError, "batch_format: expected a registered batch format name"),
         ({"name": "hf", "options": {"x": 1}}, PluginOptionsError, "batch_format 'hf'"),
         ({"nme": "hf"}, ConfigError, "batch_format: expected {name, options}"),
         ({"name": "megatron-lm", "options": {"image_tken_id": 1}}, PluginOptionsError, "image_tken_id"),

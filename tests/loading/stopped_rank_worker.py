@@ -76,7 +76,8 @@ def init(rank: int, init_file: str) -> None:
 
 def run_stopped(rank: int, init_file: str, dataset: str, out_dir: str) -> None:
     """Body of one rank in ``stopped`` mode."""
-    from energon_plugins.loading.distributed import RankTimeoutError, build_pg_collection
+    from energon_plugins import RankTimeoutError
+    from energon_plugins.loading.distributed import build_pg_collection
 
     init(rank, init_file)
     loader = datamodule(dataset, build_pg_collection()).val_dataloader()
@@ -111,7 +112,8 @@ def run_alive(rank: int, init_file: str, dataset: str, out_dir: str) -> None:
 
 def run_killed(rank: int, init_file: str, dataset: str, out_dir: str) -> None:
     """Body of one rank in ``killed`` mode: rank :data:`STOPPED` dies after one agreement."""
-    from energon_plugins.loading.distributed import DataGroup, RankTimeoutError, parallel_layout
+    from energon_plugins import RankTimeoutError
+    from energon_plugins.loading.distributed import DataGroup, parallel_layout
 
     init(rank, init_file)
     group = DataGroup(parallel_layout())

@@ -23,10 +23,15 @@ class BatchFormat:
             sequence length, ...).
         options: the format's validated options (a pydantic model) or ``None``.
 
-    Subclasses set :attr:`name` and implement :meth:`format`.
+    Subclasses set :attr:`name` and implement :meth:`format`, and may declare
+    :attr:`tensor_keys`.
     """
 
     name = "batch-format"
+    tensor_keys: tuple[str, ...] = ()
+    """Keys every output of :meth:`format` holds as tensors; the loader checks each batch
+    (:mod:`energon_plugins.encoding.batch_formats.checked`) and stops, naming the format, at
+    one that breaks the declaration."""
 
     def __init__(self, context: BuildContext | None = None, options: Any = None) -> None:
         self.context = context if context is not None else BuildContext()

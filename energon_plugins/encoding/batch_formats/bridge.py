@@ -68,6 +68,7 @@ class MegatronBridgeFormat(BatchFormat):
     """
 
     name = "megatron-bridge"
+    tensor_keys = ("tokens", "input_ids", "labels", "loss_mask", "position_ids")
 
     def format(self, batch: MultiModalBatch) -> BridgeBatch:
         """The Bridge mapping of ``batch``."""

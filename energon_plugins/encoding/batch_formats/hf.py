@@ -38,6 +38,7 @@ class HFFormat(BatchFormat):
     """
 
     name = "hf"
+    tensor_keys = ("input_ids", "labels")
 
     def format(self, batch: MultiModalBatch) -> dict[str, Any]:
         """The ``forward`` keyword arguments of ``batch``."""

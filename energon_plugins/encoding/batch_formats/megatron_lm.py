@@ -53,6 +53,7 @@ class MegatronLMFormat(BatchFormat):
     """
 
     name = "megatron-lm"
+    tensor_keys = ("tokens", "labels", "imgs", "num_tiles", "cu_lengths", "max_lengths")
 
     def __init__(self, context: Any = None, options: MegatronLMOptions | None = None) -> None:
         super().__init__(context, options if options is not None else MegatronLMOptions())

@@ -13,6 +13,9 @@ A subclass implements ``encode_sample(sample) -> EncodedSample``; the base gives
   ``image_input`` (``"bytes"``, ``"uint8"``, ``"pil"``) gets its images in that form
   (:mod:`energon_plugins.encoding.image_processors.inputs`); one that declares nothing gets
   Energon's default float decode, as before;
+- checks of what its plugins return, where it first appears
+  (:mod:`~energon_plugins.encoding.task_encoders.output_checks`): ``encode_sample``'s result,
+  the image processor's output; a broken one stops the loader, naming the plugin;
 - deferred work: in the loader, ``encode_sample`` may return a sample whose images are not
   processed yet (its lengths known from the image headers);
   :meth:`PluginTaskEncoder.complete_samples` finishes the samples of a pack (after the packing
@@ -37,10 +40,13 @@ from megatron.energon.task_encoder.base import TaskEncoder
 from energon_plugins.encoding.image_processors.inputs import decoder_for
 from energon_plugins.encoding.memory.outputs import concatenated
 from energon_plugins.encoding.packed_seq import packed_seq_params
+from energon_plugins.encoding.plugin_outputs import FatalPluginOutputError
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.encoding.samples import EncodedSample, MultiModalBatch
 from energon_plugins.encoding.skips import CountedSkip
+from energon_plugins.encoding.task_encoders.output_checks import OutputChecksMixin
 from energon_plugins.encoding.task_encoders.packing import PackingMixin
+from energon_plugins.errors import PluginOutputError
 from energon_plugins.host.context import BuildContext
 
 T_sample = TypeVar("T_sample")
@@ -71,7 +77,10 @@ def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
             depth = self.__dict__.get("_encode_depth", 0)
             self._encode_depth = depth + 1
             try:
-                yield from fn(self, sample)
+                for encoded in fn(self, sample):
+                    if not depth:
+                        self.check_encoded_sample(sample, encoded)
+                    yield encoded
             except Exception as exc:  # noqa: BLE001 - the policy decides
                 self.handle_error(exc, sample)
             else:
@@ -95,6 +104,7 @@ def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
                 self._encode_depth = depth
             if not depth:
                 self._consecutive_errors = 0
+                self.check_encoded_sample(sample, result)  # a plugin bug stops the loader
             return result
 
     # A PluginTaskEncoder's encode_sample is a pure function of the sample: mark it stateless
@@ -105,6 +115,7 @@ def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 
 class PluginTaskEncoder(
+    OutputChecksMixin,
     PackingMixin,
     DefaultTaskEncoder[T_sample, EncodedSample, MultiModalBatch, MultiModalBatch],
     Generic[T_sample],
@@ -200,7 +211,9 @@ class PluginTaskEncoder(
         """Apply the error policy to ``exc`` raised while cooking or encoding ``sample``.
 
         Always raises: ``SkipSample`` (counted by reason) under ``on_error="skip"``, else
-        ``FatalSampleError`` naming the sample.
+        ``FatalSampleError`` naming the sample. A
+        :class:`~energon_plugins.errors.PluginOutputError` (a plugin's output broke its
+        contract) is never skipped: it stops the loader under either policy.
 
         Skips of every kind (failures under ``on_error="skip"``, :class:`CountedSkip`, a
         plain ``SkipSample``) count towards ``max_consecutive_errors``, so a dataset whose
@@ -208,6 +221,8 @@ class PluginTaskEncoder(
         """
         if isinstance(exc, FatalSampleError) or getattr(exc, "_counted_by", None) is self:
             raise exc  # fatal, or already counted by a wrapped super().encode_sample
+        if isinstance(exc, PluginOutputError):  # a plugin bug, not a bad sample: stop
+            raise FatalPluginOutputError(str(exc)) from exc
         if isinstance(exc, CountedSkip) and not exc.deliberate and self.on_error == "raise":
             raise FatalSampleError(
                 f"{type(self).__name__} cannot use sample {_sample_key(sample)!r} "
@@ -289,6 +304,12 @@ class PluginTaskEncoder(
         segments: list[int] = []
         for row, sample in enumerate(samples):
             n = lengths[row]
+            if sample.labels.shape[0] != n or sample.loss_mask.shape[0] != n:
+                raise FatalPluginOutputError(
+                    f"{self.plugin_label}: sample {_sample_key(sample)!r} has {n} input_ids, "
+                    f"{sample.labels.shape[0]} labels and {sample.loss_mask.shape[0]} loss_mask "
+                    "values; batch needs one length"
+                )
             input_ids[row, :n] = sample.input_ids
             labels[row, :n] = sample.labels
             loss_mask[row, :n] = sample.loss_mask.to(torch.float32)

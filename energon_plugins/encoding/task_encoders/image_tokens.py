@@ -155,12 +155,8 @@ class ImageTokensMixin:
         if not images:
             return None, None
         out = self.image_processor(images=images, return_tensors="pt")
-        pixels = _get(out, "pixel_values")
-        if pixels is None:
-            raise ValueError(
-                f"image processor {type(self.image_processor).__name__} returned no pixel_values"
-            )
-        return out, torch.as_tensor(pixels)
+        # a processor without a pixel_values tensor stops the loader, naming its plugin
+        return out, self.check_image_output(out, len(images))  # type: ignore[attr-defined]
 
     def finish_sample(
         self,

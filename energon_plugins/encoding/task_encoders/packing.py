@@ -9,8 +9,9 @@
   under ``overlong: drop``; dropped and truncated samples are counted in
   :meth:`~energon_plugins.PluginTaskEncoder.error_counts` (``packing_overlong_dropped``,
   ``packing_overlong_truncated``; ``packing_left_out`` for a fitting sample that a
-  ``select``-only strategy put in no group) and logged. A strategy that fails, uses an index
-  twice or overfills a pack stops the loader (``FatalSampleError``).
+  ``select``-only strategy put in no group) and logged. A strategy that fails stops the loader
+  (``FatalSampleError``); one that uses an index twice or out of range, returns an empty group
+  or overfills a pack stops it with a ``FatalPluginOutputError`` naming its plugin.
 - ``pack_selected_samples(samples)`` (``@stateless``) first finishes the samples' deferred work
   (``complete_samples``: the image pixels of samples whose lengths were planned from the image
   sizes, processed together into one tensor), then concatenates tokens, labels, loss masks,
@@ -75,8 +76,12 @@ class PackingMixin(PackSelectionMixin, PackAssemblyMixin):
 
         Without packing and batching (``batch_size=None``), a last stage finishes each
         sample's deferred work (``complete_samples``), which packing or ``batch`` does otherwise.
+        Each call (each loader's pipeline) checks its first outputs of the plugins anew
+        (``reset_output_checks``).
         """
         unbatched = batch_size is None and packing_buffer_size is None
+        # a new loader: its first sample and image output are checked in full
+        self.reset_output_checks(packs=packing_buffer_size is not None)  # type: ignore[attr-defined]
         if packing_buffer_size is not None:
             self._strategy()
             self.pad_to_multiple_of  # noqa: B018 - validates seq_length against the multiple

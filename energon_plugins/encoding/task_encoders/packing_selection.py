@@ -8,9 +8,12 @@
   (``seq_length``) and ``pad_to_multiple_of`` (combined with what context and sequence
   parallelism need);
 - :meth:`~PackSelectionMixin.plan_buffer`: the strategy's groups, dropped and truncated
-  samples; a strategy that fails, uses an index twice or overfills a pack stops the loader
-  (``FatalSampleError``), and overlong or left-out samples are counted in ``error_counts()``
-  and logged;
+  samples; a strategy that fails stops the loader (``FatalSampleError``), one whose selection
+  breaks the contract (an index twice or out of range, an empty group, a pack over the
+  capacity) stops it with a
+  :class:`~energon_plugins.encoding.plugin_outputs.FatalPluginOutputError` naming the
+  strategy's plugin, and overlong or left-out samples are counted in ``error_counts()`` and
+  logged;
 - Energon's ``select_samples_to_pack`` hook, and :meth:`~PackSelectionMixin.plan_with_carry`,
   the planner of the carry-over packing stage.
 """
@@ -25,8 +28,11 @@ from megatron.energon.errors import FatalSampleError
 from energon_plugins.encoding.packing.carry import split_carry
 from energon_plugins.encoding.packing.options import PackingOptions
 from energon_plugins.encoding.packing.parallel import parallel_pad_multiple
+from energon_plugins.encoding.packing.rules import selection_problem
+from energon_plugins.encoding.plugin_outputs import FatalPluginOutputError
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.errors import ConfigError
+from energon_plugins.host.provenance import plugin_label
 
 # The packing stage's logger keeps the name it had before the packing mixin was split.
 logger = logging.getLogger("energon_plugins.encoding.task_encoders.packing")
@@ -127,44 +133,60 @@ class PackSelectionMixin:
     def plan_buffer(self, samples: list[EncodedSample]) -> tuple[list[list[int]], list[int], list[int]]:
         """Plan one buffer with the strategy: ``(groups, dropped, truncated)`` as indices.
 
-        A strategy without ``plan`` (only the ``select`` contract) is checked: an index used
-        twice is an error, an index left out counts as dropped.
+        The groups are checked on every buffer (a pass over the indices, cheap beside the
+        buffer's encoding): non-empty lists of indices in range, each index at most once, every
+        group of several samples within the capacity. A strategy without ``plan`` (only the
+        ``select`` contract) may leave an index out: it counts as dropped.
+
+        Raises:
+            FatalPluginOutputError: the strategy's selection breaks the contract (naming the
+                strategy's plugin).
+            FatalSampleError: the strategy raised (e.g. ``overlong: error``).
         """
         strategy = self._strategy()
         lengths = [self.packing_length(s) for s in samples]
         capacity = self.packing_capacity
+        label = plugin_label(strategy, "packing_strategy")
         # Energon's packing stage logs and skips a failing pre-packer, which would lose the
         # whole buffer: a strategy error (overlong="error" included) stops the loader instead.
         try:
             if hasattr(strategy, "plan"):
                 plan = strategy.plan(lengths, capacity)
-                groups = [list(g) for g in plan.groups]
+                groups = plan.groups
                 dropped, truncated = list(plan.dropped), list(plan.truncated)
             else:
-                groups = [list(g) for g in strategy.select(lengths, capacity)]
-                truncated = [i for g in groups for i in g if lengths[i] > capacity]
-                dropped = sorted(set(range(len(samples))) - {i for g in groups for i in g})
-            used = [i for g in groups for i in g]
-            if len(used) != len(set(used)) or not set(used) <= set(range(len(samples))):
-                raise ValueError("a buffer index is used twice or out of range")
-            for group in groups:
-                if len(group) > 1 and sum(lengths[i] for i in group) > capacity:
-                    raise ValueError(
-                        f"group {group} holds {sum(lengths[i] for i in group)} tokens, more "
-                        f"than the capacity {capacity}"
-                    )
+                groups = strategy.select(lengths, capacity)
+                dropped = truncated = []
         except Exception as exc:
-            overlong = [
-                f"{getattr(samples[i], '__key__', i)!s} ({lengths[i]})"
-                for i in range(len(samples))
-                if lengths[i] > capacity
-            ]
             raise FatalSampleError(
-                f"packing strategy {strategy!r} failed on a buffer of {len(samples)} samples: "
-                f"{exc}" + (f"; overlong samples (key (length)): {', '.join(overlong)}" if overlong else "")
+                f"{label} failed on a buffer of {len(samples)} samples: {type(exc).__name__}: "
+                f"{exc}" + self._overlong_text(samples, lengths)
             ) from exc
+        problem = selection_problem(groups, lengths, capacity, complete=False)
+        if problem is not None:
+            raise FatalPluginOutputError(
+                f"{label} returned a selection that breaks the packing contract for a buffer of "
+                f"{len(samples)} samples (lengths {lengths[:16]}{' ...' if len(lengths) > 16 else ''}, "
+                f"capacity {capacity}): {problem[1]}; select(lengths, capacity) must return "
+                "non-empty groups of buffer indices, each index at most once, each group of "
+                "several samples within the capacity"
+            )
+        groups = [list(g) for g in groups]
+        if not hasattr(strategy, "plan"):
+            truncated = [i for g in groups for i in g if lengths[i] > capacity]
+            dropped = sorted(set(range(len(samples))) - {i for g in groups for i in g})
         self._count_overlong(samples, lengths, dropped, truncated)
         return groups, dropped, truncated
+
+    def _overlong_text(self, samples: list[Any], lengths: list[int]) -> str:
+        """``"; overlong samples (key (length)): ..."`` for a failing buffer ("" if none)."""
+        capacity = self.packing_capacity
+        overlong = [
+            f"{getattr(samples[i], '__key__', i)!s} ({lengths[i]})"
+            for i in range(len(samples))
+            if lengths[i] > capacity
+        ]
+        return f"; overlong samples (key (length)): {', '.join(overlong)}" if overlong else ""
 
     def _count_overlong(
         self, samples: list[Any], lengths: list[int], dropped: list[int], truncated: list[int]
