@@ -32,7 +32,7 @@ export TRANSFORMERS_OFFLINE := 1
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 export NO_MKDOCS_2_WARNING := 1
 
-.PHONY: install demo lint test test-fast test-bridge bench docs clean
+.PHONY: install demo lint test test-all test-fast test-bridge bench docs clean
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,7 +57,14 @@ lint: $(STAMP)
 
 # The suite runs in a random order (pytest-randomly prints the seed; replay an order with
 # PYTEST_ARGS=--randomly-seed=N, or keep the file order with PYTEST_ARGS='-p no:randomly').
+# Tests marked slow (several processes, soak-like loops) run in CI (CI=true) and with
+# `make test-all`; a plain `make test` leaves them out.
+SLOW_FILTER := $(if $(filter true,$(CI)),,-m "not slow")
+
 test: lint
+	$(PY) -m pytest -q -n 2 $(SLOW_FILTER) $(PYTEST_ARGS)
+
+test-all: lint
 	$(PY) -m pytest -q -n 2 $(PYTEST_ARGS)
 
 test-fast: $(STAMP)
