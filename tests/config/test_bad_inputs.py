@@ -20,6 +20,7 @@ import energon_plugins
 from energon_plugins.cli import cli
 from energon_plugins.errors import EnergonPluginsError
 from tests._dists import write_distribution
+from tests._refusals import unchanged
 
 pytestmark = pytest.mark.bad_input
 
@@ -99,7 +100,9 @@ def validate(site: Path, changes: dict | None = None, *extra: str, text: str | N
         node[last] = value
     path = site / "case.yaml"
     path.write_text(text if text is not None else yaml.safe_dump(config))
-    return CliRunner().invoke(cli, ["validate", str(path), *extra], catch_exceptions=False)
+    dataset = site / str(yaml.safe_load((site / "good.yaml").read_text())["path"])
+    with unchanged(path, site / "tokenizer", dataset):
+        return CliRunner().invoke(cli, ["validate", str(path), *extra], catch_exceptions=False)
 
 
 def assert_named(output: str, *names: str) -> None:
@@ -299,7 +302,7 @@ def test_a_dataset_the_encoder_cannot_read_fails_before_any_loader(
     site, tokenizer, clip_processor, where, kwargs, named
 ):
     dm = _datamodule(site / where, tokenizer, clip_processor, **kwargs)
-    with pytest.raises(EnergonPluginsError) as info:
+    with unchanged(site / where), pytest.raises(EnergonPluginsError) as info:
         dm.train_dataloader()
     text = str(info.value)
     assert_named(text, *named)

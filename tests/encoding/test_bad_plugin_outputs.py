@@ -11,6 +11,7 @@ traceback.
 """
 
 import gc
+from pathlib import Path
 
 import pytest
 import yaml
@@ -19,7 +20,7 @@ import energon_plugins
 from energon_plugins import PluginOutputError, SampleFailedError
 from energon_plugins.cli.runner import run_cli
 from tests._dists import write_distribution
-from tests._refusals import assert_refusal
+from tests._refusals import assert_refusal, unchanged
 
 DIST = "energon-plugin-broken-outputs"
 
@@ -328,7 +329,7 @@ def test_a_broken_plugin_output_stops_the_first_batch(
 ):
     dm = datamodule(vqa_dataset, tokenizer, small_clip_processor, kind, name)
     loader = dm.train_dataloader()
-    with pytest.raises(PluginOutputError) as info:
+    with unchanged(Path(vqa_dataset.path)), pytest.raises(PluginOutputError) as info:
         next(loader)  # the very first batch
     assert_names_the_plugin(info.value, kind, name, words)
     assert info.value.key in vqa_dataset.split_keys["train"]
@@ -396,7 +397,8 @@ def test_the_cli_prints_the_broken_plugin_without_a_traceback(
     path = tmp_path / "broken.yaml"
     path.write_text(yaml.safe_dump(config))
     args = [verb, str(path)] + (["-n", "2"] if verb == "preview" else ["--batches", "2"])
-    result = run_cli(args)
+    with unchanged(Path(vqa_dataset.path), Path(tokenizer_dir), path):
+        result = run_cli(args)
     assert result.exit_code == 1, result.output
     assert result.output.startswith("Error: "), result.output
     assert_refusal(result.output, f"{kind} '{name}' ({DIST})")
