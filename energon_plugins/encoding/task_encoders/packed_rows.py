@@ -68,13 +68,33 @@ class PackAssemblyMixin:
     ``pad_token_id``, ``ignore_index``, ``complete_samples`` and the ``combine_*`` helpers.
     """
 
-    if TYPE_CHECKING:  # read-only properties of the selection half (PackSelectionMixin)
+    if TYPE_CHECKING:  # what the host encoder and the selection half provide
 
         @property
         def packing_capacity(self) -> int: ...
 
         @property
         def pad_to_multiple_of(self) -> int: ...
+
+        @property
+        def pad_token_id(self) -> int: ...
+
+        @property
+        def ignore_index(self) -> int: ...
+
+        def complete_samples(
+            self, samples: list[EncodedSample]
+        ) -> tuple[list[EncodedSample], torch.Tensor | None]: ...
+
+        def combined_pixels(
+            self, samples: list[EncodedSample], completed: torch.Tensor | None
+        ) -> torch.Tensor | None: ...
+
+        def combine_parts(self, key: str, parts: list[torch.Tensor | None]) -> torch.Tensor | None: ...
+
+        def combine_visual(
+            self, visuals: list[dict[str, torch.Tensor] | None]
+        ) -> dict[str, torch.Tensor] | None: ...
 
     def truncate_for_packing(self, sample: EncodedSample, capacity: int) -> EncodedSample:
         """Cut an overlong ``sample`` to ``capacity`` tokens.
@@ -129,8 +149,8 @@ class PackAssemblyMixin:
             raise ValueError("pack_selected_samples() got an empty group")
         capacity = self.packing_capacity
         multiple = self.pad_to_multiple_of
-        pad_id, ignore = int(self.pad_token_id), int(self.ignore_index)  # type: ignore[attr-defined]
-        samples, all_pixels = self.complete_samples(samples)  # type: ignore[attr-defined]
+        pad_id, ignore = int(self.pad_token_id), int(self.ignore_index)
+        samples, all_pixels = self.complete_samples(samples)
         if any(s.length > capacity for s in samples):
             all_pixels = None  # a cut may drop images: concatenate what is kept
             samples = [self.truncate_for_packing(s, capacity) if s.length > capacity else s for s in samples]
@@ -157,6 +177,11 @@ class PackAssemblyMixin:
         sources = tuple(src for s in samples for src in (s.__sources__ or ()))
         counts = [s.image_token_counts for s in samples]
         video_counts = [s.video_token_counts for s in samples]
+        # per-image token counts survive packing only when every sample has them
+        image_token_counts = None if None in counts else [n for c in counts if c is not None for n in c]
+        video_token_counts = (
+            None if None in video_counts else [n for c in video_counts if c is not None for n in c]
+        )
         return PackedSample.derive_from(
             samples[0],
             __key__=",".join(keys),
@@ -164,22 +189,18 @@ class PackAssemblyMixin:
             input_ids=torch.cat(ids),
             labels=torch.cat(labels),
             loss_mask=torch.cat(masks),
-            pixel_values=self.combined_pixels(samples, all_pixels),  # type: ignore[attr-defined]
-            image_grid_thw=self.combine_parts(  # type: ignore[attr-defined]
-                "image_grid_thw", [s.image_grid_thw for s in samples]
-            ),
+            pixel_values=self.combined_pixels(samples, all_pixels),
+            image_grid_thw=self.combine_parts("image_grid_thw", [s.image_grid_thw for s in samples]),
             num_images=sum(int(s.num_images) for s in samples),
             seq_lengths=laid_out,
             real_seq_lengths=real,
             sub_keys=keys,
             truncated=any(bool(s.truncated) for s in samples),
-            visual=self.combine_visual([s.visual for s in samples]),  # type: ignore[attr-defined]
+            visual=self.combine_visual([s.visual for s in samples]),
             token_fields=_packed_token_fields(samples, laid_out),
-            image_token_counts=None if any(c is None for c in counts) else [n for c in counts for n in c],  # type: ignore[union-attr]
+            image_token_counts=image_token_counts,
             num_videos=sum(int(s.num_videos) for s in samples),
-            video_token_counts=None
-            if any(c is None for c in video_counts)
-            else [n for c in video_counts for n in c],  # type: ignore[union-attr]
+            video_token_counts=video_token_counts,
         )
 
     def finish_packed_batch(self, samples: list[EncodedSample], batch: Any) -> Any:

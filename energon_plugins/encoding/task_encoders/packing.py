@@ -36,7 +36,7 @@ assembly of packed rows (and :class:`PackedSample`) in
 Energon's packing stage (``build_batch``).
 """
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from megatron.energon import stateless
 from megatron.energon.task_encoder.base import get_failure_tolerance, get_stateless
@@ -62,6 +62,15 @@ class PackingMixin(PackSelectionMixin, PackAssemblyMixin):
     packing stage.
     """
 
+    if TYPE_CHECKING:  # what the host encoder (PluginTaskEncoder, Energon's TaskEncoder) provides
+        __default_failure_tolerance__: int | None
+
+        def reset_output_checks(self, *, packs: bool | None = None) -> None: ...
+
+        def _is_overridden(self, bound_method: Any, bases: Any = None) -> bool: ...
+
+        def postencode_sample(self, sample: Any) -> Any: ...
+
     # ------------------------------------------------------------------ the packing stage
     def build_batch(
         self,
@@ -81,19 +90,19 @@ class PackingMixin(PackSelectionMixin, PackAssemblyMixin):
         """
         unbatched = batch_size is None and packing_buffer_size is None
         # a new loader: its first sample and image output are checked in full
-        self.reset_output_checks(packs=packing_buffer_size is not None)  # type: ignore[attr-defined]
+        self.reset_output_checks(packs=packing_buffer_size is not None)
         if packing_buffer_size is not None:
             self._strategy()
             self.pad_to_multiple_of  # noqa: B018 - validates seq_length against the multiple
         if packing_buffer_size is not None and self._packing_option("carry_over"):
-            if self._is_overridden(self.postencode_sample):  # type: ignore[attr-defined]
+            if self._is_overridden(self.postencode_sample):
                 raise ConfigError(
                     f"packing.options.carry_over: {type(self).__name__} overrides "
                     "postencode_sample, which the carry-over packing stage does not support"
                 )
             from energon_plugins.encoding.packing.carry_dataset import CarryOverPackingDataset
 
-            default_tolerance = self.__default_failure_tolerance__  # type: ignore[attr-defined]
+            default_tolerance = self.__default_failure_tolerance__
             dataset = CarryOverPackingDataset(
                 dataset,
                 buffer_size=packing_buffer_size,
@@ -109,7 +118,7 @@ class PackingMixin(PackSelectionMixin, PackAssemblyMixin):
                 ),
             )
             packing_buffer_size = None
-        dataset = super().build_batch(  # type: ignore[misc]
+        dataset = super().build_batch(  # type: ignore[misc]  # the TaskEncoder after the mixins
             dataset,
             batch_size=batch_size,
             batch_drop_last=batch_drop_last,
@@ -129,7 +138,7 @@ class PackingMixin(PackSelectionMixin, PackAssemblyMixin):
     @stateless
     def complete_unbatched(self, sample: EncodedSample) -> EncodedSample:
         """One sample with its deferred work done (the last stage of an unbatched loader)."""
-        return self.complete_samples([sample])[0][0]  # type: ignore[attr-defined]
+        return self.complete_samples([sample])[0][0]
 
 
 class QuietPackingDataset(PackingDataset):
