@@ -80,7 +80,6 @@ def check_arguments(
         )
         if problem is not None
     ]
-    issues += [p for p in (part_filter_problem(extra), subset_problem(extra)) if p is not None]
     bad = {issue.path.split(".")[0] for issue in issues}
     layout = ParallelLayout() if "pg_collection" in bad else parallel_layout(arguments["pg_collection"])
     task_encoder = arguments["task_encoder"]
@@ -334,34 +333,3 @@ def _attribute(value: Any, name: str) -> Any:
         return getattr(value, name, None)
     except Exception:  # noqa: BLE001 - a property of the caller's object that fails: no group
         return None
-
-
-def part_filter_problem(extra: Mapping[str, Any]) -> ConfigIssue | None:
-    """What is wrong with an Energon ``part_filter`` keyword (``None``: nothing or absent)."""
-    value = extra.get("part_filter")
-    if value is None or isinstance(value, str) or (callable(value) and not isinstance(value, type)):
-        return None
-    if isinstance(value, list) and all(isinstance(part, str) for part in value):
-        return None
-    got = "a list holding other values than part names" if isinstance(value, list) else _class_or_type(value)
-    return ConfigIssue(
-        "part_filter",
-        "expected a list of part names (such as ['jpg', 'json']), a callable part -> bool, "
-        f"Energon's 'module:function' text, or None; got {got}",
-    )
-
-
-def subset_problem(extra: Mapping[str, Any]) -> ConfigIssue | None:
-    """What is wrong with an Energon ``subset`` keyword (``None``: nothing or absent)."""
-    value = extra.get("subset")
-    if value is None:
-        return None
-    from megatron.energon.flavors.webdataset.structs import DatasetSubset
-
-    if isinstance(value, DatasetSubset):
-        return None
-    return ConfigIssue(
-        "subset",
-        "expected Energon's DatasetSubset (megatron.energon.flavors.webdataset.structs."
-        f"DatasetSubset(range=..., absolute_range=...)) or None; got {_class_or_type(value)}",
-    )
