@@ -25,7 +25,7 @@ from click.testing import CliRunner
 
 from energon_plugins import ConvertError, convert_dataset
 from energon_plugins.cli import cli
-from energon_plugins.convert.progress import ConvertProgress, RecordCounter
+from energon_plugins.convert.progress import ConvertProgress
 from energon_plugins.convert.report import read_report
 from tests._convert_sources import (
     SHARD,
@@ -468,32 +468,46 @@ def test_an_unchanged_source_is_not_hashed_again(tmp_path):
 
 
 # ----------------------------------------------------------------------------- progress
-def _wait_for_count(counter: RecordCounter) -> int | None:
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        total = counter.poll()
-        if total is not None or counter.result is not None:
-            return total
-        time.sleep(0.05)
-    counter.close()
-    raise AssertionError("no count within 60 s")
+COUNT_IN_A_FRESH_PROCESS = """
+import json, pathlib, sys, time
+from energon_plugins.convert.progress import RecordCounter
+from energon_plugins.host.api import create
+from energon_plugins.host.kinds import SOURCE_FORMAT
+
+name, path, options = sys.argv[1], pathlib.Path(sys.argv[2]), json.loads(sys.argv[3])
+reader = create(SOURCE_FORMAT, name, options)
+counter = RecordCounter(reader, path, reader.source_files(path))
+deadline = time.monotonic() + 60
+while counter.poll() is None and counter.result is None and time.monotonic() < deadline:
+    time.sleep(0.05)
+counter.close()
+print(json.dumps(counter.result))
+"""
+
+
+def _count_like_the_cli(name: str, source) -> int | None:
+    """The total a ``convert`` process gets: counted by its background child. The count runs
+    from a fresh process, as the CLI's does: a forked child of this test process would inherit
+    the locks of whatever threads earlier tests left running here."""
+    proc = subprocess.run(
+        [sys.executable, "-c", COUNT_IN_A_FRESH_PROCESS, name, str(source.path), json.dumps(source.options)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
 def test_progress_has_a_total_and_shows_each_step(llava, tmp_path):
-    from energon_plugins.host.api import create
-    from energon_plugins.host.kinds import SOURCE_FORMAT
-
     sources = {
         "llava-json": llava,
         "sharegpt": write_sharegpt_source(tmp_path / "sg"),
         "hf-parquet": write_parquet_source(tmp_path / "pq"),
     }
     for name, source in sources.items():  # a JSON array, JSON Lines, parquet footers
-        reader = create(SOURCE_FORMAT, name, source.options)
-        files = reader.source_files(source.path)
-        assert _wait_for_count(RecordCounter(reader, source.path, files)) == len(source.good) + len(
-            source.bad
-        ), name
+        assert _count_like_the_cli(name, source) == len(source.good) + len(source.bad), name
 
     seen = Recorder()
     result = convert_dataset(
