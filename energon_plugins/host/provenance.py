@@ -10,12 +10,14 @@ processor's saved config stays the same); the record goes when the component doe
 
 from __future__ import annotations
 
-import threading
 import weakref
 from typing import Any
 
 _ORIGINS: dict[int, tuple[weakref.ref[Any], str]] = {}
-_LOCK = threading.Lock()
+"""``id(component)`` -> (a weak reference to it, its plugin's label). No lock: the weak
+reference's callback may run from the garbage collector inside any allocation, also while this
+thread is in the middle of :func:`remember_origin`; single dict operations are atomic under the
+GIL, and a lost race only drops a label (the message then names the class)."""
 
 
 def remember_origin(component: Any, label: str) -> None:
@@ -24,24 +26,21 @@ def remember_origin(component: Any, label: str) -> None:
     key = id(component)
 
     def forget(ref: weakref.ref[Any]) -> None:
-        with _LOCK:
-            if _ORIGINS.get(key, (None, ""))[0] is ref:
-                del _ORIGINS[key]
+        if _ORIGINS.get(key, (None, ""))[0] is ref:
+            _ORIGINS.pop(key, None)
 
     try:
         ref = weakref.ref(component, forget)
     except TypeError:
         return
-    with _LOCK:
-        _ORIGINS[key] = (ref, label)
+    _ORIGINS[key] = (ref, label)
 
 
 def plugin_label(component: Any, kind: str) -> str:
     """How messages name ``component`` of ``kind``: its plugin's label (``kind 'name'
     (distribution)``) when the registry built it, else ``kind ClassName (not a registered
     plugin)``."""
-    with _LOCK:
-        ref, label = _ORIGINS.get(id(component), (None, ""))
+    ref, label = _ORIGINS.get(id(component), (None, ""))
     if ref is not None and ref() is component:
         return label
     return f"{kind} {type(component).__qualname__} (not a registered plugin)"
