@@ -20,7 +20,7 @@ import energon_plugins
 from energon_plugins.cli import cli
 from energon_plugins.errors import EnergonPluginsError
 from tests._dists import write_distribution
-from tests._refusals import unchanged
+from tests._refusals import assert_refusal, unchanged
 
 pytestmark = pytest.mark.bad_input
 
@@ -103,15 +103,6 @@ def validate(site: Path, changes: dict | None = None, *extra: str, text: str | N
     dataset = site / str(yaml.safe_load((site / "good.yaml").read_text())["path"])
     with unchanged(path, site / "tokenizer", dataset):
         return CliRunner().invoke(cli, ["validate", str(path), *extra], catch_exceptions=False)
-
-
-def assert_named(output: str, *names: str) -> None:
-    """The message names everything in ``names``, shows no traceback, and each problem is
-    one paragraph (one line after the header)."""
-    assert "Traceback" not in output, output
-    for name in names:
-        assert name in output, (name, output)
-    assert "\n\n" not in output.strip(), output
 
 
 # -- config files through `validate` -----------------------------------------------------------
@@ -227,7 +218,7 @@ CONFIG_CASES = [
 def test_a_bad_config_is_named_by_validate(site, changes, extra, named):
     result = validate(site, changes, *extra)
     assert result.exit_code == 1, result.output
-    assert_named(result.output, *named)
+    assert_refusal(result.output, *named)
     # The key the message names leads its line.
     first = named[0]
     assert any(line.strip().startswith(first) for line in result.output.splitlines()), result.output
@@ -236,7 +227,7 @@ def test_a_bad_config_is_named_by_validate(site, changes, extra, named):
 def test_every_problem_is_reported_at_once(site):
     result = validate(site, {"seq_length": -1, "num_workers": "two", "task_encoder.name": "nope"})
     assert result.exit_code == 1
-    assert_named(result.output, "3 errors", "seq_length", "num_workers", "task_encoder.name")
+    assert_refusal(result.output, "3 errors", "seq_length", "num_workers", "task_encoder.name")
 
 
 # -- config text ---------------------------------------------------------------------------------
@@ -260,7 +251,7 @@ TEXT_CASES = [
 def test_bad_config_text_is_named(site, text, named):
     result = validate(site, text=text)
     assert result.exit_code == 1, result.output
-    assert_named(result.output, *named)
+    assert_refusal(result.output, *named)
 
 
 def test_a_set_override_is_bounded_too(site):
@@ -269,7 +260,7 @@ def test_a_set_override_is_bounded_too(site):
         cli, ["validate", "--quick", str(site / "good.yaml"), "--set", "energon=" + flow]
     )
     assert result.exit_code == 1
-    assert_named(result.output, "--set energon", "anchors and aliases")
+    assert_refusal(result.output, "--set energon", "anchors and aliases")
 
 
 # -- datasets through the Python API ---------------------------------------------------------------
@@ -305,7 +296,7 @@ def test_a_dataset_the_encoder_cannot_read_fails_before_any_loader(
     with unchanged(site / where), pytest.raises(EnergonPluginsError) as info:
         dm.train_dataloader()
     text = str(info.value)
-    assert_named(text, *named)
+    assert_refusal(text, *named)
     assert dm.train_dataloader_object is None
 
 
@@ -313,7 +304,7 @@ def test_unprepared_and_missing_datasets_fail_in_the_constructor(site, tokenizer
     for where, named in (("unprepared", "energon prepare"), ("absent", "does not exist")):
         with pytest.raises(EnergonPluginsError) as info:
             _datamodule(site / where, tokenizer, clip_processor)
-        assert_named(str(info.value), where, named)
+        assert_refusal(str(info.value), where, named)
 
 
 # -- loader checkpoints ---------------------------------------------------------------------------
@@ -357,14 +348,14 @@ def test_a_damaged_or_foreign_state_file_is_named(
     dm = _datamodule(vqa_dataset.path, tokenizer, clip_processor, micro_batch_size=2, shuffle_buffer_size=10)
     with pytest.raises(EnergonPluginsError) as info:
         dm.load_checkpoint(tmp_path)
-    assert_named(str(info.value), *named)
+    assert_refusal(str(info.value), *named)
 
 
 def test_a_state_of_another_setup_names_the_difference(saved_state, tokenizer, clip_processor, vqa_dataset):
     dm = _datamodule(vqa_dataset.path, tokenizer, clip_processor, micro_batch_size=4, shuffle_buffer_size=10)
     with pytest.raises(EnergonPluginsError) as info:
         dm.load_checkpoint(saved_state.parent)
-    assert_named(str(info.value), "micro_batch_size", "saved 2", "now 4")
+    assert_refusal(str(info.value), "micro_batch_size", "saved 2", "now 4")
 
 
 # -- plugins -----------------------------------------------------------------------------------
@@ -428,7 +419,7 @@ def test_a_broken_plugin_is_named(plugin_site, body, action, named):
     registry = energon_plugins.load_registry()
     with pytest.raises(EnergonPluginsError) as info:
         action(registry)
-    assert_named(str(info.value), *named)
+    assert_refusal(str(info.value), *named)
 
 
 def test_a_plugin_claiming_a_default_name_does_not_break_defaults(plugin_site, site):
@@ -482,4 +473,4 @@ def test_a_bad_environment_variable_is_named_by_every_verb(monkeypatch, variable
         monkeypatch.delenv(variable)
         energon_plugins.reset_registry()
     assert result.exit_code == 1
-    assert_named(result.output, *named)
+    assert_refusal(result.output, *named)
