@@ -170,7 +170,7 @@ def convert_command(
     """
     from energon_plugins.cli._output import print_json, stream_is_terminal
     from energon_plugins.config.overrides import parse_set_option
-    from energon_plugins.convert.interrupt import catch_stop_signals, exit_status
+    from energon_plugins.convert.interrupt import Interrupted, catch_stop_signals, exit_status
     from energon_plugins.convert.run import convert_dataset
 
     parsed = dict(parse_set_option(item, flag="-o/--option") for item in options)
@@ -204,6 +204,8 @@ def convert_command(
             overwrite=overwrite,
             progress=bar,
         )
+        if stop.signum is not None:  # its raise was dropped where it landed: stop now
+            raise Interrupted(stop.signum)
     except KeyboardInterrupt as exc:
         if bar is not None:
             bar.stop()

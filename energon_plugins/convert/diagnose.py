@@ -22,6 +22,7 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any
 
+from energon_plugins.convert.interrupt import raise_if_stopped
 from energon_plugins.convert.records import REASONS
 from energon_plugins.convert.report import read_report
 
@@ -63,12 +64,14 @@ class DuplicateIds:
         """Add the ids of the samples in ``shards`` (written before a resume), in key order."""
         ids: list[tuple[str, str | None]] = []
         for path in shards:
+            raise_if_stopped()  # reading every earlier shard takes a while on a large resume
             with tarfile.open(path, "r:") as tar:
                 for member in tar:
                     key, _, part = member.name.partition(".")
                     data = tar.extractfile(member) if part == "json" else None
                     if data is not None:
-                        ids.append((key, json.loads(data.read()).get("id")))
+                        with data:  # closed here, not by a finalizer that drops a Ctrl-C
+                            ids.append((key, json.loads(data.read()).get("id")))
         for _, ident in sorted(ids, key=lambda pair: pair[0]):
             self.add(ident)
 

@@ -39,6 +39,8 @@ STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
 _PR_SET_PDEATHSIG = 1
 _FORK_HOOK_REGISTERED = False
 """Whether :func:`_forget_stop_handlers` runs in forked children (registered once, on first use)."""
+_ACTIVE: "SignalStop | None" = None
+"""The handlers :func:`catch_stop_signals` installed, until :meth:`SignalStop.restore`."""
 
 
 class Interrupted(KeyboardInterrupt):
@@ -64,6 +66,7 @@ class SignalStop:
         self.farewell = farewell
         self.farewell_printed = False
         self.signalled = False
+        self.signum: int | None = None
         self.previous: dict[int, Any] = {}
 
     def print_farewell(self) -> None:
@@ -75,13 +78,16 @@ class SignalStop:
     def restore(self) -> None:
         """Put the previous handlers back, unless a signal came: the process is ending then,
         and a further signal must still end it at once."""
+        global _ACTIVE
+        if _ACTIVE is self:
+            _ACTIVE = None
         if not self.signalled:
             for signum, handler in self.previous.items():
                 signal.signal(signum, handler if handler is not None else signal.SIG_DFL)
         self.previous = {}
 
     def _stop(self, signum: int, frame: Any) -> None:
-        self.signalled = True
+        self.signalled, self.signum = True, signum
         for other in STOP_SIGNALS:  # from now on, a signal ends the process at once
             signal.signal(other, self._exit_now)
         raise Interrupted(signum)
@@ -110,7 +116,22 @@ def catch_stop_signals(farewell: str) -> SignalStop:
             os.register_at_fork(after_in_child=_forget_stop_handlers)
             _FORK_HOOK_REGISTERED = True
         stop.previous = {signum: signal.signal(signum, stop._stop) for signum in STOP_SIGNALS}
+        global _ACTIVE
+        _ACTIVE = stop
     return stop
+
+
+def raise_if_stopped() -> None:
+    """Raise :class:`Interrupted` again if a stop signal has come.
+
+    The handler raises it once, wherever the main thread is at that moment, and some code
+    drops exceptions: a file object's finalizer (``io`` clears errors raised while it closes
+    itself, e.g. in ``tarfile``'s ``flush``) ate it once, and the run went on to the end. The
+    conversion's loops call this between steps, so the stop still happens at once.
+    """
+    stop = _ACTIVE
+    if stop is not None and stop.signum is not None:
+        raise Interrupted(stop.signum)
 
 
 def _forget_stop_handlers() -> None:

@@ -31,6 +31,7 @@ from energon_plugins.convert.interrupt import (
     child_ignores_interrupts,
     describe_exit,
     failure,
+    raise_if_stopped,
     start_child,
     stopped_by_signal,
 )
@@ -131,6 +132,7 @@ class _Pool:
         sent = returned = 0
         exhausted = False
         while True:
+            raise_if_stopped()
             while idle and not exhausted and sent - returned < window:
                 item = next(iterator, _END)
                 if item is _END:

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_plugins.convert.diagnose import DuplicateIds, warnings_for
+from energon_plugins.convert.interrupt import raise_if_stopped
 from energon_plugins.convert.output import (
     check_output,
     disk_full_error,
@@ -197,6 +198,7 @@ class _Conversion:
         self.watcher.advance(self.first, self.report.total)
         try:
             for batch in results:
+                raise_if_stopped()
                 self._handle(batch, assign)
                 self.watcher.advance(self.next_index, self.report.total)
                 total = counter.poll() if counter is not None else None
@@ -222,7 +224,9 @@ class _Conversion:
             )
         kept = {split: names for split, names in shards.items() if names}
         self.watcher.phase(f"indexing {sum(map(len, kept.values()))} shards with Energon's prepare API")
+        raise_if_stopped()
         prepare_energon(output, kept, self.settings.workers)
+        raise_if_stopped()
         warnings = warnings_for(
             dict(report.counts), self.next_index, report.path, self.source, output, self.reader
         )

@@ -5,10 +5,12 @@ worker's exception with its traceback, turns a worker's death into a clear error
 workers at once when closed early; its workers ignore SIGINT. A function run by
 ``call_in_child`` is killed, with the processes it started, when the caller stops. Under
 ``catch_stop_signals`` SIGTERM raises ``Interrupted`` (exit status 143) and leaves the
-immediate-exit handlers for a second signal. The whole command is interrupted 50 times in
+immediate-exit handlers for a second signal; a stop whose raise a file object's finalizer
+dropped is raised again by ``raise_if_stopped``. The whole command is interrupted 50 times in
 ``test_convert_interrupt``.
 """
 
+import io
 import os
 import pathlib
 import signal
@@ -23,6 +25,7 @@ from energon_plugins.convert.interrupt import (
     call_in_child,
     catch_stop_signals,
     exit_status,
+    raise_if_stopped,
 )
 from energon_plugins.convert.parallel import ordered_map
 from energon_plugins.errors import ConvertError
@@ -151,3 +154,39 @@ def test_sigterm_raises_interrupted_then_a_second_signal_would_end_the_process()
     quiet = catch_stop_signals("bye")
     quiet.restore()
     assert {signum: signal.getsignal(signum) for signum in before} == before
+
+
+class _SignalOnFlush(io.RawIOBase):
+    """A file whose ``flush`` (called when its finalizer closes it) is where SIGTERM lands."""
+
+    def readable(self) -> bool:
+        return True
+
+    signalled = False
+
+    def flush(self) -> None:
+        if not self.signalled:  # close() flushes more than once: a second signal would exit
+            self.signalled = True
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1.0)  # the handler runs here and raises, inside the finalizer
+        super().flush()
+
+
+def test_a_stop_a_finalizer_dropped_is_raised_again():
+    # seen in CI: the handler landed in tarfile's flush during a file object's finalizer, io
+    # cleared the Interrupted, and convert ran to the end with exit status 0
+    before = {signum: signal.getsignal(signum) for signum in (signal.SIGINT, signal.SIGTERM)}
+    stop = catch_stop_signals("bye")
+    try:
+        raise_if_stopped()  # no signal yet: nothing raised
+        reader = io.BufferedReader(_SignalOnFlush())
+        del reader  # closed by io's finalizer, which drops what flush raised
+        assert stop.signalled, "the handler did not run"
+        with pytest.raises(Interrupted) as caught:
+            raise_if_stopped()
+        assert caught.value.signum == signal.SIGTERM and exit_status(caught.value) == 143
+        stop.restore()
+        raise_if_stopped()  # no stop is active any more
+    finally:
+        for signum, handler in before.items():
+            signal.signal(signum, handler)
