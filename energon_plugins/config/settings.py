@@ -64,6 +64,8 @@ MAX_WORKERS = 1024
 
 MAX_COUNT = 2**31 - 1
 """Largest value of the other counts (samples per sequence, batches per evaluation, checkpoints)."""
+MAX_DATA_PARTITIONS = 65536
+"""Most data partitions (each is an Energon pipeline a worker builds and keeps open)."""
 
 MAX_CHECKPOINT_EVERY_SEC = 7 * 24 * 3600.0
 """Longest ``checkpoint_every_sec`` (a week; a restore replays the work since the last one)."""
@@ -169,6 +171,22 @@ class LoaderSettings(BaseModel):
         description="Energon's savable loader: internal checkpoints kept, at least "
         "2 x max(num_workers, 1) + 1; default: exactly that.",
     )
+    seed: Integer = Field(
+        default=0,
+        ge=0,
+        le=MAX_COUNT,
+        description="The data-order seed (Energon's WorkerConfig.seed_offset): another seed "
+        "shuffles differently, the same seed repeats the order. Saved loader states record it.",
+    )
+    data_partitions: Integer | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DATA_PARTITIONS,
+        description="How many data partitions the training stream is split into, fixed for "
+        "the run: a resume may use up to that many workers over all ranks. Default: "
+        "data-parallel size x max(num_workers, 1) at the start (today's order); set more at "
+        "the start of a run that may grow (each worker then runs several partitions).",
+    )
 
 
 PREFETCH_FACTOR = 2
@@ -227,6 +245,16 @@ def cross_field_issues(
                 f"{kept} is too few for num_workers={workers}: Energon keeps at least "
                 f"{PREFETCH_FACTOR} x max(num_workers, 1) + 1 = {least} internal checkpoints to "
                 "cover the batches its workers prefetch",
+            )
+        )
+    partitions = _positive(values.get("data_partitions"))
+    ranks = dp_size or 1  # a config file alone: at least the workers of one rank
+    if partitions is not None and partitions < ranks * max(workers, 1):
+        issues.append(
+            ConfigIssue(
+                "data_partitions",
+                f"{partitions} is fewer than the workers reading them: data-parallel size x "
+                f"max(num_workers, 1) = {ranks} x {max(workers, 1)} = {ranks * max(workers, 1)}",
             )
         )
     buffer = values.get("packing_buffer_size")

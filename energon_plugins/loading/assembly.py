@@ -25,8 +25,6 @@ from energon_plugins.config.dataset_fit import check_fit
 from energon_plugins.config.energon_arguments import split_energon_arguments
 from energon_plugins.config.settings import raise_issues, settings_issues
 from energon_plugins.errors import ConfigError, DatasetError
-from energon_plugins.loading.checkpoint import loader_fingerprint
-from energon_plugins.loading.dataloader import EnergonDataloader
 from energon_plugins.loading.distributed import parallel_layout
 from energon_plugins.loading.errors_policy import SkipCountingDataset, SkipTracker, guard_truncated_shards
 from energon_plugins.loading.formatting import BatchFormatDataset, build_batch_format
@@ -43,14 +41,14 @@ SPLITS = ("train", "val")
 
 
 def build_worker_config(
-    num_workers: int, split: str, pg_collection: Any, *, error_handler: Any = None
+    num_workers: int, split: str, pg_collection: Any, *, error_handler: Any = None, seed: int = 0
 ) -> WorkerConfig:
     """A ``WorkerConfig`` from ``pg_collection``'s pure DP group, else ``default_worker_config``.
 
     The rank and world size come from the pure data-parallel group (``pg_collection.dp``),
     never from ``dp_cp``: the context-parallel ranks of one DP replica share a pure DP rank
     and must read identical data. ``error_handler`` becomes Energon's ``global_error_handler``
-    (see :mod:`energon_plugins.loading.errors_policy`).
+    (see :mod:`energon_plugins.loading.errors_policy`); ``seed`` its ``seed_offset``.
 
     Raises:
         ConfigError: ``num_workers`` is not a valid worker count.
@@ -70,6 +68,7 @@ def build_worker_config(
         )
     if error_handler is not None:
         config.global_error_handler = error_handler
+    config.seed_offset = int(seed)
     return config
 
 
@@ -99,10 +98,10 @@ def split_dataset(datamodule: Any, worker_config: WorkerConfig, split: Split) ->
     check_fit(encoder, datamodule.path, split)
     check_packing(encoder, datamodule.packing_buffer_size)
     with energon_dataset_errors(datamodule.path):
-        return _energon_dataset(datamodule, worker_config, split, encoder)
+        return energon_dataset(datamodule, worker_config, split, encoder)
 
 
-def _energon_dataset(datamodule: Any, worker_config: WorkerConfig, split: Split, encoder: Any) -> Any:
+def energon_dataset(datamodule: Any, worker_config: WorkerConfig, split: Split, encoder: Any) -> Any:
     """``get_train_dataset`` (training, or the infinite validation mode) or ``get_val_dataset``;
     a remote dataset that cannot be opened becomes a :class:`DatasetError`."""
     path = datamodule.path
@@ -199,11 +198,3 @@ def savable_loader(datamodule: Any, dataset: Any, *, training: bool = True) -> S
         gc_freeze_at_start=freezes_heap(dataset, training=training),
     )
     return pinned(finish_watchdogs(loader), datamodule.pin_memory)
-
-
-def training_loader(datamodule: Any) -> EnergonDataloader:
-    """The cycling training loader, with the fingerprint its saved states carry."""
-    loader = savable_loader(datamodule, loader_dataset(datamodule, datamodule.num_workers, "train"))
-    config = loader.worker_config
-    fingerprint = loader_fingerprint(datamodule, dp_rank=config.rank, dp_world_size=config.world_size)
-    return EnergonDataloader(loader, device=datamodule.device, fingerprint=fingerprint)

@@ -48,6 +48,10 @@ __all__ = [
 ]
 
 
+class LoaderStateError(EnergonPluginsError, RuntimeError):
+    """The loader state was restored at a point where it can no longer take effect."""
+
+
 class StateMismatchError(EnergonPluginsError, ValueError):
     """A saved loader state was made by a different setup than the one restoring it."""
 
@@ -71,6 +75,9 @@ now), so states saved before the move still restore."""
 
 _COMPONENT_KEYS = ("task_encoder", "packing")
 
+ABSENT_MEANS: dict[str, Any] = {"seed": 0}
+"""Fingerprint keys added since 0.1.0 -> the value a state saved without them had."""
+
 
 def _canonical(key: str, value: Any) -> Any:
     if key in _COMPONENT_KEYS and isinstance(value, str):
@@ -87,8 +94,8 @@ def fingerprint_differences(saved: Mapping[str, Any], current: Mapping[str, Any]
     missing = object()
     lines = []
     for key in sorted(set(saved) | set(current)):
-        before = _canonical(key, saved.get(key, missing))
-        now = _canonical(key, current.get(key, missing))
+        before = _canonical(key, saved.get(key, ABSENT_MEANS.get(key, missing)))
+        now = _canonical(key, current.get(key, ABSENT_MEANS.get(key, missing)))
         if before != now:
             show = lambda v: "(absent)" if v is missing else repr(v)
             lines.append(f"{key}: saved {show(before)}, now {show(now)}")
@@ -272,7 +279,8 @@ def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> 
 
     World size and rank of the data-parallel group, the dataset (see
     :func:`dataset_identity`), the task encoder (plugin name and options, or class) and its
-    error policy, sequence length, micro batch size, worker count, shuffle and packing settings
+    error policy, sequence length, micro batch size, worker count, data-order seed, shuffle and
+    packing settings
     (the strategy and its options, ``carry_over`` included), and digests of the extra
     ``get_train_dataset`` arguments.
     """
@@ -294,6 +302,7 @@ def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> 
         "decoder_seq_length": datamodule.decoder_seq_length,
         "micro_batch_size": datamodule.micro_batch_size,
         "num_workers": datamodule.num_workers,
+        "seed": int(getattr(datamodule, "seed", 0)),
         "shuffle_buffer_size": datamodule.shuffle_buffer_size,
         "max_samples_per_sequence": datamodule.max_samples_per_sequence,
         "packing_buffer_size": datamodule.packing_buffer_size,

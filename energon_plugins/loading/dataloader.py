@@ -4,18 +4,15 @@ import copy
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from energon_plugins.errors import EnergonPluginsError
 from energon_plugins.loading.checkpoint import (
     BRIDGE_STATE_KEY,
+    LoaderStateError,
     StateMismatchError,
     fingerprint_differences,
     mismatch_message,
 )
 from energon_plugins.loading.heap import TrainingIterations
-
-
-class LoaderStateError(EnergonPluginsError, RuntimeError):
-    """The loader state was restored at a point where it can no longer take effect."""
+from energon_plugins.loading.layout_restore import LayoutRestore, with_list_hint
 
 
 def cyclic_iter(iterable: Iterable[Any]) -> Iterator[Any]:
@@ -36,7 +33,7 @@ def cyclic_iter(iterable: Iterable[Any]) -> Iterator[Any]:
             )
 
 
-class EnergonDataloader:
+class EnergonDataloader(LayoutRestore):
     """A wrapper to use a Megatron Energon loader with the Megatron-LM training loop.
 
     Iterating it cycles the underlying loader forever (``cyclic_iter``). The underlying
@@ -57,10 +54,23 @@ class EnergonDataloader:
     ``fingerprint``: what produced the stream (see
     :func:`~energon_plugins.loading.checkpoint.loader_fingerprint`); saved with the state and
     compared on restore, so a state from another setup is refused with the differences named.
+
+    ``layout`` (:class:`~energon_plugins.loading.elastic.Layout`) and ``rebuild`` (a callable
+    ``rebuild(partitions, virtual_workers) -> (loader, interleaver, layout)``) come from the
+    datamodule: with them :meth:`restore_state` also takes the list of every old rank's state
+    and continues on another number of ranks or workers (see :mod:`energon_plugins.loading.elastic`).
+    ``interleaver``: the top of a partitioned loader's pipeline, when it was built partitioned.
     """
 
     def __init__(
-        self, dataloader: Any, *, device: Any = None, fingerprint: dict[str, Any] | None = None
+        self,
+        dataloader: Any,
+        *,
+        device: Any = None,
+        fingerprint: dict[str, Any] | None = None,
+        layout: Any = None,
+        rebuild: Any = None,
+        interleaver: Any = None,
     ) -> None:
         """Wrap ``dataloader`` (an Energon ``SavableDataLoader`` or ``BasicDataLoader``)."""
         self._dataloader = dataloader
@@ -71,6 +81,14 @@ class EnergonDataloader:
         self._prefetching = False
         self._snapshot: Any = None
         self._restored = False
+        self.layout = layout
+        self._rebuild = rebuild
+        self._interleaver = interleaver
+        #: The last output index the caller received from each data partition of this rank.
+        self._positions: dict[int, int] = {}
+        if layout is not None and layout.partitioned:
+            self._positions = {p: -1 for p in layout.owned()}
+        self._injected: dict[int, Any] | None = None
 
     @property
     def dataloader(self) -> Any:
@@ -105,6 +123,9 @@ class EnergonDataloader:
     def __next__(self) -> Any:
         if self._iterator is None:
             self._iterator = self._start()
+            # no restore after the first batch: let go of the datamodule the callback holds
+            # (a cycle through it would keep Energon's watchdog thread and its chain alive)
+            self._rebuild = None
         while True:
             try:
                 item = next(self._iterator)
@@ -124,6 +145,9 @@ class EnergonDataloader:
                     raise
                 raise clear from exc
             self._restored = False
+            partition = getattr(item, "partition", -1)
+            if partition >= 0:
+                self._positions[partition] = item.index
             batch = self._counts.unwrap(item)
             if batch is not None:  # None: a counts-only item at the end of a pass
                 return batch
@@ -178,28 +202,42 @@ class EnergonDataloader:
         }
         if self.fingerprint is not None:
             state["fingerprint"] = dict(self.fingerprint)
+        if self.layout is not None and self.layout.partitioned:
+            state["layout"] = self.layout.as_dict()
+            state["positions"] = dict(self._positions)
+            if self._injected is not None and self._iterator is None:
+                # restored from another layout and not started: Energon has no state of it yet
+                state["partition_states"] = copy.deepcopy(self._injected)
         return state
 
     def restore_state(self, state: Any) -> None:
         """Restore a state from :meth:`save_state`, or a bare Energon ``save_state_rank()``
-        (``None``: the initial state).
+        (``None``: the initial state), or the list of every old rank's :meth:`save_state`
+        (index = old data-parallel rank) to continue on another number of ranks or workers.
 
         Must be called before the first ``next()``; the following batches are then exactly
         those that followed the saved point, given the same dataset, task encoder, arguments
         and worker configuration. ``state`` itself is left unchanged (the loader restores from
         a copy), so the same state can restore another loader.
 
+        A list restores this rank's share: every sample of the epoch in progress is then seen
+        exactly once over all ranks (see :mod:`energon_plugins.loading.elastic`).
+
         Raises:
             LoaderStateError: iteration has started, or the loader is not savable.
             StateMismatchError: the state comes from another setup (its fingerprint, worker
-                count or micro batch size differ) or is not a loader state; the message says
-                what differs.
+                count or micro batch size differ), from another number of ranks or workers
+                (pass the list of every rank's state), or is not a loader state; the message
+                says what differs.
         """
         if self._iterator is not None:
             raise LoaderStateError(
                 "restore_state() must be called before iteration starts; this loader has "
                 "already yielded batches. Build a fresh datamodule and restore into it."
             )
+        if isinstance(state, (list, tuple)):
+            self._restore_ranks(list(state))
+            return
         restore = getattr(self._dataloader, "restore_state_rank", None)
         if restore is None:
             raise LoaderStateError(
@@ -208,14 +246,21 @@ class EnergonDataloader:
         counts = None
         if isinstance(state, dict) and BRIDGE_STATE_KEY in state and STATE_KEY not in state:
             state = state[BRIDGE_STATE_KEY]  # a whole Megatron-Bridge file payload
+        positions = None
         if isinstance(state, dict) and STATE_KEY in state:
             saved = state.get("fingerprint")
             if isinstance(saved, dict) and self.fingerprint is not None:
                 differences = fingerprint_differences(saved, self.fingerprint)
                 if differences:
-                    raise StateMismatchError(mismatch_message("the loader state", differences))
+                    raise StateMismatchError(
+                        with_list_hint(mismatch_message("the loader state", differences))
+                    )
+            if self._adopt_partitions(state):
+                return
             counts = state.get("skip_counts")
+            positions = state.get("positions")
             state = state[STATE_KEY]
+        self._check_layout(state)
         self._check_energon_state(state)
         try:
             # Energon adopts what it restores from (its buffers consume the saved lists): a copy
@@ -224,6 +269,8 @@ class EnergonDataloader:
         except (AssertionError, IndexError, KeyError) as exc:
             raise _restore_failed(exc) from exc
         self._counts.load(counts)
+        if positions is not None:
+            self._positions.update({int(p): int(i) for p, i in positions.items()})
         self._restored = state is not None
 
     def _check_energon_state(self, state: Any) -> None:

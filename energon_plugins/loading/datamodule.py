@@ -19,12 +19,13 @@ from energon_plugins.host.context import BuildContext
 from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
 from energon_plugins.loading import checkpoint, encoders
 from energon_plugins.loading.arguments import check_arguments
-from energon_plugins.loading.assembly import build_worker_config, split_dataset, training_loader
+from energon_plugins.loading.assembly import build_worker_config, split_dataset
 from energon_plugins.loading.build import datamodule_keywords
 from energon_plugins.loading.dataloader import EnergonDataloader
 from energon_plugins.loading.distributed import ParallelLayout, parallel_layout
 from energon_plugins.loading.formatting import check_batch_format_arg
 from energon_plugins.loading.model_processor import resolve_image_processor
+from energon_plugins.loading.training import training_loader
 from energon_plugins.loading.validation_loader import build_validation_loader
 
 
@@ -88,6 +89,13 @@ class EnergonMultiModalDataModule:
             a restore replays from). Default: a checkpoint per batch (0 s, 1 batch), so a
             restore takes about as long as a fresh start; ``checkpoint_every_min_n_samples=None``
             is Energon's own default (2 x ``num_workers``).
+        seed: the data-order seed (Energon's ``WorkerConfig.seed_offset``), recorded in saved
+            states: another seed shuffles differently, the same seed repeats the order.
+        data_partitions: the fixed number of data partitions of the training stream; a resume
+            on another number of ranks or workers (``restore_state`` with every old rank's
+            state) may use up to that many workers in all. Default: data-parallel size x
+            ``max(num_workers, 1)`` (each worker one partition: today's order). See the
+            "Changing the number of GPUs" guide for what more partitions cost.
         **kwargs: extra arguments of Energon's ``get_train_dataset`` (and, where they describe
             the dataset, ``get_val_dataset``): see
             :data:`~energon_plugins.config.energon_arguments.ENERGON_DATASET_ARGUMENTS`.
@@ -128,6 +136,8 @@ class EnergonMultiModalDataModule:
         checkpoint_every_min_n_samples: int | None = CHECKPOINT_EVERY_MIN_N_SAMPLES,
         n_checkpoints: int | None = None,
         batch_format: Any = DEFAULT_BATCH_FORMAT,
+        seed: int = 0,
+        data_partitions: int | None = None,
         **kwargs: Any,
     ) -> None:
         sample_config, layout = check_arguments(locals(), keywords=_KEYWORDS)
@@ -159,6 +169,8 @@ class EnergonMultiModalDataModule:
         self.checkpoint_every_sec = float(checkpoint_every_sec)
         self.checkpoint_every_min_n_samples = checkpoint_every_min_n_samples
         self.n_checkpoints = n_checkpoints
+        self.seed = int(seed)
+        self.data_partitions = None if data_partitions is None else int(data_partitions)
         self.kwargs = kwargs
         self.init_global_step = 0
         self.packing = None  # build_context() reads it while the strategy is built
@@ -196,7 +208,9 @@ class EnergonMultiModalDataModule:
     ) -> WorkerConfig:
         """Build a ``WorkerConfig`` from ``pg_collection``'s pure DP group, else
         ``default_worker_config`` (see :func:`~energon_plugins.loading.assembly.build_worker_config`)."""
-        return build_worker_config(num_workers, split, self.pg_collection, error_handler=error_handler)
+        return build_worker_config(
+            num_workers, split, self.pg_collection, error_handler=error_handler, seed=getattr(self, "seed", 0)
+        )
 
     def datasets_provider(self, worker_config: Any, split: Literal["train", "val"] = "val") -> Any:
         """Return the Energon dataset of ``split`` (``"train"`` or ``"val"``).

@@ -258,11 +258,18 @@ def guard_truncated_shards(dataset: Any, tracker: SkipTracker) -> int:
 
 @edataclass
 class CountedBatch(Sample):
-    """A batch with the producing worker's cumulative skip counts (unwrapped by the loader)."""
+    """A batch with the producing worker's cumulative skip counts (unwrapped by the loader).
+
+    From a partitioned loader (:mod:`energon_plugins.loading.partitions`) ``worker`` and
+    ``partition`` are the data partition and ``index`` the partition's own output index;
+    otherwise both are -1.
+    """
 
     batch: Any
     worker: int
     skip_counts: dict
+    partition: int = -1
+    index: int = -1
 
     def pin_memory(self) -> CountedBatch:
         """A copy whose batch is pinned by torch's own pin-memory pass.
@@ -278,6 +285,8 @@ class CountedBatch(Sample):
             batch=pin_memory(self.batch),
             worker=self.worker,
             skip_counts=self.skip_counts,
+            partition=self.partition,
+            index=self.index,
         )
 
 

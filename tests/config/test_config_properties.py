@@ -127,7 +127,7 @@ def _settings() -> list[Setting]:
 
 SETTINGS = _settings()
 SETTING_NAMES = [s.name for s in SETTINGS]
-CROSS_FIELD = {"global_batch_size", "n_checkpoints", "packing_buffer_size", "packing"}
+CROSS_FIELD = {"global_batch_size", "n_checkpoints", "packing_buffer_size", "packing", "data_partitions"}
 """Where the rules between settings put their issues."""
 
 words = st.text(string.ascii_letters + string.digits + "_", max_size=8)
