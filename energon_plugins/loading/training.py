@@ -16,6 +16,7 @@ from energon_plugins.config.dataset_check import check_dataset, energon_dataset_
 from energon_plugins.config.dataset_fit import check_fit
 from energon_plugins.errors import ConfigError
 from energon_plugins.loading.assembly import (
+    Split,
     check_packing,
     energon_dataset,
     loader_dataset,
@@ -60,20 +61,34 @@ def training_loader(datamodule: Any) -> EnergonDataloader:
     )
 
 
-def partitioned_loader(datamodule: Any, partitions: int, virtual_workers: int) -> tuple[Any, Any, Layout]:
+def infinite_validation_loader(datamodule: Any) -> EnergonDataloader:
+    """``validation_mode="infinite"``: a shuffled, repeating val split, with the same restore
+    paths as training (its position moves to another layout like the training loader's)."""
+    dataset = loader_dataset(datamodule, datamodule.num_val_workers, "val")
+    loader = savable_loader(datamodule, dataset, training=False)
+    config = loader.worker_config
+    layout = Layout.plain(config.world_size, config.rank, datamodule.num_val_workers)
+    rebuild = functools.partial(partitioned_loader, datamodule, split="val")
+    return EnergonDataloader(loader, layout=layout, rebuild=rebuild)
+
+
+def partitioned_loader(
+    datamodule: Any, partitions: int, virtual_workers: int, split: Split = "train"
+) -> tuple[Any, Any, Layout]:
     """``(savable loader, interleaver, layout)``: this rank's share of ``partitions`` data
-    partitions (``virtual_workers`` per virtual rank), each worker taking its own in turn.
+    partitions (``virtual_workers`` per virtual rank) of ``split``'s repeating stream, each
+    worker taking its own in turn.
 
     Raises:
         ConfigError: more workers over all ranks than partitions.
     """
-    encoder = split_encoder(datamodule, "train")
+    encoder = split_encoder(datamodule, split)
     if not is_remote(datamodule.path):
-        check_dataset(datamodule.path, ("train",))
-    check_fit(encoder, datamodule.path, "train")
+        check_dataset(datamodule.path, (split,))
+    check_fit(encoder, datamodule.path, split)
     check_packing(encoder, datamodule.packing_buffer_size)
-    physical = datamodule._build_worker_config(datamodule.num_workers, split="train")
-    workers = datamodule.num_workers
+    workers = datamodule.num_workers if split == "train" else datamodule.num_val_workers
+    physical = datamodule._build_worker_config(workers, split=split)
     layout = Layout(partitions, virtual_workers, physical.world_size, physical.rank, workers)
     if physical_workers(layout.dp_size, workers) > partitions:
         raise ConfigError(
@@ -81,20 +96,20 @@ def partitioned_loader(datamodule: Any, partitions: int, virtual_workers: int) -
             f"{max(workers, 1)} workers: use at most {max(partitions // layout.dp_size, 1)} workers "
             f"per rank, or start the run with data_partitions >= {physical_workers(layout.dp_size, workers)}"
         )
-    streams = {p: _partition_stream(datamodule, p, layout) for p in layout.owned()}
+    streams = {p: _partition_stream(datamodule, p, layout, split) for p in layout.owned()}
     owners = functools.partial(owned_partitions, partitions, layout.dp_size, workers, layout.dp_rank)
     top = InterleavedPartitionsDataset(streams, owners, worker_config=physical, layout=layout.as_dict())
-    return savable_loader(datamodule, top), top, layout
+    return savable_loader(datamodule, top, training=split == "train"), top, layout
 
 
-def _partition_stream(datamodule: Any, partition: int, layout: Layout) -> PartitionStream:
+def _partition_stream(datamodule: Any, partition: int, layout: Layout, split: Split) -> PartitionStream:
     """Partition ``partition``'s pipeline: the Energon dataset of its virtual worker, the
     bad-sample policy, the batch format and skip counting, with its own task-encoder copy
     (the encoder's counters are per stream; tokenizer and processor are shared)."""
     shared = {
         id(part): part for part in (datamodule.tokenizer, datamodule.image_processor) if part is not None
     }
-    encoder = copy.deepcopy(split_encoder(datamodule, "train"), shared)
+    encoder = copy.deepcopy(split_encoder(datamodule, split), shared)
     tracker = SkipTracker(getattr(encoder, "on_error", "skip"))
     config = PartitionWorkerConfig(
         partition,
@@ -104,10 +119,10 @@ def _partition_stream(datamodule: Any, partition: int, layout: Layout) -> Partit
         error_handler=tracker,
     )
     with energon_dataset_errors(datamodule.path):
-        dataset = energon_dataset(datamodule, config, "train", encoder)
+        dataset = energon_dataset(datamodule, config, split, encoder)
     bound_tar_readers(dataset)
     guard_truncated_shards(dataset, tracker)
-    fmt, label = build_batch_format(datamodule.batch_format, datamodule.build_context("train"))
+    fmt, label = build_batch_format(datamodule.batch_format, datamodule.build_context(split))
     if fmt is not None:
         dataset = BatchFormatDataset(dataset, fmt, label=label, encoder=encoder)
     return PartitionStream(partition, SkipCountingDataset(dataset, tracker, encoder), config)

@@ -20,18 +20,18 @@ from megatron.energon import WorkerConfig, get_val_dataset
 from megatron.energon.savable_loader import BasicDataLoader
 
 from energon_plugins.config.energon_arguments import split_energon_arguments
-from energon_plugins.loading.assembly import loader_dataset, pinned, savable_loader
+from energon_plugins.loading.assembly import loader_dataset, pinned
 from energon_plugins.loading.dataloader import EnergonDataloader
 from energon_plugins.loading.distributed import DataGroup
 from energon_plugins.loading.heap import freezes_heap
+from energon_plugins.loading.training import infinite_validation_loader
 from energon_plugins.loading.validation import RestartingDataset, ValidationLoader
 
 
 def build_validation_loader(datamodule: Any) -> ValidationLoader | EnergonDataloader:
     """The validation loader of the datamodule's ``validation_mode``."""
     if datamodule.validation_mode == "infinite":
-        dataset = loader_dataset(datamodule, datamodule.num_val_workers, "val")
-        return EnergonDataloader(savable_loader(datamodule, dataset, training=False))
+        return infinite_validation_loader(datamodule)
     return finite_validation_loader(datamodule)
 
 

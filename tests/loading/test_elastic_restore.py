@@ -6,7 +6,7 @@ rank's state after ``BEFORE`` batches; a run of another layout restores the list
 until each data partition advanced ``AFTER`` more outputs; the keys read over both runs must
 equal, as a multiset, those of an uninterrupted run in which every partition advanced
 ``BEFORE``-worth + ``AFTER`` outputs: nothing lost, nothing repeated, also what sat in shuffle
-and packing buffers at the save. The real multi-process runs (gloo) are in
+and packing buffers at the save; the skip counts (4 corrupt images) carry over. The real multi-process runs (gloo) are in
 ``test_elastic_resume.py``.
 """
 
@@ -40,7 +40,10 @@ class _Group:
 def dataset(data_root):
     from energon_plugins.synthetic import write_dataset
 
-    return write_dataset(data_root / "elastic-vqa", kind="vqa", num_samples=120, samples_per_shard=5).path
+    written = write_dataset(
+        data_root / "elastic-vqa", kind="vqa", num_samples=120, samples_per_shard=5, corrupt={"image": 4}
+    )
+    return written.path
 
 
 @pytest.fixture(scope="module")
@@ -76,8 +79,10 @@ def keys(batch) -> list[str]:
 
 def run(make, ranks: int, workers: int, batches_per_partition: int, packing: bool, states=None, **extra):
     """Every rank of a layout: ``(keys read, states saved at the end)``; with ``states`` each rank
-    first restores the list."""
+    first restores the list. The skipped samples of all ranks (cumulative since the start of
+    the run) are in ``run.skipped``."""
     seen: collections.Counter[str] = collections.Counter()
+    run.skipped = collections.Counter()
     saved = []
     for rank in range(ranks):
         loader = make(rank, ranks, workers, packing, **extra).train_dataloader()
@@ -88,6 +93,7 @@ def run(make, ranks: int, workers: int, batches_per_partition: int, packing: boo
             for _ in range(batches_per_partition * owned):
                 seen.update(keys(next(loader)))
             saved.append(pickle.loads(pickle.dumps(loader.save_state())))
+            run.skipped.update(loader.skip_counts())
         finally:
             loader.close()
     return seen, saved
@@ -101,8 +107,10 @@ def run(make, ranks: int, workers: int, batches_per_partition: int, packing: boo
 def test_a_resume_on_another_layout_reads_every_sample_once(make, old, new, packing):
     before, states = run(make, *old, BEFORE, packing)
     after, _ = run(make, *new, AFTER, packing, states=states)
+    skipped = run.skipped
     reference, _ = run(make, *old, BEFORE + AFTER, packing)
     assert before + after == reference
+    assert skipped == run.skipped and sum(skipped.values()) > 0  # the corrupt images, counted once
 
 
 @pytest.mark.slow
@@ -128,6 +136,25 @@ def test_a_chain_of_layouts_saved_before_the_first_batch_stays_exact(make):
     last, _ = run(make, 1, 2, AFTER, True, states=middle_states)
     reference, _ = run(make, 2, 2, BEFORE + 2 * AFTER, True)
     assert first + middle + last == reference
+
+
+def test_the_infinite_validation_loader_moves_to_another_layout_too(make):
+    def read(ranks: int, per_rank: int, states=None):
+        seen: collections.Counter[str] = collections.Counter()
+        saved = []
+        for rank in range(ranks):
+            loader = make(rank, ranks, 0, validation_mode="infinite").val_dataloader()
+            if states is not None:
+                loader.restore_state(states)
+            seen.update(key for _ in range(per_rank) for key in keys(next(loader)))
+            saved.append(pickle.loads(pickle.dumps(loader.save_state())))
+            loader.close()
+        return seen, saved
+
+    before, states = read(2, 2)
+    after, _ = read(1, 2 * 3, states)  # one rank now runs both partitions: 3 more outputs each
+    reference, _ = read(2, 2 + 3)
+    assert before + after == reference
 
 
 def test_data_partitions_equal_to_the_workers_keep_todays_order(make):
