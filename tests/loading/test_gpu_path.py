@@ -52,3 +52,56 @@ def test_pinned_batches_and_device_copies_equal_the_host_batches(
             assert tensor.device.type == "cuda", name
             # the copy ran on a side stream; the loop's stream must see the finished values
             assert torch.equal(tensor.cpu(), names_a[name].cpu()), name
+
+
+class _Group:
+    def __init__(self, rank: int, size: int) -> None:
+        self._rank, self._size = rank, size
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+
+def test_a_state_saved_with_a_batch_held_on_the_device_moves_to_another_layout(
+    vqa_dataset, tokenizer, clip_processor
+):
+    """The prefetcher holds one batch ahead on the device; the state saved meanwhile, restored
+    on another number of ranks, continues exactly with the batches the loop did not receive."""
+    import collections
+    import types
+
+    def datamodule(rank, ranks, workers):
+        return energon_plugins.EnergonMultiModalDataModule(
+            str(vqa_dataset.path),
+            tokenizer,
+            clip_processor,
+            seq_length=320,
+            micro_batch_size=2,
+            num_workers=workers,
+            shuffle_buffer_size=5,
+            device="cuda",
+            pg_collection=types.SimpleNamespace(dp=_Group(rank, ranks)),
+        )
+
+    def keys(batch):
+        return list(batch["__keys__"])
+
+    seen, states = collections.Counter(), []
+    for rank in range(2):
+        loader = datamodule(rank, 2, 1).train_dataloader()
+        seen.update(key for _ in range(3) for key in keys(next(loader)))
+        states.append(loader.save_state())
+        loader.close()
+    loader = datamodule(0, 1, 2).train_dataloader()
+    loader.restore_state(states)
+    seen.update(key for _ in range(4) for key in keys(next(loader)))  # 2 more from each partition
+    loader.close()
+    reference = collections.Counter()
+    for rank in range(2):
+        loader = datamodule(rank, 2, 1).train_dataloader()
+        reference.update(key for _ in range(5) for key in keys(next(loader)))
+        loader.close()
+    assert seen == reference
