@@ -48,16 +48,24 @@ def training_loader(datamodule: Any) -> EnergonDataloader:
     """The cycling training loader, with the fingerprint its saved states carry."""
     rebuild = functools.partial(partitioned_loader, datamodule)
     partitions = getattr(datamodule, "data_partitions", None)
+    interleaver = None
     if partitions is None:
         loader = savable_loader(datamodule, loader_dataset(datamodule, datamodule.num_workers, "train"))
         config = loader.worker_config
         layout = Layout.plain(config.world_size, config.rank, datamodule.num_workers)
     else:
-        loader, _, layout = rebuild(partitions, virtual_workers_for(partitions, datamodule.num_workers))
+        loader, interleaver, layout = rebuild(
+            partitions, virtual_workers_for(partitions, datamodule.num_workers)
+        )
         config = loader.worker_config
     fingerprint = loader_fingerprint(datamodule, dp_rank=config.rank, dp_world_size=config.world_size)
     return EnergonDataloader(
-        loader, device=datamodule.device, fingerprint=fingerprint, layout=layout, rebuild=rebuild
+        loader,
+        device=datamodule.device,
+        fingerprint=fingerprint,
+        layout=layout,
+        rebuild=rebuild,
+        interleaver=interleaver,
     )
 
 
