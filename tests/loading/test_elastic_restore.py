@@ -157,6 +157,15 @@ def test_the_infinite_validation_loader_moves_to_another_layout_too(make):
     assert before + after == reference
 
 
+def test_a_run_started_with_data_partitions_grows_past_its_workers(make):
+    # 3 ranks run 12 partitions, 4 each; 4 ranks then run 3 each (the setting kept or left out)
+    before, states = run(make, 3, 0, 2, False, data_partitions=12)
+    kept, _ = run(make, 4, 0, 2, False, states=states, data_partitions=12)
+    left_out, _ = run(make, 4, 0, 2, False, states=states)
+    reference, _ = run(make, 3, 0, 4, False, data_partitions=12)
+    assert before + kept == reference == before + left_out
+
+
 def test_data_partitions_equal_to_the_workers_keep_todays_order(make):
     plain, _ = run(make, 2, 2, 3, False)
     partitioned, states = run(make, 2, 2, 3, False, data_partitions=4)
