@@ -26,6 +26,7 @@ COMMANDS: dict[str, str] = {
     "demo": "energon_plugins.cli.demo_cmd:demo_command",
     "new-plugin": "energon_plugins.cli.new_plugin_cmd:new_plugin_command",
     "convert": "energon_plugins.cli.convert_cmd:convert_command",
+    "checkpoint": "energon_plugins.cli.checkpoint_cmd:checkpoint_command",
 }
 """Verb name -> ``"module:attr"`` of its click command. A verb whose module is absent is hidden."""
 

@@ -338,23 +338,69 @@ def save_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> Path:
 def load_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> None:
     """Restore this DP rank's training-loader state from ``folder`` (before iterating).
 
+    ``folder``: a folder of :func:`save_datamodule_state`'s files, a Megatron-Bridge checkpoint
+    root or one of its iteration folders (see :mod:`energon_plugins.loading.rank_files`). When
+    this rank's file records the current number of DP ranks and workers, only that file is read;
+    otherwise (or when this rank has no file) every rank's file is read and this rank restores
+    its share of them (``restore_state`` of the list: another number of GPUs or workers).
+
     Raises:
         StateMismatchError: the state was saved with a different world size, dataset, task
-            encoder, batch or packing setting; the message names each difference.
+            encoder, batch or packing setting; the message names each difference. Or the
+            files of another number of ranks or workers do not make one complete set or cannot
+            feed this run's ranks x workers; the message names the file or the limit.
         StateFileError: the file is not a regular file, is truncated, corrupt, not a loader
             state, or its state does not have the shape of this loader's (its chain of Energon
             datasets or a field's type differ: ``StateShapeError``).
     """
+    from energon_plugins.loading.rank_files import find_rank_files, restore_every_rank, saved_size
+
     rank, world = _dp_rank_and_size(datamodule)
     fingerprint = loader_fingerprint(datamodule, dp_rank=rank, dp_world_size=world)
-    try:
-        state = load_loader_state(folder, dp_rank=rank, fingerprint=fingerprint)
-    except FileNotFoundError:
-        _explain_missing_rank(folder, rank, fingerprint)
-        raise
-    where = str(state_path(folder, rank))
+    found = find_rank_files(folder)
+    own = found.paths.get(rank)
+    if own is None:
+        if not found.paths:
+            load_loader_state(found.folder, dp_rank=rank)  # raises: names what is there
+        restore_every_rank(datamodule, found, rank, fingerprint)
+        return
+    state, saved = read_state_file(own)
+    inner = state.get("fingerprint") if isinstance(state, dict) else None
+    size = saved_size(state, saved or inner)
+    now = (world, int(datamodule.num_workers))
+    if (size is not None and size != now) or (size is None and len(found.paths) != world):
+        restore_every_rank(datamodule, found, rank, fingerprint)
+        return
+    if saved is not None:
+        differences = fingerprint_differences(saved, fingerprint)
+        if differences:
+            raise StateMismatchError(mismatch_message(str(own), differences))
+    where = str(own)
     loader = datamodule.train_dataloader()
-    check_against_template(_energon_part(state), _energon_part(loader.save_state()), where)
+    if isinstance(state, dict) and "layout" in state and loader.layout is not None:
+        _become_partitioned(loader, state["layout"], where)
+    if not (isinstance(state, dict) and state.get("energon") is None and "partition_states" in state):
+        # (a state written by ``checkpoint redistribute`` has no Energon part to compare yet)
+        check_against_template(_energon_part(state), _energon_part(loader.save_state()), where)
+    restore_named(loader, state, where)
+
+
+def _become_partitioned(loader: Any, layout: Any, where: str) -> None:
+    """Make ``loader`` the partitioned loader a state of ``layout`` was saved by (the template
+    its Energon part is compared with); what it restores is left to ``restore_state``."""
+    from energon_plugins.loading.elastic import Layout
+
+    try:
+        saved = Layout.from_saved(layout)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise StateFileError(
+            f"{where!r}: state['layout'] is not a layout ({type(exc).__name__}: {exc})"
+        ) from exc
+    loader.use_partitions(saved.partitions, saved.virtual_workers)
+
+
+def restore_named(loader: Any, state: Any, where: str) -> None:
+    """``loader.restore_state(state)``, a failure of Energon's named as ``where``'s."""
     try:
         loader.restore_state(state)
     except EnergonPluginsError:
@@ -373,24 +419,6 @@ def _energon_part(state: Any) -> Any:
     if isinstance(state, dict) and "energon" in state:
         state = state["energon"]
     return state if isinstance(state, SavableDataLoaderState) else None
-
-
-def _explain_missing_rank(folder: str | os.PathLike, rank: int, fingerprint: Mapping[str, Any]) -> None:
-    """No file for ``rank``: if another rank's file exists, say how its setup differs."""
-    present = sorted(Path(folder).glob("train_dataloader_dprank*.pt"))
-    if not present:
-        return
-    _, saved = read_state_file(present[0])
-    saved = dict(saved or {})
-    saved.pop("dp_rank", None)
-    current = {k: v for k, v in fingerprint.items() if k != "dp_rank"}
-    differences = fingerprint_differences(saved, current) if saved else []
-    if differences:
-        raise StateMismatchError(
-            f"no loader state for DP rank {rank} in {folder} (present: "
-            f"{', '.join(p.name for p in present)}); the states there were saved by a different "
-            "setup. Differences: " + "; ".join(differences)
-        )
 
 
 def datamodule_state_dict(datamodule: Any) -> dict[str, Any]:

@@ -71,13 +71,13 @@ class LayoutRestore:
                 f"loader is rank {self.layout.dp_rank} of {self.layout.dp_size} ranks x "
                 f"{self.layout.num_workers} workers: {LIST_HINT}"
             )
-        self._become(saved.partitions, saved.virtual_workers)
+        self.use_partitions(saved.partitions, saved.virtual_workers)
         if "partition_states" not in state:
             return False
         self._inject({int(p): s for p, s in state["partition_states"].items()}, state.get("skip_counts"))
         return True
 
-    def _become(self, partitions: int, virtual_workers: int) -> None:
+    def use_partitions(self, partitions: int, virtual_workers: int) -> None:
         """Be the partitioned loader of ``partitions`` x ``virtual_workers`` (rebuilt if not)."""
         layout = self.layout
         if layout.partitioned and (layout.partitions, layout.virtual_workers) == (
@@ -124,7 +124,7 @@ class LayoutRestore:
             self.restore_state(states[now.dp_rank])
             return
         check_fits(old, now.dp_size, now.num_workers)
-        self._become(old.partitions, old.virtual_workers)
+        self.use_partitions(old.partitions, old.virtual_workers)
         self._inject(partitions, counts)
 
     def _check_layout(self, state: Any) -> None:
