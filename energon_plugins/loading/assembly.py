@@ -23,7 +23,7 @@ from energon_plugins._quiet import import_quietly
 from energon_plugins.config.dataset_check import check_dataset, energon_dataset_errors, is_remote
 from energon_plugins.config.dataset_fit import check_fit
 from energon_plugins.config.energon_arguments import split_energon_arguments
-from energon_plugins.config.settings import raise_issues, settings_issues
+from energon_plugins.config.settings import PREFETCH_FACTOR, raise_issues, settings_issues
 from energon_plugins.errors import ConfigError, DatasetError
 from energon_plugins.loading.distributed import parallel_layout
 from energon_plugins.loading.errors_policy import SkipCountingDataset, SkipTracker, guard_truncated_shards
@@ -189,12 +189,21 @@ def pinned(loader: Any, pin_memory: bool) -> Any:
 
 def savable_loader(datamodule: Any, dataset: Any, *, training: bool = True) -> SavableDataLoader:
     """Energon's ``SavableDataLoader`` over ``dataset`` with the datamodule's checkpoint and
-    pinning settings, its watchdogs set to stop."""
+    pinning settings, its watchdogs set to stop.
+
+    With ``device`` set, each worker keeps one internal checkpoint more than Energon's default:
+    the batch held ahead on the device makes a saved state one batch older than what the
+    workers have prefetched, and with one worker Energon's window (2 x workers + 1) no longer
+    reaches it ("No checkpoint found", seen on an H200).
+    """
+    kept = datamodule.n_checkpoints
+    if getattr(datamodule, "device", None) is not None and dataset.worker_config.num_workers > 0:
+        kept = max(kept or 0, PREFETCH_FACTOR * dataset.worker_config.num_workers + 2)
     loader = SavableDataLoader(
         dataset,
         checkpoint_every_sec=datamodule.checkpoint_every_sec,
         checkpoint_every_min_n_samples=datamodule.checkpoint_every_min_n_samples,
-        n_checkpoints=datamodule.n_checkpoints,
+        n_checkpoints=kept,
         gc_freeze_at_start=freezes_heap(dataset, training=training),
     )
     return pinned(finish_watchdogs(loader), datamodule.pin_memory)

@@ -70,13 +70,32 @@ class TrainingIterations:
         global _training_starts
         if self._freezes:
             _training_starts += 1
+        collect_before_fork(self.loader)
         return iter(self.loader)
+
+
+def collect_before_fork(loader: Any) -> None:
+    """Collect this process's garbage before ``loader`` forks its workers while CUDA is set up.
+
+    A worker's first act (Energon's ``GcDataset``) is ``gc.collect()``: garbage it inherited
+    (an earlier loader's pinned or device batches in a reference cycle) would be freed in the
+    child, whose CUDA context is unusable after the fork, and the worker aborts with
+    ``cudaErrorInitializationError`` (seen on an H100/H200 when a second device-prefetching
+    loader started after the first was closed). Freed here, it never reaches a child.
+    """
+    if getattr(loader, "num_workers", 0) <= 0:
+        return
+    import torch
+
+    if torch.cuda.is_initialized():
+        gc.collect()
 
 
 def frozen_for_pass(loader: Any) -> Iterable[Any]:
     """``loader``'s batches for one validation pass, under the freeze rule of the module
     docstring when the loader runs in this process without a freeze of its own."""
     config = getattr(loader, "worker_config", None)
+    collect_before_fork(loader)
     if config is None or config.num_workers > 0 or _freezes_main_process(loader):
         return loader
     return _pass_under_freeze(loader)
