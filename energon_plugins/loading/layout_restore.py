@@ -15,7 +15,8 @@ from energon_plugins.loading.checkpoint import LoaderStateError, StateMismatchEr
 LIST_HINT = (
     "to continue on another number of ranks or workers, pass the list of every old rank's "
     "save_state() (index = old data-parallel rank), or load_checkpoint(DIR) on the folder of "
-    "all ranks' files"
+    "all ranks' files, or rewrite the files for the new size with `energon-plugins checkpoint "
+    "redistribute`"
 )
 
 
