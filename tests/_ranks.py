@@ -3,15 +3,38 @@
 A test runs a worker script with :func:`run_worker`; the script imports what it needs once and
 calls :func:`fork_ranks`, which forks one process per rank (each its own ``torch.distributed``
 rank, rendezvous through a shared file) and exits non-zero if any rank failed.
+
+:func:`dp_collection` stands in for one rank's ``pg_collection`` without a process group: a
+loader needs only the data-parallel rank and size to be built, so tests can build every rank
+of a layout in one process.
 """
 
 import os
 import pathlib
 import subprocess
 import sys
+import types
 from collections.abc import Callable, Sequence
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
+
+
+class DPGroup:
+    """A data-parallel group answering ``rank()`` and ``size()``."""
+
+    def __init__(self, rank: int, size: int) -> None:
+        self._rank, self._size = rank, size
+
+    def rank(self) -> int:
+        return self._rank
+
+    def size(self) -> int:
+        return self._size
+
+
+def dp_collection(rank: int, size: int) -> types.SimpleNamespace:
+    """A ``pg_collection`` whose ``dp`` group is rank ``rank`` of ``size``."""
+    return types.SimpleNamespace(dp=DPGroup(rank, size))
 
 
 def fork_ranks(target: Callable[..., None], world: int, args: Sequence[object], timeout: float) -> None:

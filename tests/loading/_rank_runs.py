@@ -7,7 +7,6 @@ rank's file with ``save_checkpoint``; :func:`read_run` restores each rank of ano
 """
 
 import pickle
-import types
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,25 +14,14 @@ from typing import Any
 import torch
 import transformers
 
+from tests._ranks import dp_collection
+
 BATCHES_BEFORE = 2
 """Batches each old rank reads before its state is saved."""
 BATCHES_AFTER = 3
 """Batches each new rank reads after the restore."""
 ITERATION = 100
 """The Megatron-Bridge iteration the fake Bridge checkpoints are of."""
-
-
-class Group:
-    """A data-parallel group answering ``rank()`` and ``size()``."""
-
-    def __init__(self, rank: int, size: int) -> None:
-        self._rank, self._size = rank, size
-
-    def rank(self) -> int:
-        return self._rank
-
-    def size(self) -> int:
-        return self._size
 
 
 def builder(dataset: Any, tokenizer: Any) -> Callable[..., Any]:
@@ -50,7 +38,7 @@ def builder(dataset: Any, tokenizer: Any) -> Callable[..., Any]:
             "micro_batch_size": 2,
             "num_workers": workers,
             "shuffle_buffer_size": 10,
-            "pg_collection": types.SimpleNamespace(dp=Group(rank, ranks)),
+            "pg_collection": dp_collection(rank, ranks),
         }
         return EnergonMultiModalDataModule(str(dataset), tokenizer, processor, **{**arguments, **extra})
 

@@ -12,7 +12,6 @@ and packing buffers at the save; the skip counts (4 corrupt images) carry over. 
 
 import collections
 import pickle
-import types
 
 import pytest
 import transformers
@@ -20,20 +19,10 @@ import transformers
 from energon_plugins import EnergonMultiModalDataModule
 from energon_plugins.errors import ConfigError
 from energon_plugins.loading.checkpoint import StateMismatchError
+from tests._ranks import dp_collection
 
 BEFORE = 5
 AFTER = 4
-
-
-class _Group:
-    def __init__(self, rank: int, size: int) -> None:
-        self._rank, self._size = rank, size
-
-    def rank(self) -> int:
-        return self._rank
-
-    def size(self) -> int:
-        return self._size
 
 
 @pytest.fixture(scope="module")
@@ -63,7 +52,7 @@ def make(dataset, tokenizer):
             "micro_batch_size": 2,
             "num_workers": workers,
             "shuffle_buffer_size": 10,
-            "pg_collection": types.SimpleNamespace(dp=_Group(rank, ranks)),
+            "pg_collection": dp_collection(rank, ranks),
             "checkpoint_every_sec": 60,  # Energon's default: restores replay from older checkpoints
             "checkpoint_every_min_n_samples": None,
         }

@@ -6,6 +6,7 @@ import pytest
 import torch
 
 import energon_plugins
+from tests._ranks import dp_collection
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -54,24 +55,12 @@ def test_pinned_batches_and_device_copies_equal_the_host_batches(
             assert torch.equal(tensor.cpu(), names_a[name].cpu()), name
 
 
-class _Group:
-    def __init__(self, rank: int, size: int) -> None:
-        self._rank, self._size = rank, size
-
-    def rank(self) -> int:
-        return self._rank
-
-    def size(self) -> int:
-        return self._size
-
-
 def test_a_state_saved_with_a_batch_held_on_the_device_moves_to_another_layout(
     vqa_dataset, tokenizer, clip_processor
 ):
     """The prefetcher holds one batch ahead on the device; the state saved meanwhile, restored
     on another number of ranks, continues exactly with the batches the loop did not receive."""
     import collections
-    import types
 
     def datamodule(rank, ranks, workers):
         return energon_plugins.EnergonMultiModalDataModule(
@@ -83,7 +72,7 @@ def test_a_state_saved_with_a_batch_held_on_the_device_moves_to_another_layout(
             num_workers=workers,
             shuffle_buffer_size=5,
             device="cuda",
-            pg_collection=types.SimpleNamespace(dp=_Group(rank, ranks)),
+            pg_collection=dp_collection(rank, ranks),
         )
 
     def keys(batch):
