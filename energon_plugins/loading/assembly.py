@@ -92,13 +92,20 @@ def split_dataset(datamodule: Any, worker_config: WorkerConfig, split: Split) ->
     """
     if split not in SPLITS:
         raise ValueError(f"split must be 'train' or 'val', got {split!r}")
+    encoder = checked_split_encoder(datamodule, split)
+    with energon_dataset_errors(datamodule.path):
+        return energon_dataset(datamodule, worker_config, split, encoder)
+
+
+def checked_split_encoder(datamodule: Any, split: Split) -> Any:
+    """``split``'s task encoder, once the split exists (local datasets), the encoder can read
+    it and a packing buffer has an encoder that packs (see :func:`split_dataset`)."""
     if not is_remote(datamodule.path):
         check_dataset(datamodule.path, (split,))
     encoder = split_encoder(datamodule, split)
     check_fit(encoder, datamodule.path, split)
     check_packing(encoder, datamodule.packing_buffer_size)
-    with energon_dataset_errors(datamodule.path):
-        return energon_dataset(datamodule, worker_config, split, encoder)
+    return encoder
 
 
 def energon_dataset(datamodule: Any, worker_config: WorkerConfig, split: Split, encoder: Any) -> Any:

@@ -30,6 +30,8 @@ STATE_FORMAT = 2
 STATE_FILE = "train_dataloader_dprank{rank:03d}.pt"
 BRIDGE_STATE_KEY = "dataloader_state_dict"
 """The key Megatron-Bridge's checkpointing stores the loader state under."""
+STATE_KEY = "energon"
+"""Key of Energon's own state in ``EnergonDataloader.save_state()``'s dict."""
 
 __all__ = [
     "STATE_FILE",
@@ -54,6 +56,13 @@ class LoaderStateError(EnergonPluginsError, RuntimeError):
 
 class StateMismatchError(EnergonPluginsError, ValueError):
     """A saved loader state was made by a different setup than the one restoring it."""
+
+
+def unwrap(state: Any) -> Any:
+    """``state`` without a Megatron-Bridge file payload around it."""
+    if isinstance(state, dict) and BRIDGE_STATE_KEY in state and STATE_KEY not in state:
+        return state[BRIDGE_STATE_KEY]
+    return state
 
 
 def state_path(folder: str | os.PathLike, dp_rank: int) -> Path:
@@ -110,6 +119,15 @@ def mismatch_message(where: str, differences: list[str]) -> str:
     )
 
 
+def state_payload(state: Any, fingerprint: Mapping[str, Any] | None) -> dict[str, Any]:
+    """What a state file holds: ``state`` under Megatron-Bridge's key, our format number and
+    ``fingerprint`` (left out when None)."""
+    payload: dict[str, Any] = {BRIDGE_STATE_KEY: state, "format": STATE_FORMAT}
+    if fingerprint is not None:
+        payload["fingerprint"] = dict(fingerprint)
+    return payload
+
+
 def save_loader_state(
     folder: str | os.PathLike, state: Any, *, dp_rank: int, fingerprint: Mapping[str, Any]
 ) -> Path:
@@ -118,11 +136,7 @@ def save_loader_state(
 
     path = state_path(folder, dp_rank)
     path.parent.mkdir(parents=True, exist_ok=True)
-    payload = {
-        BRIDGE_STATE_KEY: state,
-        "format": STATE_FORMAT,
-        "fingerprint": dict(fingerprint),
-    }
+    payload = state_payload(state, fingerprint)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
@@ -144,8 +158,18 @@ def read_state_file(path: Path) -> tuple[Any, dict[str, Any] | None]:
             wrong type (see :func:`~energon_plugins.loading.state_check.check_payload`); the
             message names it.
     """
+    _, state, fingerprint = read_payload(path)
+    return state, fingerprint
+
+
+def read_payload(path: Path) -> tuple[Any, Any, dict[str, Any] | None]:
+    """``(payload, state, fingerprint)`` of a state file: what :func:`read_state_file` returns,
+    with the file's whole payload before them (its ``format``)."""
     payload = load_state_file(path)
-    return check_payload(payload, str(path), state_key=BRIDGE_STATE_KEY, newest_format=STATE_FORMAT)
+    state, fingerprint = check_payload(
+        payload, str(path), state_key=BRIDGE_STATE_KEY, newest_format=STATE_FORMAT
+    )
+    return payload, state, fingerprint
 
 
 def load_loader_state(
@@ -378,25 +402,29 @@ def load_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> None:
     where = str(own)
     loader = datamodule.train_dataloader()
     if isinstance(state, dict) and "layout" in state and loader.layout is not None:
-        _become_partitioned(loader, state["layout"], where)
-    if not (isinstance(state, dict) and state.get("energon") is None and "partition_states" in state):
+        _become_partitioned(loader, state, where)
+    if not (isinstance(state, dict) and state.get(STATE_KEY) is None and "partition_states" in state):
         # (a state written by ``checkpoint redistribute`` has no Energon part to compare yet)
         check_against_template(_energon_part(state), _energon_part(loader.save_state()), where)
     restore_named(loader, state, where)
 
 
-def _become_partitioned(loader: Any, layout: Any, where: str) -> None:
-    """Make ``loader`` the partitioned loader a state of ``layout`` was saved by (the template
-    its Energon part is compared with); what it restores is left to ``restore_state``."""
+def _become_partitioned(loader: Any, state: dict[str, Any], where: str) -> None:
+    """Make ``loader`` the partitioned loader ``state`` was saved by (the template its Energon
+    part is compared with); what it restores is left to ``restore_state``.
+
+    Raises:
+        StateFileError: ``state["layout"]`` is not a layout (names ``where``).
+    """
     from energon_plugins.loading.elastic import Layout
 
     try:
-        saved = Layout.from_saved(layout)
+        Layout.from_saved(state["layout"])
     except (KeyError, TypeError, ValueError) as exc:
         raise StateFileError(
             f"{where!r}: state['layout'] is not a layout ({type(exc).__name__}: {exc})"
         ) from exc
-    loader.use_partitions(saved.partitions, saved.virtual_workers)
+    loader.take_saved_layout(state)
 
 
 def restore_named(loader: Any, state: Any, where: str) -> None:
@@ -416,8 +444,8 @@ def _energon_part(state: Any) -> Any:
     """Energon's own state inside ``state`` (``save_state()``'s dict or a bare one), or None."""
     from megatron.energon.savable_loader import SavableDataLoaderState
 
-    if isinstance(state, dict) and "energon" in state:
-        state = state["energon"]
+    if isinstance(state, dict) and STATE_KEY in state:
+        state = state[STATE_KEY]
     return state if isinstance(state, SavableDataLoaderState) else None
 
 

@@ -10,6 +10,7 @@ import os
 from typing import Any
 
 from energon_plugins.loading.checkpoint import StateFileError, StateMismatchError
+from energon_plugins.loading.elastic import layout_of, partition_states
 from energon_plugins.loading.rank_files import find_rank_files, no_files_message, read_rank_file, set_problem
 
 
@@ -23,7 +24,6 @@ def describe_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
         FileNotFoundError: ``folder`` does not exist.
         StateFileError: no rank files there (a file that cannot be read is a ``problem``).
     """
-    from energon_plugins.loading.elastic import layout_of, partition_states
 
     location = find_rank_files(folder)
     if not location.paths:

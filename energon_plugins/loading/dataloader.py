@@ -5,14 +5,15 @@ from collections.abc import Iterable, Iterator
 from typing import Any
 
 from energon_plugins.loading.checkpoint import (
-    BRIDGE_STATE_KEY,
+    STATE_KEY,
     LoaderStateError,
     StateMismatchError,
     fingerprint_differences,
     mismatch_message,
+    unwrap,
 )
 from energon_plugins.loading.heap import TrainingIterations
-from energon_plugins.loading.layout_restore import LayoutRestore, with_list_hint
+from energon_plugins.loading.layout_restore import LayoutRestore, list_hint
 
 
 def cyclic_iter(iterable: Iterable[Any]) -> Iterator[Any]:
@@ -244,8 +245,7 @@ class EnergonDataloader(LayoutRestore):
                 f"{type(self._dataloader).__name__} is not savable (use get_savable_loader)"
             )
         counts = None
-        if isinstance(state, dict) and BRIDGE_STATE_KEY in state and STATE_KEY not in state:
-            state = state[BRIDGE_STATE_KEY]  # a whole Megatron-Bridge file payload
+        state = unwrap(state)  # a whole Megatron-Bridge file payload: the state inside
         positions = None
         if isinstance(state, dict) and STATE_KEY in state:
             saved = state.get("fingerprint")
@@ -253,7 +253,7 @@ class EnergonDataloader(LayoutRestore):
                 differences = fingerprint_differences(saved, self.fingerprint)
                 if differences:
                     raise StateMismatchError(
-                        with_list_hint(mismatch_message("the loader state", differences))
+                        mismatch_message("the loader state", differences) + list_hint(differences)
                     )
             if self._adopt_partitions(state):
                 return
@@ -346,10 +346,6 @@ def _empty_worker_error(loader: Any) -> Exception:
         "data-parallel rank x worker. Use fewer workers, add shards to the split, or, for "
         "validation, validation_mode='finite' (which handles splits of any size)"
     )
-
-
-#: Key of Energon's own state in :meth:`EnergonDataloader.save_state`'s dict.
-STATE_KEY = "energon"
 
 
 def _readable_error(exc: BaseException) -> BaseException | None:

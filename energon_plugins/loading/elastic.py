@@ -18,7 +18,8 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from energon_plugins.loading.checkpoint import BRIDGE_STATE_KEY, StateMismatchError, fingerprint_differences
+from energon_plugins.loading.checkpoint import STATE_KEY, StateMismatchError, fingerprint_differences, unwrap
+from energon_plugins.loading.errors_policy import iter_leaves
 from energon_plugins.loading.partitions import (
     find_interleaver_state,
     fresh_partition_state,
@@ -26,7 +27,6 @@ from energon_plugins.loading.partitions import (
     physical_workers,
 )
 
-STATE_KEY = "energon"
 LAYOUT_KEYS = ("dp_rank", "dp_world_size", "num_workers")
 """Fingerprint keys that may differ between the old run and this one."""
 _ENERGON_WRAPPERS = (
@@ -98,11 +98,16 @@ class Layout:
         )
 
 
-def unwrap(state: Any) -> Any:
-    """``state`` without a Megatron-Bridge file payload around it."""
-    if isinstance(state, dict) and BRIDGE_STATE_KEY in state and STATE_KEY not in state:
-        return state[BRIDGE_STATE_KEY]
-    return state
+def only_layout_differs(differences: list[str]) -> bool:
+    """Whether every fingerprint difference (``key: saved X, now Y``) is of a layout key
+    (:data:`LAYOUT_KEYS`): the same run, read by another number of ranks or workers."""
+    return all(line.split(":", 1)[0] in LAYOUT_KEYS for line in differences)
+
+
+def position_of(state: Mapping[str, Any]) -> int:
+    """The last output index the training loop received from a partition of ``state``
+    (``{"sample_index", "skip", ...}``): the partition's checkpoint plus its replay, minus one."""
+    return int(state["sample_index"]) + int(state["skip"]) - 1
 
 
 def _energon_slots(energon: Any) -> list[Any]:
@@ -313,7 +318,6 @@ def legacy_layout_problems(energon: Any, loader: Any) -> list[str]:
     Energon itself restores a 4-rank state into a 2-rank loader without a word (and the run
     then repeats and drops data); the slices a worker reads change with the layout.
     """
-    from energon_plugins.loading.errors_policy import iter_leaves
 
     leaves = list(iter_leaves(getattr(loader, "dataset", None)))
     problems: list[str] = []

@@ -5,6 +5,9 @@
 rank's state into this rank's share (:mod:`energon_plugins.loading.elastic` computes the
 partition states), rebuilds the loader with data partitions when it needs them, and refuses a
 single state, or a bare Energon state, saved by another layout.
+
+:mod:`~energon_plugins.loading.elastic` (and Energon with it) is imported where it is used: the
+loader module stays importable without Energon, as the CLI's light start needs.
 """
 
 import copy
@@ -20,13 +23,14 @@ LIST_HINT = (
 )
 
 
-def with_list_hint(message: str) -> str:
-    """``message``, with :data:`LIST_HINT` when only the layout differs."""
-    layout_keys = ("dp_world_size:", "dp_rank:", "num_workers:")
-    differences = message.split("Differences: ", 1)[-1].split("; ")
-    if differences and all(line.startswith(layout_keys) for line in differences):
-        return f"{message}. {LIST_HINT[0].upper()}{LIST_HINT[1:]}"
-    return message
+def list_hint(differences: list[str]) -> str:
+    """``". To continue on another ..."`` (:data:`LIST_HINT`) when the fingerprint
+    ``differences`` (``key: saved X, now Y``) are all of the layout, else ``""``."""
+    from energon_plugins.loading.elastic import only_layout_differs
+
+    if differences and only_layout_differs(differences):
+        return f". {LIST_HINT[0].upper()}{LIST_HINT[1:]}"
+    return ""
 
 
 def describe_layout(layout: Any) -> str:
@@ -57,6 +61,21 @@ class LayoutRestore:
         """For a partitioned state of this rank count and worker count: become the same
         partitioned loader. True when the state was restored here (saved before its first
         batch after a restore from another layout)."""
+        if not self.take_saved_layout(state):
+            return False
+        if "partition_states" not in state:
+            return False
+        self._inject({int(p): s for p, s in state["partition_states"].items()}, state.get("skip_counts"))
+        return True
+
+    def take_saved_layout(self, state: dict[str, Any]) -> bool:
+        """Become the partitioned loader a partitioned ``state`` of this rank, rank count and
+        worker count was saved by (its Energon part then has this loader's shape); False for
+        a state without partitions.
+
+        Raises:
+            StateMismatchError: the state is of another rank, rank count or worker count.
+        """
         from energon_plugins.loading.elastic import layout_of
 
         if "layout" not in state or self.layout is None:
@@ -72,13 +91,10 @@ class LayoutRestore:
                 f"loader is rank {self.layout.dp_rank} of {self.layout.dp_size} ranks x "
                 f"{self.layout.num_workers} workers: {LIST_HINT}"
             )
-        self.use_partitions(saved.partitions, saved.virtual_workers)
-        if "partition_states" not in state:
-            return False
-        self._inject({int(p): s for p, s in state["partition_states"].items()}, state.get("skip_counts"))
+        self._use_partitions(saved.partitions, saved.virtual_workers)
         return True
 
-    def use_partitions(self, partitions: int, virtual_workers: int) -> None:
+    def _use_partitions(self, partitions: int, virtual_workers: int) -> None:
         """Be the partitioned loader of ``partitions`` x ``virtual_workers`` (rebuilt if not)."""
         layout = self.layout
         if layout.partitioned and (layout.partitions, layout.virtual_workers) == (
@@ -100,10 +116,12 @@ class LayoutRestore:
 
     def _inject(self, states: dict[int, Any], counts: Any) -> None:
         """Give this rank's partitions their exact states (before the workers start)."""
+        from energon_plugins.loading.elastic import position_of
+
         mine = {p: states[p] for p in self.layout.owned()}
         self._interleaver.inject(copy.deepcopy(mine))
         self._injected = mine
-        self._positions = {p: int(s["sample_index"]) + int(s["skip"]) - 1 for p, s in mine.items()}
+        self._positions = {p: position_of(s) for p, s in mine.items()}
         counts = counts or {}
         self._counts.load({p: counts[p] for p in mine if p in counts})
         self._restored = True
@@ -125,7 +143,7 @@ class LayoutRestore:
             self.restore_state(states[now.dp_rank])
             return
         check_fits(old, now.dp_size, now.num_workers)
-        self.use_partitions(old.partitions, old.virtual_workers)
+        self._use_partitions(old.partitions, old.virtual_workers)
         self._inject(partitions, counts)
 
     def _check_layout(self, state: Any) -> None:

@@ -26,12 +26,16 @@ from typing import Any
 from energon_plugins.loading.checkpoint import (
     BRIDGE_STATE_KEY,
     STATE_FILE,
-    STATE_FORMAT,
+    STATE_KEY,
     StateFileError,
     StateMismatchError,
     fingerprint_differences,
+    mismatch_message,
+    read_payload,
+    restore_named,
     state_path,
 )
+from energon_plugins.loading.elastic import LAYOUT_KEYS, layout_of, only_layout_differs
 
 BRIDGE_STATE_SUBDIR = "energon"
 """The folder of a Megatron-Bridge checkpoint root its loader states go to by default."""
@@ -206,13 +210,7 @@ def read_rank_file(path: Path) -> tuple[Any, dict[str, Any] | None, int | None]:
     Raises:
         StateFileError: unreadable, corrupt, foreign, or not a loader state (names the file).
     """
-    from energon_plugins.loading.safe_load import load_state_file
-    from energon_plugins.loading.state_check import check_payload
-
-    payload = load_state_file(path)
-    state, fingerprint = check_payload(
-        payload, str(path), state_key=BRIDGE_STATE_KEY, newest_format=STATE_FORMAT
-    )
+    payload, state, fingerprint = read_payload(path)
     if not _is_loader_state(state):
         raise StateFileError(
             f"{str(path)!r} holds no loader state (a {type(state).__name__}; expected what "
@@ -227,7 +225,7 @@ def read_rank_file(path: Path) -> tuple[Any, dict[str, Any] | None, int | None]:
 def _is_loader_state(state: Any) -> bool:
     from megatron.energon.savable_loader import SavableDataLoaderState
 
-    return isinstance(state, SavableDataLoaderState) or (isinstance(state, dict) and "energon" in state)
+    return isinstance(state, SavableDataLoaderState) or (isinstance(state, dict) and STATE_KEY in state)
 
 
 def saved_size(state: Any, fingerprint: Mapping[str, Any] | None) -> tuple[int, int] | None:
@@ -249,7 +247,6 @@ def set_problem(
 ) -> str | None:
     """Why the states of ``location.paths`` (read, in rank order) are not one run's complete set
     (None: they are). Checks names and layouts, not the partitions (see ``partition_states``)."""
-    from energon_plugins.loading.elastic import LAYOUT_KEYS, layout_of
 
     ranks = sorted(location.paths)
     missing = sorted(set(range(ranks[-1] + 1)) - set(ranks))
@@ -341,9 +338,6 @@ def restore_every_rank(
             saved by another setup (each differing key named, with the file) or cannot feed this
             run's ranks x workers (the message names the folder and the layouts).
     """
-    from energon_plugins.loading.checkpoint import mismatch_message, restore_named
-    from energon_plugins.loading.elastic import LAYOUT_KEYS
-
     ranks = read_rank_states(location)
     current = {k: v for k, v in fingerprint.items() if k != "dp_rank"}
     layout_differences: list[str] = []
@@ -351,7 +345,7 @@ def restore_every_rank(
         if saved is None:
             continue
         differences = fingerprint_differences({k: v for k, v in saved.items() if k != "dp_rank"}, current)
-        if not all(line.startswith(tuple(f"{key}:" for key in LAYOUT_KEYS)) for line in differences):
+        if not only_layout_differs(differences):
             raise StateMismatchError(mismatch_message(str(path), differences))
         layout_differences = differences
         break

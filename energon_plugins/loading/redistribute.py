@@ -18,13 +18,13 @@ from pathlib import Path
 from typing import Any
 
 from energon_plugins.loading.checkpoint import (
-    BRIDGE_STATE_KEY,
-    STATE_FORMAT,
+    STATE_KEY,
     StateFileError,
     StateMismatchError,
     state_path,
+    state_payload,
 )
-from energon_plugins.loading.elastic import Layout, check_fits, partition_states
+from energon_plugins.loading.elastic import Layout, check_fits, partition_states, position_of
 from energon_plugins.loading.rank_files import RankStates, read_rank_states
 
 
@@ -66,11 +66,9 @@ def redistributed_states(
         layout = Layout(old.partitions, old.virtual_workers, dp_size, rank, workers)
         owned = layout.owned()
         state: dict[str, Any] = {
-            "energon": None,
+            STATE_KEY: None,
             "layout": layout.as_dict(),
-            "positions": {
-                p: int(partitions[p]["sample_index"]) + int(partitions[p]["skip"]) - 1 for p in owned
-            },
+            "positions": {p: position_of(partitions[p]) for p in owned},
             "partition_states": {p: partitions[p] for p in owned},
             "skip_counts": {p: dict(counts[p]) for p in owned if p in counts},
         }
@@ -118,11 +116,8 @@ def write_rank_states(
         folder = staging / subfolder if subfolder else staging
         folder.mkdir(exist_ok=True)
         for rank, (state, fingerprint) in enumerate(states):
-            payload: dict[str, Any] = {BRIDGE_STATE_KEY: dict(state), "format": STATE_FORMAT}
-            if fingerprint is not None:
-                payload["fingerprint"] = dict(fingerprint)
             with open(state_path(folder, rank), "wb") as fh:
-                torch.save(payload, fh)
+                torch.save(state_payload(dict(state), fingerprint), fh)
                 fh.flush()
                 os.fsync(fh.fileno())
         read_rank_states(folder)  # what was written reads back as one complete set

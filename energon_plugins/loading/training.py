@@ -12,12 +12,11 @@ import copy
 import functools
 from typing import Any
 
-from energon_plugins.config.dataset_check import check_dataset, energon_dataset_errors, is_remote
-from energon_plugins.config.dataset_fit import check_fit
+from energon_plugins.config.dataset_check import energon_dataset_errors
 from energon_plugins.errors import ConfigError
 from energon_plugins.loading.assembly import (
     Split,
-    check_packing,
+    checked_split_encoder,
     energon_dataset,
     loader_dataset,
     savable_loader,
@@ -90,11 +89,7 @@ def partitioned_loader(
     Raises:
         ConfigError: more workers over all ranks than partitions.
     """
-    encoder = split_encoder(datamodule, split)
-    if not is_remote(datamodule.path):
-        check_dataset(datamodule.path, (split,))
-    check_fit(encoder, datamodule.path, split)
-    check_packing(encoder, datamodule.packing_buffer_size)
+    checked_split_encoder(datamodule, split)
     workers = datamodule.num_workers if split == "train" else datamodule.num_val_workers
     physical = datamodule._build_worker_config(workers, split=split)
     layout = Layout(partitions, virtual_workers, physical.world_size, physical.rank, workers)
