@@ -18,6 +18,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from energon_plugins.config.settings import MAX_DATA_PARTITIONS, MAX_WORKERS
 from energon_plugins.loading.checkpoint import STATE_KEY, StateMismatchError, fingerprint_differences, unwrap
 from energon_plugins.loading.errors_policy import iter_leaves
 from energon_plugins.loading.partitions import (
@@ -27,6 +28,8 @@ from energon_plugins.loading.partitions import (
     physical_workers,
 )
 
+MAX_RANKS = 1 << 20
+"""Most data-parallel ranks a saved layout may name."""
 LAYOUT_KEYS = ("dp_rank", "dp_world_size", "num_workers")
 """Fingerprint keys that may differ between the old run and this one."""
 _ENERGON_WRAPPERS = (
@@ -49,6 +52,28 @@ class Layout:
     num_workers: int
     partitioned: bool = True
     """False: a loader without partitions (P = ranks x workers, one per worker)."""
+
+    def __post_init__(self) -> None:
+        """Refuse values no run has: a layout may come from a state file (untrusted), and its
+        numbers size loops and sets."""
+        problems = [
+            f"{name}={value!r}"
+            for name, value, low, high in (
+                ("dp_size", self.dp_size, 1, MAX_RANKS),
+                ("num_workers", self.num_workers, 0, MAX_WORKERS),
+                ("virtual_workers", self.virtual_workers, 0, MAX_WORKERS),
+                ("partitions", self.partitions, 1, MAX_DATA_PARTITIONS if self.partitioned else None),
+            )
+            if not isinstance(value, int) or value < low or (high is not None and value > high)
+        ]
+        if not problems and not 0 <= self.dp_rank < self.dp_size:
+            problems.append(f"dp_rank={self.dp_rank!r} of dp_size={self.dp_size}")
+        if not problems and self.partitions % max(self.virtual_workers, 1):
+            problems.append(
+                f"partitions={self.partitions} not a multiple of virtual_workers={self.virtual_workers}"
+            )
+        if problems:
+            raise StateMismatchError(f"a loader layout no run has: {', '.join(problems)}")
 
     @classmethod
     def plain(cls, dp_size: int, dp_rank: int, num_workers: int) -> "Layout":

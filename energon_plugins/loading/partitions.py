@@ -49,7 +49,7 @@ def owned_partitions(
             "partitions: every worker needs at least one"
         )
     worker = rank * max(num_workers, 1) + local_worker
-    return [p for p in range(partitions) if p % count == worker]
+    return list(range(worker, partitions, count))
 
 
 class PartitionWorkerConfig(WorkerConfig):

@@ -248,3 +248,24 @@ def test_states_of_another_setup_are_refused_by_field(make, four_rank_states):
 def test_too_few_data_partitions_are_refused(make):
     with pytest.raises(ConfigError, match="data_partitions"):
         make(0, 2, 2, data_partitions=3)
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize(
+    ("partitioned", "tamper", "message"),
+    [
+        (True, lambda s: s["layout"].update(partitions=10**12), "partitions=1000000000000"),
+        (True, lambda s: s["layout"].update(dp_rank=-1), "dp_rank=-1"),
+        (False, lambda s: s["fingerprint"].update(num_workers=10**9), "num_workers=1000000000"),
+    ],
+    ids=["partitions-10e12", "negative-rank", "workers-10e9"],
+)
+def test_a_layout_no_run_has_is_refused_before_it_sizes_anything(make, partitioned, tamper, message):
+    # a state is untrusted input: its layout's numbers size loops and sets (10**12 partitions
+    # would be a set of 10**12 ids), so they are bounded before use
+    extra = {"data_partitions": 2} if partitioned else {}
+    states = run(make, 2, 0, 1, False, **extra)[1]
+    tamper(states[0])
+    loader = make(0, 1, 0).train_dataloader()
+    with pytest.raises(StateMismatchError, match=f"a loader layout no run has: .*{message}"):
+        loader.restore_state(states)
