@@ -95,3 +95,16 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
     seed = getattr(config.option, "randomly_seed", None)  # absent under -p no:randomly
     if seed is not None:
         terminalreporter.write_line(f"test order: --randomly-seed={seed}")
+
+
+@pytest.fixture(scope="session")
+def local_s3(tmp_path_factory):
+    """A real S3-compatible server (moto, a separate process on 127.0.0.1) for this session.
+
+    Tests make their own bucket (``local_s3.create_bucket(unique name)``) and set
+    ``local_s3.environment()`` around the code that reads ``msc://`` paths.
+    """
+    from energon_plugins.testing.object_store import LocalS3
+
+    with LocalS3.start(tmp_path_factory.mktemp("s3")) as server:
+        yield server
