@@ -20,6 +20,7 @@ from energon_plugins.errors import (
     PluginOptionsError,
     PluginOutputError,
     RankTimeoutError,
+    RemoteStorageError,
     SampleFailedError,
 )
 from energon_plugins.host._markers import ENTRY_POINT_GROUP, hookimpl, hookspec
@@ -223,6 +224,7 @@ __all__ = [
     "PluginOptionsError",
     "PluginOutputError",
     "RankTimeoutError",
+    "RemoteStorageError",
     "PluginSpec",
     "PluginTaskEncoder",
     "RecordError",

@@ -71,6 +71,20 @@ class PluginOutputError(EnergonPluginsError, ValueError):
     at once instead of skipping."""
 
 
+class RemoteStorageError(EnergonPluginsError, OSError):
+    """Reading from object storage (an ``msc://`` path) failed after the storage client's own
+    retries with backoff: the store did not answer within its timeouts, dropped the connection,
+    or refused the request. The message names the object and the storage client's config;
+    ``object_key`` holds the object (``bucket/key``), ``operation`` the request (``GET``,
+    ``HEAD``, ...) where known. The loader state saved last resumes exactly once the store
+    answers again."""
+
+    def __init__(self, text: str, *, object_key: str | None = None, operation: str | None = None) -> None:
+        super().__init__(text)
+        self.object_key = object_key
+        self.operation = operation
+
+
 class RankTimeoutError(EnergonPluginsError, TimeoutError):
     """Data-parallel ranks did not answer a data-side collective within the data timeout.
 

@@ -8,6 +8,8 @@ see :mod:`energon_plugins.encoding.plugin_outputs`): a bug, raised at once, neve
   call ``WorkerConfig.global_error_handler``; :class:`SkipTracker` is that handler.
 - The task encoder's own policy (:class:`~energon_plugins.PluginTaskEncoder`) counts what
   ``encode_sample`` skipped; :class:`SkipCountingDataset` folds those counts in.
+- A failed read from object storage is never a bad sample: it is raised as a
+  :class:`~energon_plugins.errors.RemoteStorageError` under either policy.
 - A truncated shard makes Energon's tar reader raise ``ValueError("Unexpected end of tar
   file")`` outside any error handler, which ends the whole iteration.
   :func:`guard_truncated_shards` wraps the readers of every webdataset leaf so a sample that
@@ -39,6 +41,7 @@ from energon_plugins.encoding.chat.chatml import VIDEO_EXTENSIONS
 from energon_plugins.errors import EnergonPluginsError, PluginOutputError
 from energon_plugins.loading.sample_failures import sample_failure
 from energon_plugins.loading.stages import TransparentRestore
+from energon_plugins.loading.storage_errors import storage_failure
 
 logger = logging.getLogger(__name__)
 
@@ -158,6 +161,9 @@ class SkipTracker:
         """
         if isinstance(exc, PluginOutputError):
             raise exc
+        remote = storage_failure(exc)
+        if remote is not None:  # the store, not the sample: never skipped
+            raise remote from exc
         reason = classify_error(exc)
         what = describe_sample(sample)
         if self.on_error == "raise":
@@ -360,7 +366,8 @@ class SkipCountingDataset(TransparentRestore, BaseWrapperDataset):
         except Exception as exc:
             # A sample that stops the loader: one message naming the sample, the stage and
             # the reason, here where the real exception (and its traceback) still exists.
-            failure = sample_failure(exc)
+            # A failed object-storage read is not a sample's fault: it names the object.
+            failure = storage_failure(exc) or sample_failure(exc)
             if failure is None:
                 raise
             raise failure from exc

@@ -34,6 +34,7 @@ from energon_plugins.errors import (
     PluginOutputError,
     SampleFailedError,
 )
+from energon_plugins.loading.storage_errors import storage_failure
 
 BATCH_FORMAT_STAGE = "batch format"
 
@@ -272,8 +273,13 @@ def readable_error(exc: BaseException) -> BaseException | None:
     A project error that torch re-raised from a worker gets its own message back (the same
     class, and for a :class:`SampleFailedError` its ``key``/``stage``/``reason``); an Energon
     ``FatalSampleError`` that reached the main process untranslated becomes a
-    :class:`LoaderSampleError`.
+    :class:`LoaderSampleError`. A failed object-storage read becomes a
+    :class:`~energon_plugins.errors.RemoteStorageError` naming the object
+    (:func:`~energon_plugins.loading.storage_errors.storage_failure`).
     """
+    remote = storage_failure(exc)
+    if remote is not None:
+        return remote
     text = str(exc)
     if _WORKER_TEXT.match(text) is None:
         return sample_failure(exc)
