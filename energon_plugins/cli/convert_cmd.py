@@ -3,12 +3,48 @@
 Streams the records of SOURCE through the source format's reader, checks each one, writes
 webdataset shards per split, a report of the rejected records, and Energon's index; see
 :func:`energon_plugins.convert.run.convert_dataset`. A progress bar is drawn on a terminal.
+
+``--part K/N`` (or a Slurm job array's task) converts one of N parts;
+``energon-plugins convert merge PART... OUTPUT`` joins them (:class:`ConvertCommand` hands
+the arguments to ``merge`` when the first one is the word ``merge``).
 """
 
+import os
 import sys
 from typing import Any
 
 import click
+
+SUBCOMMAND_HELP = "Join the part folders of `convert --part K/N` into one prepared dataset."
+
+
+class ConvertCommand(click.Command):
+    """``convert SOURCE OUTPUT ...``, and its subcommands (``convert merge PART... OUTPUT``):
+    when the first argument names a subcommand, its context is made instead (a SOURCE named
+    like one is given as ``./merge``). ``--help`` lists the subcommands."""
+
+    def __init__(self, *args: Any, subcommands: dict[str, click.Command], **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.subcommands = subcommands
+
+    def make_context(
+        self, info_name: str | None, args: list[str], parent: click.Context | None = None, **extra: Any
+    ) -> click.Context:
+        """The subcommand's context when ``args`` starts with its name, else this command's."""
+        if args and args[0] in self.subcommands:
+            # the usage line reads "convert merge ...", without this command's SOURCE OUTPUT
+            own = click.Context(click.Command(info_name), info_name=info_name, parent=parent)
+            name = args[0]
+            return self.subcommands[name].make_context(name, list(args[1:]), parent=own, **extra)
+        return super().make_context(info_name, args, parent=parent, **extra)
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        """The options, then the subcommands."""
+        super().format_options(ctx, formatter)
+        with formatter.section("Commands"):
+            formatter.write_dl(
+                [(name, command.get_short_help_str(80)) for name, command in self.subcommands.items()]
+            )
 
 
 def _progress_bar(enabled: bool) -> Any:
@@ -34,10 +70,15 @@ def print_summary(result: Any) -> None:
         table.add_row(split, str(count), str(len(result.shards.get(split, []))))
     out.print(table)
     resumed = f", resumed at record {result.resumed_from}" if result.resumed_from else ""
+    how = (
+        f"merged from {result.merged_parts} parts in {result.seconds:.1f} s"
+        if result.merged_parts
+        else f"{result.records_per_second:.0f} records/s, {result.seconds:.1f} s in all{resumed}"
+    )
+    read = f"records of part {result.part} read" if result.part else "records read"
     out.print(
-        f"{result.records} records read, {sum(result.written.values())} written, "
-        f"{result.rejected_total} rejected ({result.records_per_second:.0f} records/s, "
-        f"{result.seconds:.1f} s in all{resumed})"
+        f"{result.records} {read}, {sum(result.written.values())} written, "
+        f"{result.rejected_total} rejected ({how})"
     )
     for reason, count in result.rejected.items():
         out.print(f"  {reason}: {count}  [dim]{REASONS.get(reason, '')}[/]")
@@ -48,13 +89,109 @@ def print_summary(result: Any) -> None:
     for warning in result.warnings:
         out.print("[bold yellow]warning:[/] ", end="")
         out.print(warning, markup=False)
+    if result.part:
+        out.print(
+            f"\nThis folder is part {result.part}: when every part is done, join them with "
+            "[bold]energon-plugins convert merge PART... OUTPUT[/]."
+        )
+        return
     out.print(
         f"\nNext: put [bold]path: {result.output}[/] in a datamodule config, then "
         "`energon-plugins preview CONFIG`."
     )
 
 
-@click.command("convert")
+def _part_option(ctx: click.Context, param: click.Parameter, value: str | None) -> Any:
+    """``--part``: a :class:`~energon_plugins.convert.parts.Part`, ``"none"`` or None."""
+    if value is None or value.strip().lower() == "none":
+        return value and "none"
+    from energon_plugins.convert.parts import parse_part
+    from energon_plugins.errors import ConvertError
+
+    try:
+        return parse_part(value)
+    except ConvertError:
+        raise click.BadParameter(
+            f"{value!r} is not a part: give K/N with 1 <= K <= N (e.g. 2/8), or none"
+        ) from None
+
+
+def _chosen_part(part: Any) -> Any:
+    """The part to convert: ``--part``'s, else a Slurm job array task's (said on stderr),
+    else None (the whole source)."""
+    if part is not None:
+        return None if part == "none" else part
+    from energon_plugins.convert.parts import part_from_slurm
+
+    found = part_from_slurm(os.environ)
+    if found is None:
+        return None
+    chosen, line = found
+    click.echo(line, err=True)
+    return chosen
+
+
+def _merge_interrupted(output: str) -> str:
+    return f"Interrupted. Run the same command with --overwrite to merge again into {output}."
+
+
+@click.command("merge", short_help=SUBCOMMAND_HELP)
+@click.argument(
+    "parts", nargs=-1, required=True, metavar="PART...", type=click.Path(exists=True, file_okay=False)
+)
+@click.argument("output", type=click.Path(file_okay=False))
+@click.option("--overwrite", is_flag=True, help="Replace an earlier conversion in OUTPUT.")
+@click.option(
+    "--max-rejected",
+    default="10%",
+    show_default=True,
+    metavar="SHARE|N",
+    help="Fail (before anything is written) when more records of the whole source were "
+    "rejected: a share (5%; 100% for no limit) or a number.",
+)
+@click.option(
+    "--workers", type=int, default=None, help="Processes of Energon's indexing (default: one per CPU)."
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+def merge_command(
+    parts: tuple[str, ...],
+    output: str,
+    overwrite: bool,
+    max_rejected: str,
+    workers: int | None,
+    as_json: bool,
+) -> None:
+    """Join the part folders PART... of `convert --part K/N` (each of the N once, any order)
+    into one prepared dataset in OUTPUT: the same shards, split and report, byte for byte, as
+    one `convert` of the whole source.
+    """
+    from energon_plugins.cli._output import print_json, stream_is_terminal
+    from energon_plugins.convert.interrupt import Interrupted, catch_stop_signals, exit_status
+    from energon_plugins.convert.merge import merge_parts
+
+    bar = _progress_bar(not as_json and stream_is_terminal(sys.stderr))
+    stop = catch_stop_signals(_merge_interrupted(output))
+    try:
+        bar.start()
+        result = merge_parts(
+            parts, output, overwrite=overwrite, max_rejected=max_rejected, workers=workers, progress=bar
+        )
+        if stop.signum is not None:
+            raise Interrupted(stop.signum)
+    except KeyboardInterrupt as exc:
+        bar.stop()
+        stop.print_farewell()
+        raise SystemExit(exit_status(exc)) from None
+    finally:
+        stop.restore()
+        bar.stop()
+    if as_json:
+        print_json(result.to_json())
+    else:
+        print_summary(result)
+
+
+@click.command("convert", cls=ConvertCommand, subcommands={"merge": merge_command})
 @click.argument("source", type=click.Path(exists=True))
 @click.argument("output", type=click.Path(file_okay=False))
 @click.option(
@@ -138,7 +275,17 @@ def print_summary(result: Any) -> None:
     help="Fail (before the index is written; --resume continues) when more records "
     "are rejected: a share of those read (5%; 100% for no limit) or a number.",
 )
-@click.option("--resume", is_flag=True, help="Continue an interrupted conversion in OUTPUT.")
+@click.option(
+    "--part",
+    default=None,
+    metavar="K/N",
+    callback=_part_option,
+    help="Convert only part K of N (the records i with i % N == K-1) into OUTPUT, a part "
+    "folder; `energon-plugins convert merge` joins the N parts into the dataset one run would "
+    "write. In a Slurm job array the part defaults to the task's (SLURM_ARRAY_TASK_ID, _MIN, "
+    "_STEP, _COUNT); `none` converts the whole source.",
+)
+@click.option("--resume", is_flag=True, help="Continue an interrupted conversion (or part) in OUTPUT.")
 @click.option("--overwrite", is_flag=True, help="Replace an earlier conversion in OUTPUT.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def convert_command(
@@ -156,6 +303,7 @@ def convert_command(
     allow_outside: tuple[str, ...],
     strict: bool,
     max_rejected: str,
+    part: Any,
     resume: bool,
     overwrite: bool,
     as_json: bool,
@@ -167,6 +315,9 @@ def convert_command(
     larger than -o max_record_bytes=16MiB or nested deeper than -o max_depth=64 are not
     read. Each refusal is a rejected record in OUTPUT's report with its reason: url,
     outside_folder, not_a_file, too_large, too_many_pixels, record_too_large, too_deep.
+
+    With --part K/N it converts one of N parts (on N machines at once, e.g. a Slurm job array);
+    `energon-plugins convert merge PART... OUTPUT` joins them.
     """
     from energon_plugins.cli._output import print_json, stream_is_terminal
     from energon_plugins.config.overrides import parse_set_option
@@ -174,6 +325,7 @@ def convert_command(
     from energon_plugins.convert.run import convert_dataset
 
     parsed = dict(parse_set_option(item, flag="-o/--option") for item in options)
+    chosen = _chosen_part(part)
     # sys.stderr rather than click.get_text_stream, deprecated since Click 8.5
     bar = _progress_bar(not as_json and stream_is_terminal(sys.stderr))
 
@@ -202,6 +354,7 @@ def convert_command(
             max_rejected=max_rejected,
             resume=resume,
             overwrite=overwrite,
+            part=chosen,
             progress=bar,
         )
         if stop.signum is not None:  # its raise was dropped where it landed: stop now

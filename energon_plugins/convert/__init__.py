@@ -8,8 +8,10 @@ byte-reproducible, resumable tar shards), ``report`` (rejected records), ``state
 ``prepare`` (Energon's prepare API and ``dataset.yaml``), ``output`` (the output folder: what
 ``--overwrite`` may remove), ``progress`` (counting the source's records), ``diagnose`` (hints
 when most records fail for one reason), ``settings``, ``workers`` (what runs per record), ``result`` and ``run`` (:func:`convert_dataset`).
-``formats.media`` reads a record's media only from inside the folders it was given. Importing
-this package imports nothing heavy.
+``formats.media`` reads a record's media only from inside the folders it was given. ``parts``
+(``--part K/N``: which records a part converts, a part folder) and ``merge``
+(:func:`merge_parts`: the parts -> one dataset, the bytes of one run). Importing this package
+imports nothing heavy.
 """
 
 from energon_plugins._lazy import lazy_attributes
@@ -19,8 +21,17 @@ _LAZY = {
     "convert_dataset": "energon_plugins.convert.run",
     "ConvertResult": "energon_plugins.convert.result",
     "ConvertSettings": "energon_plugins.convert.settings",
+    "merge_parts": "energon_plugins.convert.merge",
 }
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins.convert", globals(), _LAZY)
 
-__all__ = ["REASONS", "ConvertResult", "ConvertSettings", "RecordError", "SourceRecord", "convert_dataset"]
+__all__ = [
+    "REASONS",
+    "ConvertResult",
+    "ConvertSettings",
+    "RecordError",
+    "SourceRecord",
+    "convert_dataset",
+    "merge_parts",
+]

@@ -26,6 +26,9 @@ class ConvertResult:
         duplicate_id_examples: the first few such ids.
         warnings: what the user should read (most records rejected for one reason, with the
             likely fix; repeated ids).
+        part: ``"K/N"`` for a part folder (``convert --part``; ``records`` then counts the
+            part's records), else None.
+        merged_parts: the number of parts ``convert merge`` joined (0: one run wrote it).
     """
 
     output: pathlib.Path
@@ -41,6 +44,8 @@ class ConvertResult:
     duplicate_ids: int = 0
     duplicate_id_examples: tuple[str, ...] = ()
     warnings: tuple[str, ...] = ()
+    part: str | None = None
+    merged_parts: int = 0
 
     @property
     def rejected_total(self) -> int:

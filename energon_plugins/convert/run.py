@@ -9,6 +9,10 @@ so an interrupted run resumes there. When more records are rejected than ``max_r
 allows, the run stops before the index is written (resumable, the report there to read). At
 the end Energon's prepare API indexes the shards. The output folder's rules (what
 ``--overwrite`` removes, a full disk) are in :mod:`~energon_plugins.convert.output`.
+
+With ``part`` (``--part K/N``) only the part's records are loaded and written, and the end is
+a part folder (no index) that :func:`~energon_plugins.convert.merge.merge_parts` joins with the
+others (:mod:`~energon_plugins.convert.parts`).
 """
 
 import itertools
@@ -28,6 +32,7 @@ from energon_plugins.convert.output import (
     shard_files,
 )
 from energon_plugins.convert.parallel import ordered_map
+from energon_plugins.convert.parts import Part, parse_part
 from energon_plugins.convert.prepare import prepare_energon
 from energon_plugins.convert.progress import ConvertProgress, RecordCounter, as_progress
 from energon_plugins.convert.report import REPORT_NAME, RejectReport, parse_reject_limit
@@ -69,9 +74,10 @@ class _Conversion:
         settings: ConvertSettings,
         state: dict[str, Any],
         watcher: ConvertProgress,
+        part: Part | None = None,
     ) -> None:
         self.output, self.source, self.reader, self.settings = output, source, reader, settings
-        self.state, self.watcher = state, watcher
+        self.state, self.watcher, self.part = state, watcher, part
         self.limit = parse_reject_limit(settings.max_rejected)
         self.duplicates = DuplicateIds()
         self.streams: dict[str, ShardStream] = {}
@@ -94,6 +100,12 @@ class _Conversion:
             save_state(output, state)  # first: a folder with files in it always has a state
             self.report = RejectReport(output / REPORT_NAME)
         self.first = self.next_index
+        self.handled = 0  # records handled by this run (the checkpoints count them)
+
+    @property
+    def records_read(self) -> int:
+        """Records of this run's share (the part's, or all) before ``next_index``."""
+        return self.next_index if self.part is None else self.part.records_below(self.next_index)
 
     def _restore(self, checkpoint: dict[str, Any]) -> None:
         output, settings = self.output, self.settings
@@ -137,7 +149,7 @@ class _Conversion:
 
     def _stop(self, why: str) -> ConvertError:
         """Save a checkpoint here and return the error that stops the run (resumable)."""
-        report, records = self.report, self.next_index
+        report, records = self.report, self.records_read
         counts = ", ".join(f"{reason}: {n}" for reason, n in report.counts.most_common())
         hints = warnings_for(dict(report.counts), records, report.path, self.source, self.output, self.reader)
         message = (
@@ -168,25 +180,27 @@ class _Conversion:
                 self.written[split] += 1
                 self.duplicates.add(ident)
             self.next_index = index + 1
+            self.handled += 1
             if (
                 problem is not None
                 and self.limit is not None
                 and self.limit.count is not None
-                and self.limit.exceeded(report.total, self.next_index)
+                and self.limit.exceeded(report.total, self.records_read)
             ):
                 raise self._stop(" (a number of records stops the run when it is passed)")
-            if (self.next_index - self.first) % settings.checkpoint_every == 0:
+            if self.handled % settings.checkpoint_every == 0:
                 self.save_checkpoint()
 
     def stream(self, counter: RecordCounter | None) -> None:
         """Read, check and write every record after the checkpoint."""
-        settings = self.settings
+        settings, part = self.settings, self.part
         assign = SplitAssigner(settings.split_ratio)
         records = (
             (index, location, payload)
             for index, (location, payload) in itertools.islice(
                 enumerate(self.reader.scan(self.source)), self.first, None
             )
+            if part is None or part.holds(index)
         )
         results = ordered_map(
             load_batch,
@@ -195,45 +209,46 @@ class _Conversion:
             initializer=init_worker,
             initargs=(self.reader, settings.image_token, settings.reencode, settings.media_limits()),
         )
-        self.watcher.advance(self.first, self.report.total)
+        self.watcher.advance(self.records_read, self.report.total)
         try:
             for batch in results:
                 raise_if_stopped()
                 self._handle(batch, assign)
-                self.watcher.advance(self.next_index, self.report.total)
+                self.watcher.advance(self.records_read, self.report.total)
                 total = counter.poll() if counter is not None else None
                 if total is not None:
-                    self.watcher.total(total)
+                    self.watcher.total(total if part is None else part.records_below(total))
         finally:
             results.close()
 
     def finish(self, started: float, streaming: float) -> "ConvertResult":
-        """Check the rejected share, close the shards, index them; the result."""
-        report, output = self.report, self.output
-        if self.limit is not None and self.limit.exceeded(report.total, self.next_index):
+        """Check the rejected share, close the shards, index them (not a part's); the result."""
+        report, output, records = self.report, self.output, self.records_read
+        if self.limit is not None and self.limit.exceeded(report.total, records):
             raise self._stop("")
+        report_bytes = report.checkpoint()
         report.close()
-        shards = {
-            split: [shard["name"] for shard in stream.close()] for split, stream in self.streams.items()
-        }
-        rate = (self.next_index - self.first) / max(time.perf_counter() - streaming, 1e-9)
-        if not self.written.get("train"):
+        closed = {split: stream.close() for split, stream in self.streams.items()}
+        shards = {split: [shard["name"] for shard in files] for split, files in closed.items()}
+        rate = self.handled / max(time.perf_counter() - streaming, 1e-9)
+        if self.part is not None:  # merge checks the whole and indexes it
+            self.state["part_files"] = {"shards": closed, "report_bytes": report_bytes}
+        elif not self.written.get("train"):
             raise ConvertError(
                 f"no record reached the train split ({self.next_index} read, "
                 f"{report.total} rejected: see {report.path})"
             )
-        kept = {split: names for split, names in shards.items() if names}
-        self.watcher.phase(f"indexing {sum(map(len, kept.values()))} shards with Energon's prepare API")
-        raise_if_stopped()
-        prepare_energon(output, kept, self.settings.workers)
-        raise_if_stopped()
-        warnings = warnings_for(
-            dict(report.counts), self.next_index, report.path, self.source, output, self.reader
-        )
+        else:
+            kept = {split: names for split, names in shards.items() if names}
+            self.watcher.phase(f"indexing {sum(map(len, kept.values()))} shards with Energon's prepare API")
+            raise_if_stopped()
+            prepare_energon(output, kept, self.settings.workers)
+            raise_if_stopped()
+        warnings = warnings_for(dict(report.counts), records, report.path, self.source, output, self.reader)
         warnings += [line for line in [self.duplicates.warning()] if line]
         result = ConvertResult(
             output=output,
-            records=self.next_index,
+            records=records,
             written=self.written,
             shards=shards,
             rejected=dict(sorted(report.counts.items())),
@@ -245,6 +260,7 @@ class _Conversion:
             duplicate_ids=self.duplicates.count,
             duplicate_id_examples=tuple(self.duplicates.examples),
             warnings=tuple(warnings),
+            part=None if self.part is None else str(self.part),
         )
         self.state.update(status="done", result=result.to_json())
         for key in ("checkpoint", "stopped"):
@@ -272,6 +288,7 @@ def convert_dataset(
     resume: bool = False,
     overwrite: bool = False,
     checkpoint_every: int | None = None,
+    part: Any = None,
     progress: ConvertProgress | Progress | None = None,
 ) -> ConvertResult:
     """Convert ``source`` (read by the source format ``source_format``) into a prepared
@@ -293,6 +310,10 @@ def convert_dataset(
         resume: continue an interrupted (or stopped) conversion in ``output`` from its last
             checkpoint (same settings and source needed; a source file only touched is the same).
         overwrite: remove an earlier conversion's own files in ``output`` first (nothing else).
+        part: ``"K/N"`` (or ``(K, N)``): convert only the records ``i`` with ``i % N == K - 1``
+            into a part folder that :func:`~energon_plugins.convert.merge.merge_parts` joins
+            with the other N - 1 (see :mod:`~energon_plugins.convert.parts`); a part resumes
+            like a whole run (with the same ``part``). None: the whole source.
         progress: a :class:`~energon_plugins.convert.progress.ConvertProgress` (notices,
             phases, the record total and progress), or ``progress(done, rejected)``.
 
@@ -318,6 +339,7 @@ def convert_dataset(
         max_rejected=max_rejected,
         checkpoint_every=checkpoint_every,
     )
+    chosen = parse_part(part)
     source = pathlib.Path(source).expanduser().resolve()
     output = pathlib.Path(output).expanduser().resolve()
     if not source.exists():
@@ -328,6 +350,7 @@ def convert_dataset(
     state = check_output(output, source, resume=resume, overwrite=overwrite, notice=watcher.notice)
     if state is not None:
         check_resumable(state, settings.output_settings())
+        _check_same_part(state, chosen, output)
         state["fingerprint"] = check_source(state, source, files)
         if state.get("status") == "done":
             return ConvertResult.from_json(state["result"])
@@ -341,10 +364,12 @@ def convert_dataset(
             "settings": settings.output_settings(),
             "fingerprint": fingerprint(source, files),
         }
+        if chosen is not None:
+            state["part"] = chosen.to_json()
     counter = RecordCounter(reader, source, files) if watcher.wants_total else None
     conversion = None
     try:
-        conversion = _Conversion(output, source, reader, settings, state, watcher)
+        conversion = _Conversion(output, source, reader, settings, state, watcher, chosen)
         streaming = time.perf_counter()
         conversion.stream(counter)
         return conversion.finish(started, streaming)
@@ -358,3 +383,26 @@ def convert_dataset(
             counter.close()
         if conversion is not None:
             conversion.abort()
+
+
+def _check_same_part(state: dict[str, Any], part: Part | None, output: pathlib.Path) -> None:
+    """Refuse to resume a part as another part, or as a whole run (and the other way round),
+    or to resume a merge that did not finish.
+
+    Raises:
+        ConvertError: naming what ``output`` holds and what to pass.
+    """
+    if state.get("merged_from") and state.get("status") != "done":
+        raise ConvertError(
+            f"{output}: holds a merge of parts that did not finish; run the merge again with --overwrite"
+        )
+    before = Part.from_json(state["part"]) if "part" in state else None
+    if before == part:
+        return
+    held = f"part {before} of a conversion" if before is not None else "a whole conversion (no --part)"
+    fix = f"--part {before}" if before is not None else "no --part"
+    wanted = f"--part {part}" if part is not None else "no --part"
+    raise ConvertError(
+        f"{output}: holds {held}, not what {wanted} converts; resume it with {fix}, "
+        "or start over with --overwrite"
+    )
