@@ -138,13 +138,15 @@ def field_map_problems(path: str | Path, split: str = "train") -> list[str]:
     """What is wrong with the ``field_map`` of each prepared folder behind ``path`` (a folder or
     a metadataset's ``split``), one paragraph per folder (empty: nothing found).
 
-    Folders with crude samples or a ``sample_loader`` instead of a ``field_map`` are left alone.
+    Folders with crude samples or a ``sample_loader`` instead of a ``field_map`` are left alone,
+    and so are remote (``msc://``) folders: their first shard is not downloaded here (a wrong
+    ``field_map`` there shows as skipped samples when ``validate`` reads the first samples).
     """
     problems = []
     for part in dataset_parts(path, split=split):
-        if part.crude:
+        if part.crude or "://" in str(part.path):
             continue
-        meta = part.path / META_DIR / "dataset.yaml"
+        meta = Path(part.path) / META_DIR / "dataset.yaml"
         try:
             field_map = (yaml.safe_load(meta.read_text(encoding="utf-8")) or {}).get("field_map")
         except (OSError, yaml.YAMLError, AttributeError):

@@ -263,7 +263,7 @@ def _read(datamodule: Any, config: DataModuleConfig, report: PreflightReport) ->
 
 def _encoder_issues(datamodule: Any, key: str, split: str, config: DataModuleConfig) -> list[ConfigIssue]:
     """Build the encoder of ``split``; check it against the dataset and ``seq_length``."""
-    from energon_plugins.config.dataset_check import dataset_splits, is_remote
+    from energon_plugins.config.dataset_check import dataset_splits, is_checked
     from energon_plugins.config.dataset_fit import fit_problems
 
     try:
@@ -279,10 +279,13 @@ def _encoder_issues(datamodule: Any, key: str, split: str, config: DataModuleCon
             issues += [_issue(key, ValueError(problem), config) for problem in preflight()]
         except Exception as exc:  # noqa: BLE001
             issues.append(_issue(key, exc, config))
-    if is_remote(datamodule.path):
-        return issues
-    if split == "val" and split not in dataset_splits(datamodule.path)[1]:
-        return issues
+    if not is_checked(datamodule.path):
+        return issues  # a URL Energon opens itself: nothing is read here
+    try:
+        if split == "val" and split not in dataset_splits(datamodule.path)[1]:
+            return issues
+    except EnergonPluginsError as exc:
+        return [*issues, _issue("path", exc, config)]
     try:
         issues += [ConfigIssue("path", p) for p in fit_problems(encoder, datamodule.path, split)]
     except EnergonPluginsError as exc:

@@ -1,7 +1,9 @@
 """``energon-plugins validate CONFIG``: every problem of a config file, each with its path.
 
 First the config itself (keys, types, plugin names and options, paths, the rules between
-keys: import-light). When that passes, what the run would open: the tokenizer (and its chat
+keys: import-light); an ``msc://`` dataset is then checked over the storage client like a local
+one (profile, bucket, credentials, ``.nv-meta``, splits, shards: the URL and the profile named,
+never a credential). When that passes, what the run would open: the tokenizer (and its chat
 template), the image processor (which one, and from where), the packing strategy, the task
 encoders (image token, ``image_tokens`` against the processor, ``seq_length`` against one
 image) and the dataset's metadata; then the first training samples, read one by one (at most
@@ -108,6 +110,20 @@ def _environment_issues() -> list[Any]:
     return []
 
 
+def remote_dataset_issues(path: str) -> list[Any]:
+    """The checks of a local dataset path, for an ``msc://`` one (the config check leaves URLs
+    alone): the profile, the bucket, the credentials, ``.nv-meta``, the splits and the shards,
+    one issue at ``path`` naming the URL and the profile (no credential)."""
+    from energon_plugins.config.remote_dataset import remote_dataset_problem
+    from energon_plugins.config.remote_storage import is_msc
+    from energon_plugins.config.settings import ConfigIssue
+
+    if not is_msc(path):
+        return []
+    problem = remote_dataset_problem(path)
+    return [] if problem is None else [ConfigIssue("path", problem)]
+
+
 def _check(
     config: str,
     sets: tuple[str, ...],
@@ -129,6 +145,9 @@ def _check(
     data = apply_overrides(data, dict(parse_set_option(item) for item in sets))
     result, issues = check_config(data, base_dir=Path(config).expanduser().resolve().parent)
     issues = [*issues, *_environment_issues()]
+    if result is not None and not issues:
+        progress(f"reading the metadata of {result.path}...")
+        issues += remote_dataset_issues(result.path)
     if result is None or issues:
         return result, PreflightReport(issues=list(issues))
     no_val_split = validation_split_warning(result)

@@ -5,7 +5,8 @@ with one message naming the path and the split. A metadataset must name a metada
 Energon has (``__class__: NoSuchMetadataset`` is refused here, naming the file and the class).
 :func:`shard_problems` checks what a prepared folder's index (``.nv-meta/.info.json``) promises:
 every shard it names is there and no shorter than its ``.tar.idx`` says, and a split holds
-samples; it costs a ``stat`` (and an 8-byte read) per shard.
+samples; it costs a ``stat`` (and an 8-byte read) per shard. An ``msc://PROFILE/...`` URL is
+checked the same way over the storage client (:mod:`energon_plugins.config.remote_dataset`).
 """
 
 import contextlib
@@ -18,6 +19,7 @@ from typing import Any
 import yaml
 
 from energon_plugins._suggest import did_you_mean
+from energon_plugins.config.remote_storage import is_msc
 from energon_plugins.errors import DatasetError
 
 META_DIR = ".nv-meta"
@@ -49,6 +51,10 @@ def dataset_splits(path: str | Path) -> tuple[str, list[str]]:
     Raises:
         DatasetError: the path does not exist or is not an Energon dataset.
     """
+    if is_msc(path):
+        from energon_plugins.config.remote_dataset import remote_dataset_splits
+
+        return remote_dataset_splits(str(path))
     p = Path(path).expanduser()
     if not p.exists():
         raise DatasetError(f"dataset path {str(path)!r} does not exist")
@@ -56,11 +62,7 @@ def dataset_splits(path: str | Path) -> tuple[str, list[str]]:
         if p.suffix == ".jsonl":
             return "jsonl", []
         if p.suffix in (".yaml", ".yml"):
-            data = _load_yaml(p)
-            if not isinstance(data, dict) or not isinstance(data.get("splits"), dict):
-                raise DatasetError(f"{p}: not an Energon metadataset (a YAML file with a 'splits' mapping)")
-            _check_metadataset_class(p, data)
-            return "metadataset", [str(k) for k in data["splits"]]
+            return "metadataset", metadataset_split_names(_load_yaml(p), p)
         raise DatasetError(
             f"{p}: not an Energon dataset (expected a prepared dataset folder, a metadataset "
             ".yaml or a .jsonl file)"
@@ -74,14 +76,34 @@ def dataset_splits(path: str | Path) -> tuple[str, list[str]]:
     split_file = meta / "split.yaml"
     if not split_file.is_file():
         raise DatasetError(f"{p}: {META_DIR}/split.yaml is missing (re-run `energon prepare`)")
-    data = _load_yaml(split_file)
+    return "webdataset", split_part_names(_load_yaml(split_file), split_file)
+
+
+def metadataset_split_names(data: Any, path: "str | Path") -> list[str]:
+    """The split names of a parsed metadataset file ``path`` (its class checked too).
+
+    Raises:
+        DatasetError: not a mapping with ``splits``, or a class Energon does not have.
+    """
+    if not isinstance(data, dict) or not isinstance(data.get("splits"), dict):
+        raise DatasetError(f"{path}: not an Energon metadataset (a YAML file with a 'splits' mapping)")
+    _check_metadataset_class(path, data)
+    return [str(k) for k in data["splits"]]
+
+
+def split_part_names(data: Any, path: "str | Path") -> list[str]:
+    """The non-empty splits of a parsed ``.nv-meta/split.yaml`` at ``path``.
+
+    Raises:
+        DatasetError: it has no ``split_parts`` mapping.
+    """
     parts = data.get("split_parts") if isinstance(data, dict) else None
     if not isinstance(parts, dict):
-        raise DatasetError(f"{split_file}: no 'split_parts' mapping")
-    return "webdataset", [str(k) for k, v in parts.items() if v]
+        raise DatasetError(f"{path}: no 'split_parts' mapping")
+    return [str(k) for k, v in parts.items() if v]
 
 
-def _check_metadataset_class(path: Path, data: Mapping[str, Any]) -> None:
+def _check_metadataset_class(path: "str | Path", data: Mapping[str, Any]) -> None:
     """Refuse a metadataset whose ``__module__`` / ``__class__`` Energon cannot resolve (checked
     without importing: ``megatron.energon``'s classes are known; another module must be
     installed)."""
@@ -183,16 +205,25 @@ def _indexed_end(shard: Path) -> int | None:
 def _split_shards(folder: Path, split: str) -> list[str] | None:
     """The shard names of ``split`` in ``folder``'s ``split.yaml`` (brace patterns expanded,
     excludes removed); ``None`` when the file cannot say."""
+    try:
+        data = yaml.safe_load((folder / META_DIR / "split.yaml").read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError):
+        return None
+    return split_shard_names(data, split)
+
+
+def split_shard_names(data: Any, split: str) -> list[str] | None:
+    """The shard names of ``split`` in a parsed ``split.yaml`` (brace patterns expanded,
+    excludes removed); ``None`` when it cannot say."""
     import braceexpand  # webdataset's and Energon's own dependency; a small pure-Python module
 
     try:
-        data = yaml.safe_load((folder / META_DIR / "split.yaml").read_text(encoding="utf-8"))
         patterns = data["split_parts"][split]
         excluded = {
             name for pattern in data.get("exclude") or () for name in braceexpand.braceexpand(pattern)
         }
         return [n for p in patterns for n in braceexpand.braceexpand(p) if n not in excluded]
-    except (OSError, yaml.YAMLError, KeyError, TypeError, AttributeError):
+    except (KeyError, TypeError, AttributeError):
         return None
 
 
@@ -203,6 +234,10 @@ def shard_problems(folder: str | Path, splits: Iterable[str] = ()) -> list[str]:
     (a shorter one was cut off: a copy that stopped early); each split in ``splits`` must hold
     at least one sample. A folder without an index is left alone (Energon reports it).
     """
+    if is_msc(folder):
+        from energon_plugins.config.remote_dataset import remote_shard_problems
+
+        return remote_shard_problems(str(folder), splits)
     root = Path(folder).expanduser()
     counts = _read_index(root)
     if counts is None:
@@ -221,6 +256,18 @@ def shard_problems(folder: str | Path, splits: Iterable[str] = ()) -> list[str]:
         if end is not None and size < end:
             truncated.append(f"{name} ({size} bytes, its .tar.idx says {end})")
     problems = []
+    problems = index_problems(str(root), missing, truncated)
+    for split in splits:
+        names = _split_shards(root, split)
+        if names and not any(counts.get(name) for name in names):
+            problems.append(f"{root}: the {split!r} split holds no samples (its shards are empty)")
+    return problems
+
+
+def index_problems(root: str, missing: list[str], truncated: list[str]) -> list[str]:
+    """The messages for shards the index names that are ``missing`` or ``truncated``
+    (``"NAME (N bytes, its .tar.idx says M)"``) in the dataset folder ``root``."""
+    problems = []
     if missing:
         problems.append(
             f"{root}: {_listed(missing)} named in {META_DIR}/.info.json "
@@ -232,10 +279,6 @@ def shard_problems(folder: str | Path, splits: Iterable[str] = ()) -> list[str]:
             f"{root}: {_listed(truncated)} {'is' if len(truncated) == 1 else 'are'} cut short (a copy "
             "that stopped early?); restore the file(s) or re-run `energon prepare`"
         )
-    for split in splits:
-        names = _split_shards(root, split)
-        if names and not any(counts.get(name) for name in names):
-            problems.append(f"{root}: the {split!r} split holds no samples (its shards are empty)")
     return problems
 
 
@@ -246,6 +289,13 @@ def _listed(names: list[str]) -> str:
 
 
 def is_remote(path: "str | Path") -> bool:
-    """Whether ``path`` is a URL Energon opens itself (``msc://profile/...``, ``s3://...``):
-    it cannot be checked locally, so Energon reports problems when the loader is built."""
+    """Whether ``path`` is a URL (``msc://profile/...``, ``s3://...``) rather than a local path.
+    ``msc://`` URLs are checked over the storage client (:func:`is_checked`); others are left
+    to Energon, which reports problems when the loader is built."""
     return "://" in str(path)
+
+
+def is_checked(path: "str | Path") -> bool:
+    """Whether :func:`check_dataset` can check ``path`` before a loader is built: a local path
+    or an ``msc://`` URL (:mod:`energon_plugins.config.remote_dataset`)."""
+    return not is_remote(path) or is_msc(path)

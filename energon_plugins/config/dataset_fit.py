@@ -5,7 +5,9 @@ Energon finds out late: a crude dataset without a matching cooker fails with a b
 sample), and a sample type the encoder does not handle fails inside a worker. Here the
 dataset's own metadata (``.nv-meta/dataset.yaml``, and every dataset a metadataset names) is
 compared with what the encoder declares: its ``cookers`` for crude data, and its
-``supported_sample_types`` (when it declares them) for typed samples.
+``supported_sample_types`` (when it declares them) for typed samples; a leaf's ``aux:`` sources
+are checked too (:mod:`energon_plugins.config.aux_sources`). Remote (``msc://``) folders and
+metadatasets are read over the storage client.
 """
 
 import dataclasses
@@ -16,7 +18,9 @@ from typing import Any
 
 import yaml
 
+from energon_plugins.config.aux_sources import aux_problems
 from energon_plugins.config.dataset_check import META_DIR
+from energon_plugins.config.remote_storage import is_msc, join_url, parent_url
 from energon_plugins.errors import DatasetError
 
 CRUDE = "CrudeWebdataset"
@@ -24,12 +28,22 @@ CRUDE = "CrudeWebdataset"
 
 @dataclasses.dataclass(frozen=True)
 class DatasetPart:
-    """One prepared dataset folder as a split sees it: its sample type and subflavors."""
+    """One prepared dataset folder as a split sees it: its sample type and subflavors, and the
+    auxiliary sources its metadataset entry names (``aux: {name: path or URL}``, as written)."""
 
-    path: Path
+    path: "Path | str"
     module: str
     cls: str
     subflavors: Mapping[str, Any]
+    aux: Mapping[str, str] = dataclasses.field(default_factory=dict)
+    source: "Path | str | None" = None
+
+    @property
+    def meta_file(self) -> str:
+        """Where the folder's ``dataset.yaml`` is (a path or an ``msc://`` URL)."""
+        if is_msc(self.path):
+            return join_url(str(self.path), META_DIR, "dataset.yaml")
+        return str(Path(self.path) / META_DIR / "dataset.yaml")
 
     @property
     def crude(self) -> bool:
@@ -49,11 +63,19 @@ def _read_yaml(path: Path) -> Any:
         raise DatasetError(f"{path}: cannot read ({type(exc).__name__}: {exc})") from exc
 
 
-def _folder_part(folder: Path, subflavors: Mapping[str, Any]) -> DatasetPart:
-    meta = folder / META_DIR / "dataset.yaml"
-    if not meta.is_file():
-        raise DatasetError(f"{folder}: not a prepared Energon dataset (no {META_DIR}/dataset.yaml)")
-    data = _read_yaml(meta)
+def _folder_part(folder: "Path | str", subflavors: Mapping[str, Any]) -> DatasetPart:
+    if is_msc(folder):
+        from energon_plugins.config.remote_dataset import read_yaml
+
+        meta: Path | str = join_url(str(folder), META_DIR, "dataset.yaml")
+        data = read_yaml(
+            str(meta), f"{META_DIR}/dataset.yaml (not a prepared Energon dataset?)", shown=str(folder)
+        )
+    else:
+        meta = Path(folder) / META_DIR / "dataset.yaml"
+        if not meta.is_file():
+            raise DatasetError(f"{folder}: not a prepared Energon dataset (no {META_DIR}/dataset.yaml)")
+        data = _read_yaml(meta)
     if not isinstance(data, Mapping):
         raise DatasetError(f"{meta}: expected a mapping")
     typed = data.get("sample_type")
@@ -65,12 +87,29 @@ def _folder_part(folder: Path, subflavors: Mapping[str, Any]) -> DatasetPart:
     return DatasetPart(folder, module, cls, merged)
 
 
+def _leaf_target(raw: str, source: "Path | str") -> "Path | str | None":
+    """Where a metadataset ``source``'s ``path: raw`` points (``None``: a URL not checked here);
+    relative paths resolve against ``source``'s folder, as Energon resolves them."""
+    if is_msc(raw):
+        return raw
+    if "://" in raw:
+        return None
+    if is_msc(source) and not raw.startswith(("/", "~")):  # Energon: an absolute path is local
+        return join_url(parent_url(str(source)), raw)
+    target = Path(raw).expanduser()
+    target = target if target.is_absolute() else Path(source).parent / target
+    if not target.exists():
+        raise DatasetError(
+            f"the metadataset {str(source)!r} names path {raw!r}, which does not exist ({target})"
+        )
+    return target
+
+
 def _metadataset_parts(
-    node: Any, source: Path, subflavors: Mapping[str, Any], seen: set[Path]
+    node: Any, source: "Path | str", subflavors: Mapping[str, Any], seen: set[str]
 ) -> Iterator[DatasetPart]:
     """Every dataset folder under a node of the metadataset ``source`` (``path`` entries,
     blends, nested YAML); relative paths resolve against ``source``'s folder."""
-    base = source.parent
     if isinstance(node, list):
         for item in node:
             yield from _metadataset_parts(item, source, subflavors, seen)
@@ -79,16 +118,15 @@ def _metadataset_parts(
         return
     here = {**subflavors, **(node.get("subflavors") or {})}
     raw = node.get("path")
-    if isinstance(raw, str) and "://" not in raw:
-        target = Path(raw).expanduser()
-        target = target if target.is_absolute() else base / target
-        if not target.exists():
-            raise DatasetError(
-                f"the metadataset {str(source)!r} names path {raw!r}, which does not exist ({target})"
-            )
-        yield from dataset_parts(target, here, seen=seen)
+    target = _leaf_target(raw, source) if isinstance(raw, str) else None
+    if target is not None:
+        aux = node.get("aux")
+        for part in dataset_parts(target, here, seen=seen):
+            if isinstance(aux, Mapping) and part.path == target:
+                part = dataclasses.replace(part, aux={str(k): str(v) for k, v in aux.items()}, source=source)
+            yield part
     for key, value in node.items():
-        if key not in ("path", "subflavors") and isinstance(value, (Mapping, list)):
+        if key not in ("path", "subflavors", "aux") and isinstance(value, (Mapping, list)):
             yield from _metadataset_parts(value, source, here, seen)
 
 
@@ -97,31 +135,50 @@ def dataset_parts(
     subflavors: Mapping[str, Any] | None = None,
     *,
     split: str | None = None,
-    seen: set[Path] | None = None,
+    seen: set[str] | None = None,
 ) -> list[DatasetPart]:
-    """The prepared folders behind ``path`` (a folder, or a metadataset YAML's ``split``).
+    """The prepared folders behind ``path`` (a folder, or a metadataset YAML's ``split``), local
+    or ``msc://`` (read over the storage client).
 
-    Remote (``msc://``) parts and ``.jsonl`` files are left out: nothing can be read cheaply.
+    ``.jsonl`` files and URLs of other schemes are left out: nothing can be read cheaply.
 
     Raises:
         DatasetError: a folder or YAML file the metadata names cannot be read.
     """
-    p = Path(path).expanduser()
     seen = set() if seen is None else seen
-    if p.resolve() in seen:
-        return []
-    seen.add(p.resolve())
     subflavors = dict(subflavors or {})
+    if is_msc(path):
+        url = str(path).rstrip("/")
+        if url in seen:
+            return []
+        seen.add(url)
+        if url.endswith(".jsonl"):
+            return []
+        if url.endswith((".yaml", ".yml")):
+            from energon_plugins.config.remote_dataset import read_yaml
+
+            return _split_parts(read_yaml(url, "the metadataset file"), url, subflavors, split, seen)
+        return [_folder_part(url, subflavors)]
+    p = Path(path).expanduser()
+    if str(p.resolve()) in seen:
+        return []
+    seen.add(str(p.resolve()))
     if p.is_dir():
         return [_folder_part(p, subflavors)]
     if p.suffix in (".yaml", ".yml") and p.is_file():
-        data = _read_yaml(p)
-        splits = data.get("splits") if isinstance(data, Mapping) else None
-        if not isinstance(splits, Mapping):
-            return []
-        nodes = [splits[split]] if split is not None and split in splits else list(splits.values())
-        return list(_metadataset_parts(nodes, p, subflavors, seen))
+        return _split_parts(_read_yaml(p), p, subflavors, split, seen)
     return []
+
+
+def _split_parts(
+    data: Any, source: "Path | str", subflavors: Mapping[str, Any], split: str | None, seen: set[str]
+) -> list[DatasetPart]:
+    """The parts of a parsed metadataset ``source``: of ``split``, or of every split."""
+    splits = data.get("splits") if isinstance(data, Mapping) else None
+    if not isinstance(splits, Mapping):
+        return []
+    nodes = [splits[split]] if split is not None and split in splits else list(splits.values())
+    return list(_metadataset_parts(nodes, source, subflavors, seen))
 
 
 def _import_type(part: DatasetPart) -> type | None:
@@ -145,9 +202,10 @@ def fit_problems(encoder: Any, path: str | Path, split: str) -> list[str]:
     """
     name = type(encoder).__name__
     problems = []
-    top = Path(path).expanduser()
+    top: Path | str = str(path).rstrip("/") if is_msc(path) else Path(path).expanduser()
     for part in dataset_parts(path, split=split):
         where = f"{part.path} ({split} split" + (f" of {top})" if part.path != top else ")")
+        problems += aux_problems(encoder, part, where)
         if part.crude:
             cookers = list(getattr(encoder, "cookers", None) or ())
             if not cookers:
@@ -167,7 +225,7 @@ def fit_problems(encoder: Any, path: str | Path, split: str) -> list[str]:
         sample_type = _import_type(part)
         if sample_type is None:
             problems.append(
-                f"{part.path / META_DIR / 'dataset.yaml'} names the sample type {part.type_name}, "
+                f"{part.meta_file} names the sample type {part.type_name}, "
                 f"which cannot be imported (no class {part.cls!r} in {' or '.join(dict.fromkeys([part.module, 'megatron.energon']))})"
             )
             continue

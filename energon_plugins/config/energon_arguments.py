@@ -71,6 +71,7 @@ ENERGON_RESERVED: dict[str, str] = {
     "checkpoint_every_sec": "checkpoint_every_sec",
     "checkpoint_every_min_n_samples": "checkpoint_every_min_n_samples",
     "n_checkpoints": "n_checkpoints",
+    "cache_pool": "cache_pool",
 }
 """Arguments the datamodule sets itself -> the setting (keyword and config key) that sets it."""
 
@@ -83,7 +84,6 @@ ENERGON_REFUSED: dict[str, str] = {
     "av_decode": "deprecated by Energon; the task encoder's decoder attribute decides decoding",
     "video_decode_audio": "deprecated by Energon; the task encoder's decoder attribute decides decoding",
     "decoder": "the task encoder's decoder attribute decides decoding",
-    "cache_pool": "not supported by the datamodule's loaders",
     "shuffle_over_epochs": "named shuffle_over_epochs_multiplier in get_train_dataset",
     "sample_type": "the dataset's .nv-meta/dataset.yaml names its sample type",
 }

@@ -14,6 +14,7 @@ from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, StringConstraints
 
+from energon_plugins.config.cache_pool import CachePoolSettings
 from energon_plugins.config.energon_arguments import (
     ENERGON_DATASET_ARGUMENTS,
     ENERGON_RESERVED,
@@ -157,6 +158,11 @@ class DataModuleConfig(LoaderSettings):
         default_factory=BatchFormatSelection,
         description="What the training loop reads: megatron-bridge (default), megatron-lm, hf or "
         "a plugin's format; null: the task encoder's batch as it is.",
+    )
+    cache_pool: CachePoolSettings | None = Field(
+        default=None,
+        description="A local cache for media read from a metadataset's aux sources (Energon's "
+        "FileStoreCachePool): {path: DIR, max_size_gb: N}; null: none.",
     )
     energon: dict[str, Any] = Field(
         default_factory=dict,

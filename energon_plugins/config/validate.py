@@ -279,12 +279,12 @@ a missing split is a warning of ``validate``."""
 
 
 def missing_val_split(path: str) -> bool:
-    """Whether the local dataset at ``path`` has no ``val`` split (a ``.jsonl`` file, a remote
-    path or a path that cannot be read: not known, ``False``)."""
+    """Whether the dataset at ``path`` (local or ``msc://``) has no ``val`` split (a ``.jsonl``
+    file, another URL or a path that cannot be read: not known, ``False``)."""
     from energon_plugins.config.dataset_check import dataset_splits, is_remote
     from energon_plugins.errors import DatasetError
 
-    if is_remote(path):
+    if is_remote(path) and not path.startswith("msc://"):  # msc:// is read over the storage client
         return False
     try:
         kind, splits = dataset_splits(path)

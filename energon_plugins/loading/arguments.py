@@ -7,10 +7,13 @@ Then the shared settings (:mod:`energon_plugins.config.settings`, with their upp
 as ``shuffle_buffer_size``), the extra Energon keywords
 (:mod:`energon_plugins.config.energon_arguments`), the path, the sample config, the type of
 every component argument (``tokenizer``, ``image_processor``, ``task_encoder``,
-``validation_task_encoder``, ``packing``, ``batch_format``, ``device``, ``pg_collection``);
+``validation_task_encoder``, ``packing``, ``batch_format``, ``device``, ``pg_collection``), the
+``cache_pool`` setting;
 then the rules across fields. All problems are reported together, in one
 :class:`~energon_plugins.ConfigError` naming every bad field, the type given and what is
-accepted. A local dataset path is then checked (a remote ``msc://`` path is left to Energon).
+accepted. The dataset path is then checked: a local one, or an ``msc://`` URL over the storage
+client (the profile, the bucket, the credentials, ``.nv-meta``, the train split); URLs of other
+schemes are left to Energon.
 """
 
 import os
@@ -20,12 +23,14 @@ from typing import Any
 import pydantic
 
 from energon_plugins.config.bounds import MAX_VALUES, nesting_reason
-from energon_plugins.config.dataset_check import check_dataset, is_remote
+from energon_plugins.config.cache_pool import CachePoolSettings, cache_pool_settings, is_energon_cache_pool
+from energon_plugins.config.dataset_check import check_dataset, is_checked
 from energon_plugins.config.energon_arguments import energon_argument_issues
 from energon_plugins.config.settings import (
     SETTING_NAMES,
     ConfigIssue,
     cross_field_issues,
+    issue_from_pydantic,
     raise_issues,
     settings_issues,
 )
@@ -49,7 +54,8 @@ def check_arguments(
 
     Raises:
         ConfigError: any argument is invalid (one message naming every bad field).
-        DatasetError: a local dataset path is not an Energon dataset with a train split.
+        DatasetError: the dataset path (local or ``msc://``) is not an Energon dataset with a
+            train split, or a remote one cannot be read (naming the URL and the profile).
     """
     extra = dict(arguments["kwargs"])
     issues = structure_issues({**{k: arguments[k] for k in keywords if k in arguments}, **extra})
@@ -80,6 +86,8 @@ def check_arguments(
         )
         if problem is not None
     ]
+    if "cache_pool" not in shapeless:
+        issues += cache_pool_issues(arguments.get("cache_pool"))
     bad = {issue.path.split(".")[0] for issue in issues}
     layout = ParallelLayout() if "pg_collection" in bad else parallel_layout(arguments["pg_collection"])
     task_encoder = arguments["task_encoder"]
@@ -91,7 +99,7 @@ def check_arguments(
             named_encoder=task_encoder is None or isinstance(task_encoder, (str, Mapping)),
         )
     raise_issues(issues)
-    if not is_remote(path):
+    if is_checked(path):
         check_dataset(path, ("train",))
     return sample_config, layout
 
@@ -172,6 +180,27 @@ def component_issues(arguments: Mapping[str, Any]) -> list[ConfigIssue | None]:
             problem = selection_problem(value)
         issues.append(ConfigIssue(label, problem) if problem is not None else None)
     return issues
+
+
+def cache_pool_issues(value: Any) -> list[ConfigIssue]:
+    """What is wrong with the ``cache_pool`` argument (empty: nothing): ``None``, an Energon
+    ``CachePool`` object (used as it is), or ``{path, max_size_gb, prefetch_threads}``
+    (:class:`~energon_plugins.config.cache_pool.CachePoolSettings`, each bad field named)."""
+    if value is None or is_energon_cache_pool(value):
+        return []
+    if not isinstance(value, (Mapping, CachePoolSettings)):
+        return [
+            ConfigIssue(
+                "cache_pool",
+                "expected {path: DIR, max_size_gb: N}, CachePoolSettings, an Energon CachePool object "
+                f"(such as FileStoreCachePool) or None; got {_class_or_type(value)}",
+            )
+        ]
+    try:
+        cache_pool_settings(value)
+    except pydantic.ValidationError as exc:
+        return [issue_from_pydantic(error, CachePoolSettings, "cache_pool") for error in exc.errors()]
+    return []
 
 
 def _class_or_type(value: Any) -> str:

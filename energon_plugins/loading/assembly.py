@@ -20,11 +20,12 @@ from typing import Any, Literal
 from megatron.energon import SavableDataLoader, WorkerConfig, get_train_dataset, get_val_dataset
 
 from energon_plugins._quiet import import_quietly
-from energon_plugins.config.dataset_check import check_dataset, energon_dataset_errors, is_remote
+from energon_plugins.config.dataset_check import check_dataset, energon_dataset_errors, is_checked, is_remote
 from energon_plugins.config.dataset_fit import check_fit
 from energon_plugins.config.energon_arguments import split_energon_arguments
 from energon_plugins.config.settings import PREFETCH_FACTOR, raise_issues, settings_issues
 from energon_plugins.errors import ConfigError, DatasetError
+from energon_plugins.loading.cache_pool import loader_cache_pool
 from energon_plugins.loading.distributed import parallel_layout
 from energon_plugins.loading.errors_policy import SkipCountingDataset, SkipTracker, guard_truncated_shards
 from energon_plugins.loading.formatting import BatchFormatDataset, build_batch_format
@@ -98,9 +99,9 @@ def split_dataset(datamodule: Any, worker_config: WorkerConfig, split: Split) ->
 
 
 def checked_split_encoder(datamodule: Any, split: Split) -> Any:
-    """``split``'s task encoder, once the split exists (local datasets), the encoder can read
-    it and a packing buffer has an encoder that packs (see :func:`split_dataset`)."""
-    if not is_remote(datamodule.path):
+    """``split``'s task encoder, once the split exists (local and ``msc://`` datasets), the
+    encoder can read it and a packing buffer has an encoder that packs (see :func:`split_dataset`)."""
+    if is_checked(datamodule.path):
         check_dataset(datamodule.path, (split,))
     encoder = split_encoder(datamodule, split)
     check_fit(encoder, datamodule.path, split)
@@ -196,7 +197,8 @@ def pinned(loader: Any, pin_memory: bool) -> Any:
 
 def savable_loader(datamodule: Any, dataset: Any, *, training: bool = True) -> SavableDataLoader:
     """Energon's ``SavableDataLoader`` over ``dataset`` with the datamodule's checkpoint and
-    pinning settings, its watchdogs set to stop.
+    pinning settings and its cache pool (:mod:`~energon_plugins.loading.cache_pool`), its
+    watchdogs set to stop.
 
     With ``device`` set, each worker keeps one internal checkpoint more than Energon's default:
     the batch held ahead on the device makes a saved state one batch older than what the
@@ -212,5 +214,6 @@ def savable_loader(datamodule: Any, dataset: Any, *, training: bool = True) -> S
         checkpoint_every_min_n_samples=datamodule.checkpoint_every_min_n_samples,
         n_checkpoints=kept,
         gc_freeze_at_start=freezes_heap(dataset, training=training),
+        cache_pool=loader_cache_pool(datamodule, "train" if training else "val"),
     )
     return pinned(finish_watchdogs(loader), datamodule.pin_memory)

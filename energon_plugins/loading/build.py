@@ -121,6 +121,7 @@ def datamodule_arguments(config: DataModuleConfig) -> dict[str, Any]:
             "multimodal_sample_config": config.sample_config,
             "task_encoder": {"name": config.task_encoder.name, "options": config.task_encoder.options},
             "validation_task_encoder": None,
+            "cache_pool": config.cache_pool,
             "batch_format": None
             if config.batch_format is None
             else {"name": config.batch_format.name, "options": config.batch_format.options},

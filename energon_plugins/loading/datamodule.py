@@ -35,7 +35,7 @@ class EnergonMultiModalDataModule:
     Args:
         path: an Energon dataset folder (prepared, with ``.nv-meta/``), a metadataset YAML,
             a ``.jsonl`` file, or a remote path Energon opens (``msc://profile/path``; checked
-            when the first loader is built).
+            now over the storage client: the profile, the bucket, the credentials, ``.nv-meta``).
         tokenizer: a Hugging Face tokenizer (with a chat template and the image token).
         image_processor: called as ``proc(images=[...], return_tensors="pt")``; a raw
             transformers image processor is wrapped so it gets 8-bit images. Optional: only an
@@ -96,6 +96,10 @@ class EnergonMultiModalDataModule:
             state) may use up to that many workers in all. Default: data-parallel size x
             ``max(num_workers, 1)`` (each worker one partition: today's order). See the
             "Changing the number of GPUs" guide for what more partitions cost.
+        cache_pool: a local cache for media read from a metadataset's aux sources:
+            ``{path: DIR, max_size_gb: N}`` (Energon's ``FileStoreCachePool``, the cap shared by
+            all loader processes; see :mod:`~energon_plugins.loading.cache_pool`), an Energon
+            ``CachePool`` object used as it is, or ``None`` (no cache).
         **kwargs: extra arguments of Energon's ``get_train_dataset`` (and, where they describe
             the dataset, ``get_val_dataset``): see
             :data:`~energon_plugins.config.energon_arguments.ENERGON_DATASET_ARGUMENTS`.
@@ -103,7 +107,8 @@ class EnergonMultiModalDataModule:
 
     Raises:
         ConfigError: any argument is invalid (one message naming every bad field).
-        DatasetError: a local dataset path is not an Energon dataset with a train split.
+        DatasetError: the dataset path (local or ``msc://``) is not an Energon dataset with a
+            train split, or a remote one cannot be read (the URL and the profile named).
         PluginNotFoundError, PluginOptionsError: a named plugin is unknown or its options bad.
     """
 
@@ -138,6 +143,7 @@ class EnergonMultiModalDataModule:
         batch_format: Any = DEFAULT_BATCH_FORMAT,
         seed: int = 0,
         data_partitions: int | None = None,
+        cache_pool: Any = None,
         **kwargs: Any,
     ) -> None:
         sample_config, layout = check_arguments(locals(), keywords=_KEYWORDS)
@@ -171,6 +177,7 @@ class EnergonMultiModalDataModule:
         self.n_checkpoints = n_checkpoints
         self.seed = int(seed)
         self.data_partitions = None if data_partitions is None else int(data_partitions)
+        self.cache_pool = cache_pool
         self.kwargs = kwargs
         self.init_global_step = 0
         self.packing = None  # build_context() reads it while the strategy is built

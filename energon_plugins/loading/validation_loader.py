@@ -21,6 +21,7 @@ from megatron.energon.savable_loader import BasicDataLoader
 
 from energon_plugins.config.energon_arguments import split_energon_arguments
 from energon_plugins.loading.assembly import loader_dataset, pinned
+from energon_plugins.loading.cache_pool import loader_cache_pool
 from energon_plugins.loading.dataloader import EnergonDataloader
 from energon_plugins.loading.distributed import DataGroup
 from energon_plugins.loading.heap import freezes_heap
@@ -44,7 +45,7 @@ def finite_validation_loader(datamodule: Any) -> ValidationLoader:
     data_group = DataGroup(datamodule.parallel_layout())
     encoder = datamodule.validation_task_encoder
     dataset = RestartingDataset(loader_dataset(datamodule, datamodule.num_val_workers, "val"))
-    loader = pinned(evaluation_loader(dataset), datamodule.pin_memory)
+    loader = pinned(evaluation_loader(dataset, loader_cache_pool(datamodule, "val")), datamodule.pin_memory)
     overridden = getattr(encoder, "_is_overridden", None)
     grouped = overridden is not None and overridden(encoder.batch_group_criterion)
     # Plain batching: Energon's len() bounds the pass (exact unless samples are skipped);
@@ -69,12 +70,16 @@ def finite_validation_loader(datamodule: Any) -> ValidationLoader:
     )
 
 
-def evaluation_loader(dataset: Any) -> BasicDataLoader:
+def evaluation_loader(dataset: Any, cache_pool: Any = None) -> BasicDataLoader:
     """Energon's basic (not savable) loader for a validation split: no watchdog (Energon 7.4's
     ``WatchdogDataset`` starts a thread per iteration that it never stops, one leaked thread
-    per pass), and the heap freeze left to :mod:`energon_plugins.loading.heap`."""
+    per pass), and the heap freeze left to :mod:`energon_plugins.loading.heap`; ``cache_pool``:
+    the datamodule's (:mod:`~energon_plugins.loading.cache_pool`)."""
     return BasicDataLoader(
-        dataset, watchdog_timeout_seconds=None, gc_freeze_at_start=freezes_heap(dataset, training=False)
+        dataset,
+        watchdog_timeout_seconds=None,
+        gc_freeze_at_start=freezes_heap(dataset, training=False),
+        cache_pool=cache_pool,
     )
 
 

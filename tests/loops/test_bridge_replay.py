@@ -221,15 +221,19 @@ def test_stand_in_groups_give_rank_size_and_context_sizes(vqa_dataset, tokenizer
     assert len(fixed.val_dataloader()) == 2 and next(it) is not None  # no agreement needed
 
 
-def test_remote_paths_are_accepted_and_checked_when_loading(tokenizer, clip_processor):
+def test_remote_paths_are_checked_when_the_datamodule_is_built(tokenizer, clip_processor):
     from energon_plugins import DatasetError
 
     encoder = bridge_task_encoder(tokenizer, clip_processor)
-    dm = energon_plugins.EnergonMultiModalDataModule(
-        path="msc://no-such-profile/datasets/vqa", tokenizer=tokenizer, task_encoder=encoder, num_workers=0
-    )
-    with pytest.raises(DatasetError, match=r"msc://no-such-profile/datasets/vqa.*'train' split"):
-        dm.train_dataloader()
+    with pytest.raises(
+        DatasetError, match=r"msc://no-such-profile/datasets/vqa: .*profile 'no-such-profile'"
+    ):
+        energon_plugins.EnergonMultiModalDataModule(
+            path="msc://no-such-profile/datasets/vqa",
+            tokenizer=tokenizer,
+            task_encoder=encoder,
+            num_workers=0,
+        )
 
 
 # ------------------------------------------------------------------ the evaluation loop

@@ -120,8 +120,13 @@ def json_turns(sample: dict) -> list:
 
 
 @stateless
-def cook_chatml(sample: dict) -> ChatMLSample:
+def cook_chatml(sample: dict, **aux: Any) -> ChatMLSample:
     """Cook a crude conversation sample into a :class:`ChatMLSample`.
+
+    ``aux``: the auxiliary sources of the sample's metadataset entry (Energon passes each as a
+    keyword argument); a sample without image parts that names its images in the json part
+    (LLaVA's ``"image": "file.jpg"``) reads them from there
+    (:func:`~energon_plugins.encoding.chat.aux_media.referenced_images`).
 
     Raises:
         MissingFieldError: no ``json`` part or no list of turns in it.
@@ -131,10 +136,15 @@ def cook_chatml(sample: dict) -> ChatMLSample:
     key = sample.get("__key__", "<unknown key>")
     turns = chat_turns(json_turns(sample), key)
     videos = video_parts(sample)
+    images = [sample[name] for name in image_parts(sample)]
+    if not images:
+        from energon_plugins.encoding.chat.aux_media import referenced_images
+
+        images = referenced_images(sample, aux)  # before basic_sample_keys: it adds the sources
     return ChatMLSample(
         **basic_sample_keys(sample),
         conversation=[{"role": role, "content": content} for role, content in turns],
-        images=[sample[name] for name in image_parts(sample)],
+        images=images,
         videos=[sample[name] for name in videos],
         video_parts=videos,
     )

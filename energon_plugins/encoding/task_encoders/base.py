@@ -37,6 +37,7 @@ from megatron.energon import DefaultTaskEncoder, SkipSample, stateless
 from megatron.energon.errors import FatalSampleError
 from megatron.energon.task_encoder.base import TaskEncoder
 
+from energon_plugins.encoding.chat.aux_media import resolve_lazy_media
 from energon_plugins.encoding.image_processors.inputs import decoder_for
 from energon_plugins.encoding.memory.outputs import concatenated
 from energon_plugins.encoding.packed_seq import packed_seq_params
@@ -77,6 +78,7 @@ def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
             depth = self.__dict__.get("_encode_depth", 0)
             self._encode_depth = depth + 1
             try:
+                sample = resolve_lazy_media(sample)  # aux media held as Energon Lazy handles
                 for encoded in fn(self, sample):
                     if not depth:
                         self.check_encoded_sample(sample, encoded)
@@ -97,6 +99,7 @@ def _wrap_encode_sample(fn: Callable[..., Any]) -> Callable[..., Any]:
             depth = self.__dict__.get("_encode_depth", 0)
             self._encode_depth = depth + 1
             try:
+                sample = resolve_lazy_media(sample)  # aux media held as Energon Lazy handles
                 result = fn(self, sample)
             except Exception as exc:  # noqa: BLE001 - the policy decides
                 self.handle_error(exc, sample)
