@@ -4,7 +4,9 @@
 data partitions, the batches consumed per partition, skips) and whether they make one complete
 set; ``redistribute`` rewrites them for another number of data-parallel ranks or workers, offline
 (see :mod:`energon_plugins.loading.redistribute`). DIR / SRC: a folder of ``save_checkpoint``'s
-files, a Megatron-Bridge checkpoint root or one of its ``iter_NNNNNNN`` folders.
+files, a Megatron-Bridge checkpoint root or one of its ``iter_NNNNNNN`` folders. DIR, SRC and DST
+may be local folders or object-store URLs (``msc://PROFILE/bucket/...``, configured by
+``MSC_CONFIG``).
 """
 
 from typing import Any
@@ -14,17 +16,47 @@ import click
 from energon_plugins.cli._output import console, print_json, startup_status
 
 
+class StateFolder(click.ParamType):
+    """A local folder (checked as ``click.Path(file_okay=False)`` checks it) or an object-store
+    URL, kept as given (``exists``: one that names no folder is refused, as a local one is)."""
+
+    name = "directory"
+
+    def __init__(self, *, exists: bool) -> None:
+        self.exists = exists
+        self.local = click.Path(exists=exists, file_okay=False)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """``value`` as a local path string, or the URL itself."""
+        from energon_plugins.loading.state_store import StateStoreError, is_dir, is_url, location, profile_of
+
+        text = str(value)
+        if not is_url(text):
+            return self.local.convert(value, param, ctx)
+        if self.exists:
+            try:
+                found = is_dir(location(text))
+            except StateStoreError as exc:
+                self.fail(str(exc), param, ctx)
+            if not found:
+                self.fail(
+                    f"Directory {text!r} does not exist (storage profile {profile_of(text)!r}).", param, ctx
+                )
+        return text
+
+
 @click.group("checkpoint")
 def checkpoint_command() -> None:
     """Inspect a checkpoint's loader states, or rewrite them for another number of GPUs or workers."""
 
 
 @checkpoint_command.command("info")
-@click.argument("folder", metavar="DIR", type=click.Path(exists=True, file_okay=False))
+@click.argument("folder", metavar="DIR", type=StateFolder(exists=True))
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_context
 def info_command(ctx: click.Context, folder: str, as_json: bool) -> None:
-    """Show what DIR's loader-state files hold and whether they make one complete set.
+    """Show what DIR's loader-state files hold and whether they make one complete set (DIR: a
+    local folder or an msc://PROFILE/... URL).
 
     Ranks and workers that saved them, data partitions P and virtual workers V, seed, dataset,
     state format; per rank its workers, partitions, batches consumed per partition and samples
@@ -114,8 +146,8 @@ def print_summary(summary: dict[str, Any]) -> None:
 
 
 @checkpoint_command.command("redistribute")
-@click.argument("src", type=click.Path(exists=True, file_okay=False))
-@click.argument("dst", type=click.Path(file_okay=False))
+@click.argument("src", type=StateFolder(exists=True))
+@click.argument("dst", type=StateFolder(exists=False))
 @click.option(
     "--dp", "dp_size", type=click.IntRange(min=1), required=True, help="Data-parallel ranks of the new run."
 )
@@ -132,7 +164,9 @@ def redistribute_command(src: str, dst: str, dp_size: int, workers: int | None) 
     rank gets a file of its own, named as before (train_dataloader_dprank{NNN}.pt), which a run
     of the new size restores as its own state (load_checkpoint, or Megatron-Bridge's restore
     with dataset.dataloader_load=DST). Files from an iter_NNNNNNN folder land in
-    DST/iter_NNNNNNN. SRC is left as it is; DST is written whole or not at all.
+    DST/iter_NNNNNNN. SRC is left as it is; DST is written whole or not at all. SRC and DST may
+    each be a local folder or an msc://PROFILE/... URL (on an object store, DST's files are
+    uploaded one by one, each whole; a failed upload removes those already stored).
     """
     with startup_status(f"reading the loader states in {src}..."):
         from energon_plugins.loading.redistribute import TooManyWorkersError, redistribute

@@ -3,27 +3,35 @@
 A state file ``train_dataloader_dprank{NNN}.pt`` is what Megatron-Bridge writes too: a
 ``torch.save`` of ``{"dataloader_state_dict": state}``, here with a ``format`` number and a
 *fingerprint* of what produced the state (world size, dataset, task encoder, batch and packing
-settings...). Bridge's ``maybe_load_dataloader_state`` reads these files as they are; ours read
-Bridge's. Files are read with a restricted unpickler (:mod:`energon_plugins.loading.safe_load`),
-never with ``weights_only=False``. Restoring into a different setup would silently replay or
-skip data, so loading compares the fingerprints and names every key that differs.
+settings...; :mod:`~energon_plugins.loading.fingerprint`). Bridge's ``maybe_load_dataloader_state``
+reads these files as they are; ours read Bridge's. Files are read with a restricted unpickler
+(:mod:`energon_plugins.loading.safe_load`), never with ``weights_only=False``. Restoring into a
+different setup would silently replay or skip data, so loading compares the fingerprints and
+names every key that differs.
 
-The fingerprint holds only short, plain values: plugin names, option dumps, numbers, and
-digests of the extra Energon arguments (never the ``repr()`` of a config value).
+A folder may be local or on an object store (``msc://PROFILE/bucket/...``): every file goes
+through :mod:`~energon_plugins.loading.state_store`, which writes atomically either way.
 """
 
-import dataclasses
-import hashlib
-import json
+import io
 import os
-import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from energon_plugins.errors import EnergonPluginsError
+from energon_plugins.loading.fingerprint import (
+    ABSENT_MEANS,
+    COMPONENT_NAMES,
+    dataset_identity,
+    fingerprint_differences,
+    loader_fingerprint,
+    mismatch_message,
+    value_digest,
+)
 from energon_plugins.loading.safe_load import StateFileError, load_state_file
 from energon_plugins.loading.state_check import check_against_template, check_payload
+from energon_plugins.loading.state_store import StatePath, exists, location, matching_names, write_atomic
 
 STATE_FORMAT = 2
 """Version of the file layout (1: ``{"format", "fingerprint", "state"}``, still read)."""
@@ -34,6 +42,8 @@ STATE_KEY = "energon"
 """Key of Energon's own state in ``EnergonDataloader.save_state()``'s dict."""
 
 __all__ = [
+    "ABSENT_MEANS",
+    "COMPONENT_NAMES",
     "STATE_FILE",
     "STATE_FORMAT",
     "StateFileError",
@@ -43,6 +53,7 @@ __all__ = [
     "load_datamodule_state",
     "load_loader_state",
     "loader_fingerprint",
+    "mismatch_message",
     "save_datamodule_state",
     "save_loader_state",
     "state_path",
@@ -65,58 +76,11 @@ def unwrap(state: Any) -> Any:
     return state
 
 
-def state_path(folder: str | os.PathLike, dp_rank: int) -> Path:
-    """The state file of ``dp_rank`` under ``folder``."""
+def state_path(folder: str | os.PathLike, dp_rank: int) -> StatePath:
+    """The state file of ``dp_rank`` under ``folder`` (a local folder or ``msc://`` URL)."""
     if dp_rank < 0:
         raise ValueError(f"dp_rank must be >= 0, got {dp_rank}")
-    return Path(folder) / STATE_FILE.format(rank=dp_rank)
-
-
-COMPONENT_NAMES: dict[str, str] = {
-    "energon_plugins.encoding.packing.strategies.NoPacking": "none",
-    "energon_plugins.encoding.packing.strategies.FirstFitDecreasing": "first-fit-decreasing",
-    "energon_plugins.encoding.packing.strategies.BestFitDecreasing": "best-fit-decreasing",
-    "energon_plugins.encoding.packing.strategies.GreedyKnapsack": "greedy-knapsack",
-}
-"""Class paths that fingerprints of 0.1.0 recorded for built-in components, and the names
-recorded since. A class that moves adds its old path here (old path -> what is recorded
-now), so states saved before the move still restore."""
-
-_COMPONENT_KEYS = ("task_encoder", "packing")
-
-ABSENT_MEANS: dict[str, Any] = {"seed": 0}
-"""Fingerprint keys added since 0.1.0 -> the value a state saved without them had."""
-
-
-def _canonical(key: str, value: Any) -> Any:
-    if key in _COMPONENT_KEYS and isinstance(value, str):
-        return COMPONENT_NAMES.get(value, value)
-    return value
-
-
-def fingerprint_differences(saved: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
-    """``key: saved X, now Y`` for every key whose value differs (missing keys included).
-
-    Components recorded by a class path that has since moved or been named
-    (:data:`COMPONENT_NAMES`) compare by what is recorded now.
-    """
-    missing = object()
-    lines = []
-    for key in sorted(set(saved) | set(current)):
-        before = _canonical(key, saved.get(key, ABSENT_MEANS.get(key, missing)))
-        now = _canonical(key, current.get(key, ABSENT_MEANS.get(key, missing)))
-        if before != now:
-            show = lambda v: "(absent)" if v is missing else repr(v)
-            lines.append(f"{key}: saved {show(before)}, now {show(now)}")
-    return lines
-
-
-def mismatch_message(where: str, differences: list[str]) -> str:
-    """The message of a :class:`StateMismatchError` for ``differences``."""
-    return (
-        f"{where} was saved by a different setup; restoring it would replay or skip data. "
-        "Differences: " + "; ".join(differences)
-    )
+    return location(folder) / STATE_FILE.format(rank=dp_rank)
 
 
 def state_payload(state: Any, fingerprint: Mapping[str, Any] | None) -> dict[str, Any]:
@@ -128,27 +92,32 @@ def state_payload(state: Any, fingerprint: Mapping[str, Any] | None) -> dict[str
     return payload
 
 
-def save_loader_state(
-    folder: str | os.PathLike, state: Any, *, dp_rank: int, fingerprint: Mapping[str, Any]
-) -> Path:
-    """Write ``state`` and ``fingerprint`` to ``folder``'s file for ``dp_rank``, atomically."""
+def state_file_bytes(state: Any, fingerprint: Mapping[str, Any] | None) -> bytes:
+    """The bytes of a state file holding ``state`` and ``fingerprint`` (``torch.save`` of
+    :func:`state_payload`), serialized whole before anything is written."""
     import torch
 
+    buffer = io.BytesIO()
+    torch.save(state_payload(state, fingerprint), buffer)
+    return buffer.getvalue()
+
+
+def save_loader_state(
+    folder: str | os.PathLike, state: Any, *, dp_rank: int, fingerprint: Mapping[str, Any]
+) -> StatePath:
+    """Write ``state`` and ``fingerprint`` to ``folder``'s file for ``dp_rank``, atomically: the
+    file is serialized whole first, then stored in one step (a local temporary file renamed over
+    it, or one ``PUT`` of an ``msc://`` object), so a failure leaves the previous file as it was.
+
+    Raises:
+        StateStoreError: the object store refused the write or cannot be reached.
+    """
     path = state_path(folder, dp_rank)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    payload = state_payload(state, fingerprint)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            torch.save(payload, fh)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    write_atomic(path, state_file_bytes(state, fingerprint))
     return path
 
 
-def read_state_file(path: Path) -> tuple[Any, dict[str, Any] | None]:
+def read_state_file(path: StatePath) -> tuple[Any, dict[str, Any] | None]:
     """``(state, fingerprint)`` from a state file of ours (either format) or Megatron-Bridge's
     (``fingerprint`` is ``None`` then).
 
@@ -162,7 +131,7 @@ def read_state_file(path: Path) -> tuple[Any, dict[str, Any] | None]:
     return state, fingerprint
 
 
-def read_payload(path: Path) -> tuple[Any, Any, dict[str, Any] | None]:
+def read_payload(path: StatePath) -> tuple[Any, Any, dict[str, Any] | None]:
     """``(payload, state, fingerprint)`` of a state file: what :func:`read_state_file` returns,
     with the file's whole payload before them (its ``format``)."""
     payload = load_state_file(path)
@@ -187,9 +156,9 @@ def load_loader_state(
         StateMismatchError: the state was saved by a different setup; names what differs.
     """
     path = state_path(folder, dp_rank)
-    if not path.exists():
-        present = sorted(p.name for p in Path(folder).glob("train_dataloader_dprank*.pt"))
-        dangling = " (a symlink to a missing file)" if path.is_symlink() else ""
+    if not exists(path):
+        present = matching_names(path.parent, "train_dataloader_dprank*.pt")
+        dangling = " (a symlink to a missing file)" if isinstance(path, Path) and path.is_symlink() else ""
         raise FileNotFoundError(
             f"no loader state for DP rank {dp_rank}: {path} does not exist{dangling}"
             f" (present: {', '.join(present) or 'none'})"
@@ -202,142 +171,6 @@ def load_loader_state(
     return state
 
 
-# --------------------------------------------------------------------------- fingerprints
-def value_digest(value: Any) -> Any:
-    """A short stand-in for ``value`` in a fingerprint.
-
-    Numbers, booleans, ``None`` and short strings stand for themselves; containers become a
-    SHA-256 digest of their contents (shared sub-structures are hashed once, so a YAML alias
-    bomb costs no more than its text), dataclasses (Energon's ``DatasetSubset``) by their
-    fields; anything else (a callable ``part_filter``...) by its type and qualified name.
-    Never a ``repr()`` of the value.
-    """
-    if value is None or isinstance(value, (bool, int, float)):
-        return value
-    if isinstance(value, str) and len(value) <= 120:
-        return value
-    return "sha256:" + _digest(value, {}).hex()[:16]
-
-
-def _digest(value: Any, memo: dict[int, bytes]) -> bytes:
-    key = id(value)
-    if key in memo:
-        return memo[key]
-    memo[key] = b"(cycle)"  # a container met again inside itself
-    h = hashlib.sha256(type(value).__name__.encode())
-    if isinstance(value, Mapping):
-        parts = sorted((_digest(k, memo), _digest(v, memo)) for k, v in value.items())
-        for k, v in parts:
-            h.update(k + v)
-    elif isinstance(value, (list, tuple)):
-        for item in value:
-            h.update(_digest(item, memo))
-    elif isinstance(value, (set, frozenset)):
-        for item in sorted(_digest(v, memo) for v in value):
-            h.update(item)
-    elif value is None or isinstance(value, (bool, int, float, str, bytes)):
-        h.update(json.dumps(value).encode() if not isinstance(value, bytes) else value)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        h.update(f"{type(value).__module__}.{type(value).__qualname__}".encode())
-        for field in dataclasses.fields(value):
-            h.update(field.name.encode() + _digest(getattr(value, field.name), memo))
-    else:
-        cls = type(value)
-        name = getattr(value, "__qualname__", cls.__qualname__)
-        h.update(f"{getattr(value, '__module__', cls.__module__)}.{name}".encode())
-    memo[key] = h.digest()
-    return memo[key]
-
-
-def dataset_identity(path: str | os.PathLike) -> str:
-    """What identifies a dataset across mounts: ``.nv-meta/index.uuid``, else a content hash.
-
-    A prepared folder is named by the uuid Energon's prepare wrote (moving the folder keeps
-    it); a metadataset YAML by the SHA-256 of its text; a remote URL by itself; anything else
-    by its resolved path.
-    """
-    text = str(path)
-    if "://" in text:
-        return "url:" + text
-    p = Path(path).expanduser()
-    uuid_file = p / ".nv-meta" / "index.uuid"
-    if uuid_file.is_file():
-        return "uuid:" + uuid_file.read_text(encoding="utf-8").strip()
-    if p.is_file():
-        return "sha256:" + hashlib.sha256(p.read_bytes()).hexdigest()[:16]
-    return "path:" + str(p.resolve())
-
-
-def _options_dump(options: Any) -> Any:
-    if hasattr(options, "model_dump"):
-        return options.model_dump(mode="json")
-    if isinstance(options, Mapping):
-        return {str(k): value_digest(v) for k, v in options.items()}
-    return value_digest(options)
-
-
-def _describe_component(arg: Any, built: Any) -> tuple[str, Any]:
-    """``(name, options)`` of a task encoder or packing selection, for the fingerprint."""
-    if isinstance(arg, str):
-        return arg, None
-    if isinstance(arg, Mapping):
-        return str(arg.get("name")), _options_dump(arg.get("options"))
-    obj = built if built is not None else arg
-    if obj is None:
-        return "None", None
-    cls = type(obj)
-    options = getattr(obj, "options", None)
-    options = _options_dump(options) if options is not None else None
-    path = f"{cls.__module__}.{cls.__qualname__}"
-    registered = getattr(cls, "name", None)
-    # a built-in component: its registered name, which survives moving the class
-    if path in COMPONENT_NAMES:
-        return COMPONENT_NAMES[path], options
-    if isinstance(registered, str) and path.startswith("energon_plugins."):
-        return registered, options
-    return path, options
-
-
-def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> dict[str, Any]:
-    """What must match for a saved training-loader state to continue the same stream.
-
-    World size and rank of the data-parallel group, the dataset (see
-    :func:`dataset_identity`), the task encoder (plugin name and options, or class) and its
-    error policy, sequence length, micro batch size, worker count, data-order seed, shuffle and
-    packing settings
-    (the strategy and its options, ``carry_over`` included), and digests of the extra
-    ``get_train_dataset`` arguments.
-    """
-    encoder_arg = getattr(datamodule, "_task_encoder_arg", None)
-    encoder = datamodule.task_encoder
-    name, options = _describe_component(encoder_arg, encoder)
-    if encoder_arg is None:
-        name = "multimodal"
-    packing = getattr(datamodule, "packing", None)
-    packing_name, packing_options = _describe_component(packing, None)
-    return {
-        "dp_world_size": int(dp_world_size),
-        "dp_rank": int(dp_rank),
-        "dataset": dataset_identity(datamodule.path),
-        "task_encoder": name,
-        "task_encoder_options": options,
-        "on_error": getattr(encoder, "on_error", None) if encoder is not None else None,
-        "seq_length": datamodule.seq_length,
-        "decoder_seq_length": datamodule.decoder_seq_length,
-        "micro_batch_size": datamodule.micro_batch_size,
-        "num_workers": datamodule.num_workers,
-        "seed": int(getattr(datamodule, "seed", 0)),
-        "shuffle_buffer_size": datamodule.shuffle_buffer_size,
-        "max_samples_per_sequence": datamodule.max_samples_per_sequence,
-        "packing_buffer_size": datamodule.packing_buffer_size,
-        "packing": None if packing is None else packing_name,
-        "packing_options": packing_options,
-        "energon_kwargs": {
-            str(k): value_digest(v) for k, v in sorted(getattr(datamodule, "kwargs", {}).items())
-        },
-    }
-
-
 # --------------------------------------------------------------------------- datamodule level
 def _dp_rank_and_size(datamodule: Any) -> tuple[int, int]:
     loader = getattr(datamodule, "train_dataloader_object", None)
@@ -347,8 +180,9 @@ def _dp_rank_and_size(datamodule: Any) -> tuple[int, int]:
     return int(worker_config.rank), int(worker_config.world_size)
 
 
-def save_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> Path:
-    """Save this DP rank's training-loader state under ``folder`` (with its fingerprint).
+def save_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> StatePath:
+    """Save this DP rank's training-loader state under ``folder`` (with its fingerprint), a local
+    folder or an ``msc://`` URL, atomically (see :func:`save_loader_state`).
 
     Context-parallel (and tensor/pipeline) peers of a DP rank hold the same state; they may
     all call this (the file is written atomically) or only one of them.
@@ -363,7 +197,8 @@ def load_datamodule_state(datamodule: Any, folder: str | os.PathLike) -> None:
     """Restore this DP rank's training-loader state from ``folder`` (before iterating).
 
     ``folder``: a folder of :func:`save_datamodule_state`'s files, a Megatron-Bridge checkpoint
-    root or one of its iteration folders (see :mod:`energon_plugins.loading.rank_files`). When
+    root or one of its iteration folders (see :mod:`energon_plugins.loading.rank_files`), local
+    or an ``msc://`` URL. When
     this rank's file records the current number of DP ranks and workers, only that file is read;
     otherwise (or when this rank has no file) every rank's file is read and this rank restores
     its share of them (``restore_state`` of the list: another number of GPUs or workers).

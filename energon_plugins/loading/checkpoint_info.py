@@ -1,7 +1,7 @@
 """What a checkpoint's rank files hold, for ``energon-plugins checkpoint info``.
 
-:func:`describe_checkpoint` reads every rank file of a checkpoint folder
-(:mod:`energon_plugins.loading.rank_files`) and returns plain JSON values; a file that cannot be
+:func:`describe_checkpoint` reads every rank file of a checkpoint folder, local or ``msc://``
+(:mod:`energon_plugins.loading.rank_files`), and returns plain JSON values; a file that cannot be
 read, or a set that does not add up, is reported as the ``problem`` instead of raised, so the
 rest can still be shown.
 """
@@ -12,6 +12,7 @@ from typing import Any
 from energon_plugins.loading.checkpoint import StateFileError, StateMismatchError
 from energon_plugins.loading.elastic import layout_of, partition_states
 from energon_plugins.loading.rank_files import find_rank_files, no_files_message, read_rank_file, set_problem
+from energon_plugins.loading.state_store import exists
 
 
 def describe_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
@@ -27,7 +28,7 @@ def describe_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
 
     location = find_rank_files(folder)
     if not location.paths:
-        if not location.folder.exists():
+        if not exists(location.folder):
             raise FileNotFoundError(no_files_message(location.folder))
         raise StateFileError(no_files_message(location.folder))
     count = len(location.paths)

@@ -11,6 +11,9 @@ A checkpoint folder is one of:
 - a model iteration folder ``ROOT/iter_NNNNNNN`` (its states are in ``ROOT/energon/`` beside it),
   or a loader-state root (``ROOT/energon``) holding one iteration.
 
+Each may be local or on an object store (``msc://PROFILE/bucket/...``): every listing and read
+goes through :mod:`~energon_plugins.loading.state_store`.
+
 :func:`read_rank_states` reads every file through the restricted unpickler and refuses a set
 that does not add up, naming the file: a rank missing, a file holding another rank's state, files
 of different runs. Nothing here imports torch before a file is read.
@@ -20,7 +23,6 @@ import dataclasses
 import os
 import re
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from energon_plugins.loading.checkpoint import (
@@ -36,6 +38,16 @@ from energon_plugins.loading.checkpoint import (
     state_path,
 )
 from energon_plugins.loading.elastic import LAYOUT_KEYS, layout_of, only_layout_differs
+from energon_plugins.loading.state_store import (
+    ObjectTooLargeError,
+    StatePath,
+    exists,
+    is_dir,
+    is_file,
+    location,
+    matching_names,
+    read_bytes,
+)
 
 BRIDGE_STATE_SUBDIR = "energon"
 """The folder of a Megatron-Bridge checkpoint root its loader states go to by default."""
@@ -47,14 +59,16 @@ _ITERATION_NAME = re.compile(r"iter_(\d{7,})")
 _RANK_FILE_NAME = re.compile(r"train_dataloader_dprank(\d+)\.pt")
 _RANK_FILE_GLOB = "train_dataloader_dprank*.pt"
 _SIZE_KEYS = ("dp_world_size", "num_workers")
+MAX_TRACKER_BYTES = 4096
+"""Largest ``latest_checkpointed_iteration.txt`` read (it holds an iteration number)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class RankFolder:
     """Where a checkpoint's rank files are: ``folder`` holds ``paths`` (DP rank -> file)."""
 
-    folder: Path
-    paths: dict[int, Path]
+    folder: StatePath
+    paths: dict[int, StatePath]
     origin: str = "folder"
     """``folder`` (of save_checkpoint's files) or ``megatron-bridge`` (resolved from a root)."""
     iteration: int | str | None = None
@@ -76,7 +90,7 @@ class RankStates:
     """Every rank's state of a checkpoint (index = DP rank), read and checked."""
 
     location: RankFolder
-    paths: list[Path]
+    paths: list[StatePath]
     states: list[Any]
     fingerprints: list[dict[str, Any] | None]
     """Each file's fingerprint (the file's own, else the one inside its state; None: none)."""
@@ -84,15 +98,16 @@ class RankStates:
     """Each file's ``format`` (None: written by Megatron-Bridge, which records none)."""
 
 
-def _rank_paths(folder: Path) -> dict[int, Path]:
-    """The rank files directly in ``folder``.
+def _rank_paths(folder: StatePath) -> dict[int, StatePath]:
+    """The rank files directly in ``folder`` (none when it does not exist).
 
     Raises:
         StateMismatchError: a file named like a rank file but not as one (``dprank1.pt`` beside
             ``dprank001.pt`` would be a second file of rank 1).
     """
-    found: dict[int, Path] = {}
-    for path in sorted(folder.glob(_RANK_FILE_GLOB)):
+    found: dict[int, StatePath] = {}
+    for name in matching_names(folder, _RANK_FILE_GLOB):
+        path = folder / name
         match = _RANK_FILE_NAME.fullmatch(path.name)
         rank = int(match.group(1)) if match else None
         if rank is None or path.name != STATE_FILE.format(rank=rank):
@@ -104,7 +119,7 @@ def _rank_paths(folder: Path) -> dict[int, Path]:
     return found
 
 
-def tracker_iteration(root: Path) -> tuple[int | str, Path] | None:
+def tracker_iteration(root: StatePath) -> tuple[int | str, StatePath] | None:
     """``(iteration, tracker file)`` a Megatron-Bridge checkpoint root's tracker names, or None.
 
     Raises:
@@ -112,10 +127,13 @@ def tracker_iteration(root: Path) -> tuple[int | str, Path] | None:
     """
     for name in BRIDGE_TRACKERS:
         tracker = root / name
-        if not tracker.is_file():
+        if not is_file(tracker):
             continue
         if name.endswith(".txt"):
-            text = tracker.read_text(encoding="utf-8", errors="replace").strip()
+            try:
+                text = read_bytes(tracker, MAX_TRACKER_BYTES).decode("utf-8", errors="replace").strip()
+            except ObjectTooLargeError as exc:
+                raise StateFileError(f"{tracker} names no iteration (it is {exc.size:,} bytes)") from exc
             if text == RELEASE_FOLDER:
                 return RELEASE_FOLDER, tracker
             if text.isdigit():
@@ -147,8 +165,8 @@ def find_rank_files(folder: str | os.PathLike) -> RankFolder:
             or several iterations are present and no tracker names one.
         StateMismatchError: a file is named like a rank file but not as one.
     """
-    root = Path(folder)
-    if not root.is_dir():
+    root = location(folder)
+    if not is_dir(root):
         return RankFolder(root, {})
     paths = _rank_paths(root)
     if paths:
@@ -161,7 +179,7 @@ def find_rank_files(folder: str | os.PathLike) -> RankFolder:
         name = iteration_folder(iteration)
         candidates = [tracker_root / BRIDGE_STATE_SUBDIR / name, tracker_root / name]
         for candidate in candidates:
-            found = _rank_paths(candidate) if candidate.is_dir() else {}
+            found = _rank_paths(candidate)
             if found:
                 return RankFolder(candidate, found, "megatron-bridge", iteration)
         raise StateFileError(
@@ -170,16 +188,16 @@ def find_rank_files(folder: str | os.PathLike) -> RankFolder:
         )
     if _ITERATION_NAME.fullmatch(root.name) or root.name == RELEASE_FOLDER:
         sibling = root.parent / BRIDGE_STATE_SUBDIR / root.name
-        found = _rank_paths(sibling) if sibling.is_dir() else {}
+        found = _rank_paths(sibling)
         if found:
             return RankFolder(sibling, found, "megatron-bridge", _iteration_of(root.name))
     holders = []
     for base in (root, root / BRIDGE_STATE_SUBDIR):
-        for sub in sorted(base.glob("iter_*")) + [base / RELEASE_FOLDER]:
-            if (_ITERATION_NAME.fullmatch(sub.name) or sub.name == RELEASE_FOLDER) and sub.is_dir():
-                found = _rank_paths(sub)
+        for name in matching_names(base, "*", folders=True):  # iter_NNNNNNN before release
+            if _ITERATION_NAME.fullmatch(name) or name == RELEASE_FOLDER:
+                found = _rank_paths(base / name)
                 if found:
-                    holders.append(RankFolder(sub, found, "megatron-bridge", _iteration_of(sub.name)))
+                    holders.append(RankFolder(base / name, found, "megatron-bridge", _iteration_of(name)))
     if len(holders) > 1:
         raise StateFileError(
             f"{root} holds the loader states of {len(holders)} iterations "
@@ -195,7 +213,7 @@ def _iteration_of(name: str) -> int | str:
 
 def no_files_message(folder: str | os.PathLike) -> str:
     """Why ``folder`` gives no rank files."""
-    if not Path(folder).exists():
+    if not exists(location(folder)):
         return f"{folder} does not exist"
     return (
         f"no loader state files ({_RANK_FILE_GLOB}) in {folder}: expected a folder written by "
@@ -204,7 +222,7 @@ def no_files_message(folder: str | os.PathLike) -> str:
     )
 
 
-def read_rank_file(path: Path) -> tuple[Any, dict[str, Any] | None, int | None]:
+def read_rank_file(path: StatePath) -> tuple[Any, dict[str, Any] | None, int | None]:
     """``(state, fingerprint, format)`` of one rank file, read with the restricted unpickler.
 
     Raises:
@@ -311,7 +329,7 @@ def read_rank_states(folder: str | os.PathLike | RankFolder) -> RankStates:
     """
     location = folder if isinstance(folder, RankFolder) else find_rank_files(folder)
     if not location.paths:
-        if not location.folder.exists():
+        if not exists(location.folder):
             raise FileNotFoundError(no_files_message(location.folder))
         raise StateFileError(no_files_message(location.folder))
     paths = [path for _, path in sorted(location.paths.items())]

@@ -6,13 +6,22 @@ and writes one file per new rank, named as before, each restorable as that rank'
 run of the new size (``load_checkpoint``, Megatron-Bridge's per-rank restore): ``{"energon": None,
 "layout": ..., "positions": ..., "partition_states": ..., "skip_counts": ..., "fingerprint": ...}``,
 the form ``save_state()`` returns after a restore from another layout, before the first batch.
-No dataset is opened. The new folder appears whole or not at all.
+No dataset is opened.
+
+SRC and DST may each be local or on an object store (``msc://PROFILE/bucket/...``). The files are
+first written to a local staging folder and read back as one complete set. A local DST then
+appears whole or not at all (one rename). An object store has no rename of a folder: the files
+are uploaded one by one, each in a single ``PUT`` (never part of a file), in rank order, and an
+upload that fails removes the files it had stored. A reader that lists DST while the upload is
+under way sees an incomplete set, which every reader here refuses (a rank missing).
 """
 
+import contextlib
 import dataclasses
 import os
 import secrets
 import shutil
+import tempfile
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -26,6 +35,14 @@ from energon_plugins.loading.checkpoint import (
 )
 from energon_plugins.loading.elastic import Layout, check_fits, partition_states, position_of
 from energon_plugins.loading.rank_files import RankStates, read_rank_states
+from energon_plugins.loading.state_store import (
+    StatePath,
+    delete,
+    is_file,
+    location,
+    names,
+    write_atomic,
+)
 
 
 class TooManyWorkersError(StateMismatchError):
@@ -38,7 +55,7 @@ class Redistribution:
 
     old: Layout
     new: Layout
-    paths: list[Path]
+    paths: list[StatePath]
 
 
 def redistributed_states(
@@ -80,13 +97,21 @@ def redistributed_states(
     return old, result
 
 
-def check_destination(dst: str | os.PathLike) -> Path:
-    """``dst`` as a path, once it is known to be absent or an empty folder.
+def check_destination(dst: str | os.PathLike) -> StatePath:
+    """``dst`` as a path, once it is known to be absent or an empty folder (on an object store:
+    no object is at ``dst`` or under it).
 
     Raises:
         StateFileError: ``dst`` is a file or a folder that is not empty.
+        StateStoreError: the object store cannot be asked.
     """
-    path = Path(dst)
+    path = location(dst)
+    if not isinstance(path, Path):
+        if is_file(path):
+            raise StateFileError(f"{path} is not a folder: redistribute writes a new folder")
+        if names(path):
+            raise StateFileError(f"{path} is not empty: redistribute writes into a new or empty folder")
+        return path
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise StateFileError(f"{path} is not a folder: redistribute writes a new folder")
     if path.is_dir() and any(path.iterdir()):
@@ -94,33 +119,69 @@ def check_destination(dst: str | os.PathLike) -> Path:
     return path
 
 
+def _write_staged(
+    staging: Path,
+    states: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]],
+    subfolder: str | None,
+) -> Path:
+    """Write ``states`` as rank files into ``staging`` (``staging/subfolder`` when given) and read
+    them back as one complete set; returns the folder holding them."""
+    import torch
+
+    folder = staging / subfolder if subfolder else staging
+    folder.mkdir(exist_ok=True)
+    for rank, (state, fingerprint) in enumerate(states):
+        with open(state_path(folder, rank), "wb") as fh:
+            torch.save(state_payload(dict(state), fingerprint), fh)
+            fh.flush()
+            os.fsync(fh.fileno())
+    read_rank_states(folder)  # what was written reads back as one complete set
+    return folder
+
+
+def _upload(staged: Path, target: StatePath, count: int) -> None:
+    """Store the ``count`` rank files of ``staged`` under the object-store folder ``target``, in
+    rank order, each in one ``PUT``; on a failure, remove those already stored and re-raise."""
+    stored: list[StatePath] = []
+    try:
+        for rank in range(count):
+            path = state_path(target, rank)
+            write_atomic(path, Path(state_path(staged, rank)).read_bytes())
+            stored.append(path)
+    except BaseException:
+        for path in stored:
+            with contextlib.suppress(OSError):  # unreachable store: readers refuse the incomplete set
+                delete(path)
+        raise
+
+
 def write_rank_states(
     dst: str | os.PathLike,
     states: Sequence[tuple[Mapping[str, Any], Mapping[str, Any] | None]],
     subfolder: str | None = None,
-) -> list[Path]:
+) -> list[StatePath]:
     """Write ``states`` (index = DP rank) as rank files under ``dst`` (in ``dst/subfolder`` when
-    given, as Megatron-Bridge's ``iter_NNNNNNN``), all at once: into a hidden folder beside
-    ``dst``, read back and checked, then renamed to ``dst``.
+    given, as Megatron-Bridge's ``iter_NNNNNNN``): into a staging folder, read back and checked,
+    then renamed to ``dst`` (local), or uploaded file by file (object store; see the module
+    docstring).
 
     Raises:
         StateFileError: ``dst`` is not absent or empty (also when it filled meanwhile).
+        StateStoreError: the object store refused an upload (the files stored are removed).
     """
-    import torch
-
     target = check_destination(dst)
+    written = target / subfolder if subfolder else target
+    if not isinstance(target, Path):  # an object store
+        with tempfile.TemporaryDirectory(prefix="energon-redistribute-") as temporary:
+            staged = _write_staged(Path(temporary), states, subfolder)
+            check_destination(dst)  # still empty
+            _upload(staged, written, len(states))
+        return [state_path(written, rank) for rank in range(len(states))]
     target.parent.mkdir(parents=True, exist_ok=True)
     staging = target.parent / f".{target.name}.{os.getpid()}.{secrets.token_hex(4)}.partial"
     staging.mkdir()
     try:
-        folder = staging / subfolder if subfolder else staging
-        folder.mkdir(exist_ok=True)
-        for rank, (state, fingerprint) in enumerate(states):
-            with open(state_path(folder, rank), "wb") as fh:
-                torch.save(state_payload(dict(state), fingerprint), fh)
-                fh.flush()
-                os.fsync(fh.fileno())
-        read_rank_states(folder)  # what was written reads back as one complete set
+        _write_staged(staging, states, subfolder)
         try:
             os.replace(staging, target)  # onto an absent or empty folder only
         except OSError as exc:
@@ -130,7 +191,6 @@ def write_rank_states(
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
-    written = target / subfolder if subfolder else target
     return [state_path(written, rank) for rank in range(len(states))]
 
 
@@ -139,7 +199,7 @@ def redistribute(
 ) -> Redistribution:
     """Rewrite the loader states of checkpoint ``src`` for ``dp_size`` ranks of ``num_workers``
     workers (default: the old run's) into the new or empty folder ``dst``; ``src`` is left as
-    it is. The files of an ``iter_NNNNNNN`` folder land in ``dst/iter_NNNNNNN/`` (so ``dst`` can
+    it is. Each may be local or an ``msc://`` URL. The files of an ``iter_NNNNNNN`` folder land in ``dst/iter_NNNNNNN/`` (so ``dst`` can
     be Megatron-Bridge's ``dataset.dataloader_load``).
 
     Raises:

@@ -24,6 +24,7 @@ arguments that would allocate more than the file holds. Anything else, and any t
 corrupt or foreign file, is a :class:`StateFileError` naming the file.
 """
 
+import io
 import os
 import pickle
 import stat
@@ -41,6 +42,7 @@ from energon_plugins.loading.safe_unpickler import (
     RestrictedUnpickler,
     StorageRequest,
 )
+from energon_plugins.loading.state_store import ObjectTooLargeError, is_remote, location, read_bytes
 
 __all__ = [
     "ALLOWED_GLOBALS",
@@ -100,15 +102,21 @@ _READ_ERRORS = (
 def load_state_file(path: "str | os.PathLike[str]") -> Any:
     """Read a ``torch.save`` file through the restricted unpickler (tensors land on the CPU).
 
+    ``path`` may be on an object store (``msc://PROFILE/...``, see
+    :mod:`~energon_plugins.loading.state_store`): its size is checked from the object's metadata
+    first, then its bytes go through the same checks as a local file's.
+
     Raises:
         FileNotFoundError: nothing exists at ``path``.
+        StateStoreError: the object store refused or cannot be reached (names URL and profile).
         StateFileError: the path is not a regular file, is too large, cannot be read, is
             truncated or corrupt, was not written by ``torch.save``, declares storages that
             disagree with its bytes or exceed :data:`MAX_STORAGE_BYTES`, or references an
             object outside :data:`ALLOWED_GLOBALS`. The message names the file.
     """
-    where = str(path)
-    with _open_state_file(path, where) as fh:
+    where = os.fspath(path)
+    opened = _fetch_state_object(path, where) if is_remote(path) else _open_state_file(path, where)
+    with opened as fh:
         _check_directory_size(fh, where)
         try:
             archive = zipfile.ZipFile(fh)
@@ -116,6 +124,24 @@ def load_state_file(path: "str | os.PathLike[str]") -> Any:
             raise _unreadable(where, exc) from exc
         with archive:
             return _read_archive(archive, where)
+
+
+@contextmanager
+def _fetch_state_object(path: "str | os.PathLike[str]", where: str) -> Iterator[IO[bytes]]:
+    """An object store's state file, downloaded into memory once its metadata shows an object
+    of at most :data:`MAX_STATE_FILE_BYTES` (a larger one is refused before any byte of it is
+    requested)."""
+    try:
+        data = read_bytes(location(path), MAX_STATE_FILE_BYTES)
+    except ObjectTooLargeError as exc:
+        raise StateFileError(
+            f"{where!r} is {exc.size:,} bytes, more than the {MAX_STATE_FILE_BYTES:,} a "
+            "loader state file may have; refusing to read it"
+        ) from exc
+    except IsADirectoryError as exc:
+        raise StateFileError(f"{where!r} is a directory, not a loader state file") from exc
+    with io.BytesIO(data) as fh:
+        yield fh
 
 
 @contextmanager
