@@ -16,6 +16,26 @@ from typing import Any
 import click
 
 SUBCOMMAND_HELP = "Join the part folders of `convert --part K/N` into one prepared dataset."
+STAGING_HELP = (
+    "Local folder where a remote (msc://) SOURCE is copied to and a remote OUTPUT is built before "
+    "its upload (default: one per OUTPUT in the system's temporary folder; --resume needs the "
+    "same one)."
+)
+MERGE_STAGING_HELP = (
+    "Local folder where a remote (msc://) OUTPUT is merged before its upload (default: one per "
+    "OUTPUT in the system's temporary folder)."
+)
+
+
+class PathOrURL(click.Path):
+    """A local path, checked as :class:`click.Path` checks it, or an ``msc://PROFILE/...`` URL
+    of object storage, passed on as it is (the conversion checks it)."""
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        """``value`` itself for an ``msc://`` URL, else :class:`click.Path`'s conversion."""
+        if isinstance(value, str) and value.startswith("msc://"):
+            return value
+        return super().convert(value, param, ctx)
 
 
 class ConvertCommand(click.Command):
@@ -137,9 +157,9 @@ def _merge_interrupted(output: str) -> str:
 
 @click.command("merge", short_help=SUBCOMMAND_HELP)
 @click.argument(
-    "parts", nargs=-1, required=True, metavar="PART...", type=click.Path(exists=True, file_okay=False)
+    "parts", nargs=-1, required=True, metavar="PART...", type=PathOrURL(exists=True, file_okay=False)
 )
-@click.argument("output", type=click.Path(file_okay=False))
+@click.argument("output", type=PathOrURL(file_okay=False))
 @click.option("--overwrite", is_flag=True, help="Replace an earlier conversion in OUTPUT.")
 @click.option(
     "--max-rejected",
@@ -152,6 +172,7 @@ def _merge_interrupted(output: str) -> str:
 @click.option(
     "--workers", type=int, default=None, help="Processes of Energon's indexing (default: one per CPU)."
 )
+@click.option("--staging", default=None, metavar="DIR", help=MERGE_STAGING_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def merge_command(
     parts: tuple[str, ...],
@@ -159,11 +180,14 @@ def merge_command(
     overwrite: bool,
     max_rejected: str,
     workers: int | None,
+    staging: str | None,
     as_json: bool,
 ) -> None:
     """Join the part folders PART... of `convert --part K/N` (each of the N once, any order)
     into one prepared dataset in OUTPUT: the same shards, split and report, byte for byte, as
-    one `convert` of the whole source.
+    one `convert` of the whole source. Parts and OUTPUT may be on object storage
+    (msc://PROFILE/...): remote parts are read in place, a remote OUTPUT is merged in --staging
+    and uploaded, its index last.
     """
     from energon_plugins.cli._output import print_json, stream_is_terminal
     from energon_plugins.convert.interrupt import Interrupted, catch_stop_signals, exit_status
@@ -174,7 +198,13 @@ def merge_command(
     try:
         bar.start()
         result = merge_parts(
-            parts, output, overwrite=overwrite, max_rejected=max_rejected, workers=workers, progress=bar
+            parts,
+            output,
+            overwrite=overwrite,
+            max_rejected=max_rejected,
+            workers=workers,
+            staging=staging,
+            progress=bar,
         )
         if stop.signum is not None:
             raise Interrupted(stop.signum)
@@ -192,8 +222,8 @@ def merge_command(
 
 
 @click.command("convert", cls=ConvertCommand, subcommands={"merge": merge_command})
-@click.argument("source", type=click.Path(exists=True))
-@click.argument("output", type=click.Path(file_okay=False))
+@click.argument("source", type=PathOrURL(exists=True))
+@click.argument("output", type=PathOrURL(file_okay=False))
 @click.option(
     "--from",
     "source_format",
@@ -285,8 +315,13 @@ def merge_command(
     "write. In a Slurm job array the part defaults to the task's (SLURM_ARRAY_TASK_ID, _MIN, "
     "_STEP, _COUNT); `none` converts the whole source.",
 )
-@click.option("--resume", is_flag=True, help="Continue an interrupted conversion (or part) in OUTPUT.")
+@click.option(
+    "--resume",
+    is_flag=True,
+    help="Continue an interrupted conversion (or part) in OUTPUT, or its interrupted upload.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace an earlier conversion in OUTPUT.")
+@click.option("--staging", default=None, metavar="DIR", help=STAGING_HELP)
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 def convert_command(
     source: str,
@@ -306,9 +341,14 @@ def convert_command(
     part: Any,
     resume: bool,
     overwrite: bool,
+    staging: str | None,
     as_json: bool,
 ) -> None:
     """Convert SOURCE (LLaVA JSON, ShareGPT, parquet, ...) into a prepared Energon dataset in OUTPUT.
+
+    SOURCE, the media folder and OUTPUT may be on object storage (msc://PROFILE/..., configured
+    by MSC_CONFIG): a remote SOURCE is copied to --staging, a remote OUTPUT is built there and
+    uploaded, its index last; remote images are checked from their metadata before any is read.
 
     Images are read only from inside the media folder (-o image_folder=DIR; symlinks resolved)
     or an --allow-outside DIR, and only regular files under --max-image-size. JSON records
@@ -331,8 +371,9 @@ def convert_command(
 
     # SIGINT and SIGTERM (a scheduler's pre-emption) stop the run resumably: exit 130 / 143;
     # a second one exits at once (energon_plugins.convert.interrupt)
+    where = f"{output} (built in its staging folder)" if output.startswith("msc://") else output
     stop = catch_stop_signals(
-        f"Interrupted. Run the same command with --resume to continue from the last checkpoint in {output}."
+        f"Interrupted. Run the same command with --resume to continue from the last checkpoint in {where}."
     )
     try:
         if bar is not None:
@@ -355,6 +396,7 @@ def convert_command(
             resume=resume,
             overwrite=overwrite,
             part=chosen,
+            staging=staging,
             progress=bar,
         )
         if stop.signum is not None:  # its raise was dropped where it landed: stop now

@@ -10,8 +10,11 @@ byte-reproducible, resumable tar shards), ``report`` (rejected records), ``state
 when most records fail for one reason), ``settings``, ``workers`` (what runs per record), ``result`` and ``run`` (:func:`convert_dataset`).
 ``formats.media`` reads a record's media only from inside the folders it was given. ``parts``
 (``--part K/N``: which records a part converts, a part folder) and ``merge``
-(:func:`merge_parts`: the parts -> one dataset, the bytes of one run). Importing this package
-imports nothing heavy.
+(:func:`merge_parts`: the parts -> one dataset, the bytes of one run). On object storage
+(``msc://``): ``storage`` (URLs, reads, uploads, the error wording), ``formats.remote_media``
+(a remote media folder, the same guarantees), ``staging`` (the local copy of a remote source,
+the upload of a finished dataset) and ``remote_run`` (the runs that use them). Importing this
+package imports nothing heavy.
 """
 
 from energon_plugins._lazy import lazy_attributes

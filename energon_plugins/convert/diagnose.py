@@ -174,7 +174,7 @@ def warnings_for(
     rejected: dict[str, int],
     records: int,
     report: pathlib.Path,
-    source: pathlib.Path,
+    source: pathlib.Path | None,
     output: pathlib.Path,
     reader: Any,
 ) -> list[str]:
@@ -188,7 +188,7 @@ def warnings_for(
         f"{reason}: {REASONS.get(reason, 'see the report')}"
     )
     if reason == "missing_image":
-        hint = missing_image_hint(report, source, output)
+        hint = missing_image_hint(report, source, output) if source is not None else None
         if hint and not hasattr(getattr(reader, "options", None), "image_folder"):
             hint = hint.replace("pass -o image_folder=", "point the source format's image folder option at ")
         line += (

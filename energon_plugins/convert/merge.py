@@ -13,7 +13,9 @@ whole source in record order, and Energon's prepare API indexes the shards as af
 records). The output folder follows ``convert``'s rules (new or empty; an earlier conversion is
 replaced only with ``overwrite``); its ``convert.json`` is a finished conversion's, so a later
 ``convert --overwrite`` knows what to remove. A merge that stops half-way is started over
-with ``overwrite``.
+with ``overwrite``. Part folders and the output may be on object storage (``msc://``): remote
+parts are read in place, a remote output is merged in a staging folder and uploaded
+(:mod:`~energon_plugins.convert.remote_run`).
 """
 
 import heapq
@@ -36,6 +38,7 @@ from energon_plugins.convert.result import ConvertResult
 from energon_plugins.convert.settings import default_workers
 from energon_plugins.convert.shards import ShardStream
 from energon_plugins.convert.state import STATE_NAME, STATE_VERSION, save_state
+from energon_plugins.convert.storage import is_msc
 from energon_plugins.errors import ConvertError
 
 ADVANCE_EVERY = 256
@@ -49,18 +52,22 @@ def merge_parts(
     overwrite: bool = False,
     max_rejected: Any = None,
     workers: int | None = None,
+    staging: Any = None,
     progress: Any = None,
 ) -> ConvertResult:
     """Join the part folders ``parts`` (``convert --part K/N``, each of the N once, in any
     order) into one prepared Energon dataset in ``output``.
 
     Args:
-        parts: the part folders.
-        output: the dataset folder (new or empty; or an earlier conversion with ``overwrite``).
+        parts: the part folders, local or ``msc://`` prefixes (read in place).
+        output: the dataset folder (new or empty; or an earlier conversion with ``overwrite``),
+            local or an ``msc://`` prefix (merged in ``staging``, then uploaded).
         overwrite: replace an earlier conversion's own files in ``output`` (nothing else).
         max_rejected: fail when more records of the whole source were rejected: a share
             (``"10%"``) or a number (``500``); None (the default here): no limit.
         workers: processes of Energon's indexing (default: one per CPU).
+        staging: the local folder a remote output is merged in before its upload (default:
+            one per output in the system's temporary folder).
         progress: a :class:`~energon_plugins.convert.progress.ConvertProgress` (notices,
             phases, samples copied of the total).
 
@@ -75,18 +82,46 @@ def merge_parts(
         raise ConvertError("no part folder given: energon-plugins convert merge PART... OUTPUT")
     folders = sorted((PartFolder(path) for path in parts), key=lambda folder: folder.part.number)
     check_parts(folders)
+    totals = _totals(folders, max_rejected)
+    if is_msc(output):
+        from energon_plugins.convert.remote_run import merge_to_store
+
+        return merge_to_store(
+            folders, totals, output, overwrite=overwrite, workers=workers, staging=staging,
+            watcher=watcher, started=started,
+        )  # fmt: skip
     output = pathlib.Path(output).expanduser().resolve()
+    return merge_into(
+        folders, totals, output, overwrite=overwrite, workers=workers, watcher=watcher, started=started
+    )
+
+
+def merge_into(
+    folders: list[PartFolder],
+    totals: dict[str, Any],
+    output: pathlib.Path,
+    *,
+    overwrite: bool,
+    workers: int | None,
+    watcher: ConvertProgress,
+    started: float,
+) -> ConvertResult:
+    """Merge the checked parts ``folders`` (with their ``totals``) into the local folder
+    ``output`` (a staging folder when the output is remote); see :func:`merge_parts`.
+
+    Raises:
+        ConvertError: an output folder that cannot be used, a full disk.
+    """
     for folder in folders:
-        if output == folder.path or folder.path in output.parents:
+        if isinstance(folder.path, pathlib.Path) and (output == folder.path or folder.path in output.parents):
             raise ConvertError(
                 f"{output}: the output folder must not be a part folder ({folder.path}) or inside one"
             )
     first = folders[0]
-    totals = _totals(folders, max_rejected)
     if (output / STATE_NAME).is_file() and not overwrite:
         raise ConvertError(f"{output}: holds an earlier conversion; pass --overwrite to replace it")
     check_output(
-        output, pathlib.Path(first.state["source"]), resume=False, overwrite=overwrite, notice=watcher.notice
+        output, local_source(first.state["source"]), resume=False, overwrite=overwrite, notice=watcher.notice
     )
     state = {
         "version": STATE_VERSION,
@@ -186,7 +221,7 @@ def _write(
     raise_if_stopped()
     prepare_energon(output, kept, default_workers() if workers is None else workers)
     raise_if_stopped()
-    source = pathlib.Path(state["source"])
+    source = local_source(state["source"])
     warnings = warnings_for(
         totals["rejected"], totals["records"], report, source, output, _reader_or_none(settings)
     )
@@ -206,6 +241,11 @@ def _write(
         warnings=tuple(warnings),
         merged_parts=len(folders),
     )
+
+
+def local_source(source: str) -> pathlib.Path | None:
+    """A state's ``source`` as a local path (None for an ``msc://`` URL)."""
+    return None if is_msc(source) else pathlib.Path(source)
 
 
 def _sample_id(sample: list[tuple[str, bytes]]) -> Any:

@@ -62,19 +62,48 @@ class EarlierFiles:
 
     def describe(self) -> str:
         """``3 shards, the report and the index`` (what is there to remove)."""
-        tars = sum(1 for path in self.shards if path.suffix == ".tar")
-        parts = [f"{tars} shard{'s' if tars != 1 else ''}"]
-        if any(path.name == REPORT_NAME for path in self.own):
-            parts.append("the report")
-        if self.index:
-            parts.append("the index")
-        return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+        names = [path.name for path in self.shards + self.own]
+        return describe_names(names + [f"{INDEX_FOLDER}/{path.name}" for path in self.index])
+
+
+def describe_names(names: list[str]) -> str:
+    """``3 shards, the report and the index``: what the relative names ``names`` of a
+    conversion's files are."""
+    tars = sum(1 for name in names if name.endswith(".tar"))
+    parts = [f"{tars} shard{'s' if tars != 1 else ''}"]
+    if REPORT_NAME in names:
+        parts.append("the report")
+    if any(name.startswith(f"{INDEX_FOLDER}/") for name in names):
+        parts.append("the index")
+    return ", ".join(parts[:-1]) + " and " + parts[-1] if len(parts) > 1 else parts[0]
+
+
+def _shard_patterns(state: dict[str, Any] | None) -> list[re.Pattern]:
+    splits = [pair[0] for pair in (state or {}).get("settings", {}).get("split_ratio", [])]
+    return [shard_files(re.escape(split)) for split in splits] or [shard_files(ANY_SPLIT)]
+
+
+def earlier_names(names: list[str], state: dict[str, Any] | None) -> tuple[list[str], list[str]]:
+    """``(the conversion's own names, the others)`` among the relative POSIX names of the files
+    of a folder (or the objects under a prefix) whose conversion state is ``state``: what
+    ``--overwrite`` removes and what it keeps, as :func:`earlier_files` for a local folder."""
+    patterns = _shard_patterns(state)
+    own, others = [], []
+    for name in sorted(names):
+        folder, _, base = name.rpartition("/")
+        if (folder == INDEX_FOLDER and base in INDEX_FILES) or (
+            not folder
+            and (base in (REPORT_NAME, STATE_NAME, STATE_TMP) or any(p.match(base) for p in patterns))
+        ):
+            own.append(name)
+        else:
+            others.append(name)
+    return own, others
 
 
 def earlier_files(output: pathlib.Path, state: dict[str, Any] | None) -> EarlierFiles:
     """What the conversion whose state is ``state`` (None: unreadable) wrote in ``output``."""
-    splits = [pair[0] for pair in (state or {}).get("settings", {}).get("split_ratio", [])]
-    patterns = [shard_files(re.escape(split)) for split in splits] or [shard_files(ANY_SPLIT)]
+    patterns = _shard_patterns(state)
     shards, own, others = [], [], []
     for path in sorted(output.iterdir()):
         if path.name == INDEX_FOLDER and path.is_dir():
@@ -113,7 +142,7 @@ def _state_or_none(output: pathlib.Path, overwrite: bool) -> dict[str, Any] | No
 
 def check_output(
     output: pathlib.Path,
-    source: pathlib.Path,
+    source: pathlib.Path | None,
     *,
     resume: bool,
     overwrite: bool,
@@ -121,15 +150,16 @@ def check_output(
 ) -> dict[str, Any] | None:
     """The state to resume from (None: start fresh), after checking the output folder; with
     ``overwrite`` the earlier conversion's files are removed first (``notice`` says which).
+    ``source`` is None for a source on object storage (nothing local to compare).
 
     Raises:
         ConvertError: the output is the source, inside it, or holds it; it is a file; it holds
             other files but no conversion; it holds a conversion and neither ``resume`` nor
             ``overwrite`` is given.
     """
-    if output == source or source in output.parents:
+    if source is not None and (output == source or source in output.parents):
         raise ConvertError(f"{output}: the output folder must not be the source or inside it")
-    if output in source.parents:
+    if source is not None and output in source.parents:
         raise ConvertError(
             f"{source}: the source is inside the output folder {output}; "
             "choose another output folder (or move the source out of it)"

@@ -15,7 +15,9 @@ Inside a Slurm job array (``sbatch --array=0-7``) the part defaults to the array
 (default 1) and ``SLURM_ARRAY_TASK_COUNT`` give part ``(ID - MIN) / STEP + 1`` of ``COUNT``.
 
 Every read of a part folder goes through :class:`PartFolder` (its state, its shards, its
-report): the one place where another storage (``msc://``) would plug in.
+report). A part folder on object storage (``msc://PROFILE/...``) is read in place: one listing
+(the files' sizes), its ``convert.json``, then its shards and report as streams of ranged
+reads (:meth:`~energon_plugins.convert.storage.RemoteFolder.stream`), nothing downloaded.
 """
 
 import dataclasses
@@ -25,11 +27,12 @@ import pathlib
 import re
 import tarfile
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import IO, Any
 
 from energon_plugins.convert.report import REPORT_NAME
 from energon_plugins.convert.result import ConvertResult
-from energon_plugins.convert.state import STATE_NAME, load_state
+from energon_plugins.convert.state import STATE_NAME, load_state, parse_state
+from energon_plugins.convert.storage import RemoteFolder, is_msc, join_url
 from energon_plugins.errors import ConvertError
 
 SLURM_ID = "SLURM_ARRAY_TASK_ID"
@@ -143,10 +146,24 @@ class PartFolder:
     """
 
     def __init__(self, path: Any) -> None:
-        self.path = pathlib.Path(path).expanduser().resolve()
-        if not self.path.is_dir():
-            raise ConvertError(f"{self.path}: not a folder (give the folders `convert --part K/N` wrote)")
-        state = load_state(self.path)
+        self.path: pathlib.Path | str
+        self.remote: RemoteFolder | None = None
+        if is_msc(path):
+            self.remote = RemoteFolder(path, "a part folder")
+            self.path = self.remote.url
+            self.remote_sizes = self.remote.sizes()
+            if not self.remote_sizes:
+                raise ConvertError(f"{self.path}: no part folder there (no object under this prefix)")
+            raw = (
+                self.remote.read(STATE_NAME, "the part's state") if STATE_NAME in self.remote_sizes else None
+            )
+            state = None if raw is None else parse_state(raw, join_url(self.path, STATE_NAME))
+        else:
+            local = pathlib.Path(path).expanduser().resolve()
+            self.path = local
+            if not local.is_dir():
+                raise ConvertError(f"{local}: not a folder (give the folders `convert --part K/N` wrote)")
+            state = load_state(local)
         if state is None:
             raise ConvertError(
                 f"{self.path}: not a part of a conversion (it holds no {STATE_NAME}); give the "
@@ -181,14 +198,31 @@ class PartFolder:
         machines): ``(relative path, size, sha256)`` per file."""
         return [(row[0], row[1], *row[3:]) for row in self.state.get("fingerprint", [])]
 
+    def shown(self, name: str) -> str:
+        """The path or URL of the part's file ``name``, for a message."""
+        return (
+            join_url(str(self.path), name) if self.remote is not None else str(pathlib.Path(self.path) / name)
+        )
+
+    def _size(self, name: str) -> int | None:
+        if self.remote is not None:
+            return self.remote_sizes.get(name)
+        path = pathlib.Path(self.path) / name
+        return path.stat().st_size if path.is_file() else None
+
+    def _open(self, name: str, size: int) -> IO[bytes]:
+        """The part's file ``name`` (of ``size`` bytes) opened for reading."""
+        if self.remote is not None:
+            return self.remote.stream(name, size, "a part's file")
+        return (pathlib.Path(self.path) / name).open("rb")
+
     def _check_files(self) -> None:
         files = [(shard["name"], shard["bytes"]) for shards in self.shards.values() for shard in shards]
         for name, size in [*files, (REPORT_NAME, self.report_bytes)]:
-            path = self.path / name
-            if not path.is_file() or path.stat().st_size != size:
+            if self._size(name) != size:
                 raise ConvertError(
-                    f"{path}: missing or not the size part {self.part} wrote ({size} bytes); "
-                    "copy the part folder again, or convert the part again with --overwrite"
+                    f"{self.shown(name)}: missing or not the size part {self.part} wrote ({size} "
+                    "bytes); copy the part folder again, or convert the part again with --overwrite"
                 )
 
     # ------------------------------------------------------------------ reading
@@ -199,27 +233,30 @@ class PartFolder:
     def _split_samples(self, split: str) -> Iterator[Sample]:
         last = -1
         for shard in self.shards[split]:
-            for index, parts in _tar_samples(self.path / shard["name"]):
-                if index <= last or not self.part.holds(index):
-                    raise ConvertError(
-                        f"{self.path / shard['name']}: record {index} is out of order or not one "
-                        f"of part {self.part}'s records; convert the part again with --overwrite"
-                    )
-                last = index
-                yield index, split, parts
+            shown = self.shown(shard["name"])
+            with self._open(shard["name"], shard["bytes"]) as fh:
+                for index, parts in _tar_samples(fh, shown):
+                    if index <= last or not self.part.holds(index):
+                        raise ConvertError(
+                            f"{shown}: record {index} is out of order or not one of part "
+                            f"{self.part}'s records; convert the part again with --overwrite"
+                        )
+                    last = index
+                    yield index, split, parts
 
     def report_lines(self) -> Iterator[tuple[int, bytes]]:
         """``(record position, line)`` of each rejected record, in record order."""
-        with (self.path / REPORT_NAME).open("rb") as fh:
+        with self._open(REPORT_NAME, self.report_bytes) as fh:
             for line in fh:
                 if line.strip():
                     yield int(json.loads(line)["index"]), line
 
 
-def _tar_samples(path: pathlib.Path) -> Iterator[tuple[int, list[tuple[str, bytes]]]]:
-    """``(record position, [(extension, bytes), ...])`` of each sample in a shard, streamed."""
+def _tar_samples(fh: IO[bytes], path: str) -> Iterator[tuple[int, list[tuple[str, bytes]]]]:
+    """``(record position, [(extension, bytes), ...])`` of each sample in the shard open in
+    ``fh`` (``path`` names it), streamed."""
     key, parts = None, []
-    with tarfile.open(path, "r|") as tar:
+    with tarfile.open(fileobj=fh, mode="r|") as tar:
         for member in tar:
             name, _, extension = member.name.partition(".")
             if key is not None and name != key:
@@ -235,7 +272,7 @@ def _tar_samples(path: pathlib.Path) -> Iterator[tuple[int, list[tuple[str, byte
         yield _position(path, key), parts
 
 
-def _position(path: pathlib.Path, key: str) -> int:
+def _position(path: str, key: str) -> int:
     if not key.isdigit():
         raise ConvertError(f"{path}: sample {key!r} is not keyed by its record's position")
     return int(key)
@@ -287,3 +324,26 @@ def check_parts(folders: list[PartFolder]) -> None:
                 f"{folder.path}: converted from another source than {first.path} "
                 f"({', '.join(names[:5])}{' ...' if len(names) > 5 else ''} differ)"
             )
+
+
+def check_same_part(state: dict[str, Any], part: Part | None, output: Any) -> None:
+    """Refuse to resume a part as another part, or as a whole run (and the other way round),
+    or to resume a merge that did not finish.
+
+    Raises:
+        ConvertError: naming what ``output`` holds and what to pass.
+    """
+    if state.get("merged_from") and state.get("status") != "done":
+        raise ConvertError(
+            f"{output}: holds a merge of parts that did not finish; run the merge again with --overwrite"
+        )
+    before = Part.from_json(state["part"]) if "part" in state else None
+    if before == part:
+        return
+    held = f"part {before} of a conversion" if before is not None else "a whole conversion (no --part)"
+    fix = f"--part {before}" if before is not None else "no --part"
+    wanted = f"--part {part}" if part is not None else "no --part"
+    raise ConvertError(
+        f"{output}: holds {held}, not what {wanted} converts; resume it with {fix}, "
+        "or start over with --overwrite"
+    )

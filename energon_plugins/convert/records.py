@@ -14,9 +14,10 @@ REASONS: dict[str, str] = {
     "start with the user or end with an answer",
     "empty_answer": "an assistant turn is empty",
     "reader_error": "the source format's reader raised an unexpected error on the record",
-    "url": "an image is given as a URL (http://, s3://, file://, ...); convert reads local files only",
+    "url": "an image is given as a URL (http://, s3://, msc://, ...); images are read by their path "
+    "inside the media folder (local, or msc:// on object storage)",
     "outside_folder": "an image path (symlinks resolved) lies outside the media folder and "
-    "every --allow-outside root",
+    "every --allow-outside root (in a remote media folder: an absolute path, or one leading out)",
     "not_a_file": "an image path is a directory, a device, a FIFO or a socket, not a regular file",
     "too_large": "an image file or embedded image is larger than --max-image-size",
     "too_many_pixels": "an image's header declares more pixels than --max-image-pixels",

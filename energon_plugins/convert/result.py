@@ -11,12 +11,13 @@ class ConvertResult:
     """What a conversion wrote.
 
     Attributes:
-        output: the dataset folder (give it as ``path`` in a datamodule config).
+        output: the dataset folder (give it as ``path`` in a datamodule config): a local path,
+            or the ``msc://`` URL (a ``str``) of a dataset on object storage.
         records: records read from the source.
         written: split -> records written.
         shards: split -> shard file names.
         rejected: reason -> records in the report.
-        report: the report file (``rejected.jsonl``).
+        report: the report file (``rejected.jsonl``; a URL for a remote dataset).
         seconds: wall time of this run.
         records_per_second: records handled per second while streaming (before indexing).
         resumed_from: the first record this run handled (0 unless resumed).
@@ -31,12 +32,12 @@ class ConvertResult:
         merged_parts: the number of parts ``convert merge`` joined (0: one run wrote it).
     """
 
-    output: pathlib.Path
+    output: pathlib.Path | str
     records: int
     written: dict[str, int]
     shards: dict[str, list[str]]
     rejected: dict[str, int]
-    report: pathlib.Path
+    report: pathlib.Path | str
     seconds: float
     records_per_second: float = 0.0
     resumed_from: int = 0
@@ -73,8 +74,13 @@ class ConvertResult:
         return cls(
             **{
                 **data,
-                "output": pathlib.Path(data["output"]),
-                "report": pathlib.Path(data["report"]),
+                "output": _location(data["output"]),
+                "report": _location(data["report"]),
                 **tuples,
             }
         )
+
+
+def _location(text: str) -> pathlib.Path | str:
+    """A local path, or an ``msc://`` URL kept as text (a path would fold its ``//``)."""
+    return text if text.startswith("msc://") else pathlib.Path(text)

@@ -12,7 +12,9 @@ the end Energon's prepare API indexes the shards. The output folder's rules (wha
 
 With ``part`` (``--part K/N``) only the part's records are loaded and written, and the end is
 a part folder (no index) that :func:`~energon_plugins.convert.merge.merge_parts` joins with the
-others (:mod:`~energon_plugins.convert.parts`).
+others (:mod:`~energon_plugins.convert.parts`). A source, media folder or output on object
+storage (``msc://``) goes through :mod:`~energon_plugins.convert.remote_run`, which runs
+:func:`convert_local` in a staging folder.
 """
 
 import itertools
@@ -32,7 +34,7 @@ from energon_plugins.convert.output import (
     shard_files,
 )
 from energon_plugins.convert.parallel import ordered_map
-from energon_plugins.convert.parts import Part, parse_part
+from energon_plugins.convert.parts import Part, check_same_part, parse_part
 from energon_plugins.convert.prepare import prepare_energon
 from energon_plugins.convert.progress import ConvertProgress, RecordCounter, as_progress
 from energon_plugins.convert.report import REPORT_NAME, RejectReport, parse_reject_limit
@@ -47,6 +49,7 @@ from energon_plugins.convert.state import (
     fingerprint,
     save_state,
 )
+from energon_plugins.convert.storage import is_msc
 from energon_plugins.convert.workers import (
     BATCH_RECORDS,
     batched,
@@ -289,15 +292,17 @@ def convert_dataset(
     overwrite: bool = False,
     checkpoint_every: int | None = None,
     part: Any = None,
+    staging: Any = None,
     progress: ConvertProgress | Progress | None = None,
 ) -> ConvertResult:
     """Convert ``source`` (read by the source format ``source_format``) into a prepared
     Energon dataset in ``output``.
 
     Args:
-        source: a file or folder the source format reads.
+        source: a file or folder the source format reads, local or on object storage
+            (``msc://PROFILE/...``, see :mod:`~energon_plugins.convert.remote_run`).
         output: the dataset folder (new or empty; or an earlier conversion with ``resume``
-            or ``overwrite``).
+            or ``overwrite``), local or an ``msc://`` prefix.
         source_format: a registered source format's name (``llava-json``, ``sharegpt``,
             ``hf-parquet``, a plugin's), or a reader object (``scan`` and ``load``).
         options: the source format's options (validated by its options model).
@@ -314,6 +319,9 @@ def convert_dataset(
             into a part folder that :func:`~energon_plugins.convert.merge.merge_parts` joins
             with the other N - 1 (see :mod:`~energon_plugins.convert.parts`); a part resumes
             like a whole run (with the same ``part``). None: the whole source.
+        staging: the local folder where a remote source is copied to and a remote output is
+            converted before its upload (default: one per output in the system's temporary
+            folder); unused when both are local.
         progress: a :class:`~energon_plugins.convert.progress.ConvertProgress` (notices,
             phases, the record total and progress), or ``progress(done, rejected)``.
 
@@ -340,17 +348,62 @@ def convert_dataset(
         checkpoint_every=checkpoint_every,
     )
     chosen = parse_part(part)
+    watcher = as_progress(progress) or ConvertProgress()
+    media = settings.options.get("image_folder")
+    if is_msc(source) or is_msc(output) or is_msc(media):
+        from energon_plugins.convert.remote_run import convert_with_store
+
+        return convert_with_store(
+            source, output, source_format, settings, chosen, resume=resume, overwrite=overwrite,
+            staging=staging, watcher=watcher, started=started,
+        )  # fmt: skip
     source = pathlib.Path(source).expanduser().resolve()
     output = pathlib.Path(output).expanduser().resolve()
     if not source.exists():
         raise ConvertError(f"{source}: no such file or folder")
     reader = build_reader(source_format, settings)
+    return convert_local(
+        source,
+        output,
+        reader,
+        settings,
+        chosen,
+        resume=resume,
+        overwrite=overwrite,
+        watcher=watcher,
+        started=started,
+    )
+
+
+def convert_local(
+    source: pathlib.Path,
+    output: pathlib.Path,
+    reader: Any,
+    settings: ConvertSettings,
+    part: Part | None,
+    *,
+    resume: bool,
+    overwrite: bool,
+    watcher: ConvertProgress,
+    started: float,
+    origin: Any = None,
+) -> ConvertResult:
+    """:func:`convert_dataset` of the local ``source`` into the local folder ``output`` (a
+    staging folder when the output is remote), with the checked ``settings`` and the built
+    ``reader``; ``origin`` (a :class:`~energon_plugins.convert.staging.SourceCopy`) says where a
+    copied remote source came from (the state names it, and the reader's default media folder
+    is the remote one).
+
+    Raises:
+        ConvertError: see :func:`convert_dataset`.
+    """
+    if origin is not None and hasattr(reader, "source_origin"):
+        reader.source_origin = origin
     files = reader.source_files(source) if callable(getattr(reader, "source_files", None)) else None
-    watcher = as_progress(progress) or ConvertProgress()
     state = check_output(output, source, resume=resume, overwrite=overwrite, notice=watcher.notice)
     if state is not None:
         check_resumable(state, settings.output_settings())
-        _check_same_part(state, chosen, output)
+        check_same_part(state, part, output)
         state["fingerprint"] = check_source(state, source, files)
         if state.get("status") == "done":
             return ConvertResult.from_json(state["result"])
@@ -360,16 +413,16 @@ def convert_dataset(
             "version": STATE_VERSION,
             "tool": "energon-plugins convert",
             "status": "running",
-            "source": str(source),
+            "source": origin.url if origin is not None else str(source),
             "settings": settings.output_settings(),
             "fingerprint": fingerprint(source, files),
         }
-        if chosen is not None:
-            state["part"] = chosen.to_json()
+        if part is not None:
+            state["part"] = part.to_json()
     counter = RecordCounter(reader, source, files) if watcher.wants_total else None
     conversion = None
     try:
-        conversion = _Conversion(output, source, reader, settings, state, watcher, chosen)
+        conversion = _Conversion(output, source, reader, settings, state, watcher, part)
         streaming = time.perf_counter()
         conversion.stream(counter)
         return conversion.finish(started, streaming)
@@ -383,26 +436,3 @@ def convert_dataset(
             counter.close()
         if conversion is not None:
             conversion.abort()
-
-
-def _check_same_part(state: dict[str, Any], part: Part | None, output: pathlib.Path) -> None:
-    """Refuse to resume a part as another part, or as a whole run (and the other way round),
-    or to resume a merge that did not finish.
-
-    Raises:
-        ConvertError: naming what ``output`` holds and what to pass.
-    """
-    if state.get("merged_from") and state.get("status") != "done":
-        raise ConvertError(
-            f"{output}: holds a merge of parts that did not finish; run the merge again with --overwrite"
-        )
-    before = Part.from_json(state["part"]) if "part" in state else None
-    if before == part:
-        return
-    held = f"part {before} of a conversion" if before is not None else "a whole conversion (no --part)"
-    fix = f"--part {before}" if before is not None else "no --part"
-    wanted = f"--part {part}" if part is not None else "no --part"
-    raise ConvertError(
-        f"{output}: holds {held}, not what {wanted} converts; resume it with {fix}, "
-        "or start over with --overwrite"
-    )

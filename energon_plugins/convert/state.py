@@ -63,13 +63,22 @@ def load_state(output: pathlib.Path) -> dict[str, Any] | None:
     path = output / STATE_NAME
     if not path.is_file():
         return None
+    return parse_state(path.read_bytes(), str(path))
+
+
+def parse_state(data: bytes, where: str) -> dict[str, Any]:
+    """The state in ``data`` (the bytes of a ``convert.json``; ``where`` names it).
+
+    Raises:
+        ConvertError: not a state this version wrote.
+    """
     try:
-        state = json.loads(path.read_text(encoding="utf-8"))
+        state = json.loads(data.decode("utf-8"))
     except ValueError as exc:
-        raise ConvertError(f"{path}: unreadable ({exc}); start over with --overwrite") from None
+        raise ConvertError(f"{where}: unreadable ({exc}); start over with --overwrite") from None
     if not isinstance(state, dict) or state.get("version") != STATE_VERSION:
         raise ConvertError(
-            f"{path}: not a convert state of version {STATE_VERSION}; start over with --overwrite"
+            f"{where}: not a convert state of version {STATE_VERSION}; start over with --overwrite"
         )
     return state
 

@@ -16,6 +16,7 @@ from energon_plugins.convert.checks import sample_parts
 from energon_plugins.convert.formats.media import MediaLimits, media_limits
 from energon_plugins.convert.records import RecordError
 from energon_plugins.convert.settings import ConvertSettings
+from energon_plugins.convert.storage import ConvertStorageError
 from energon_plugins.errors import ConvertError
 
 BATCH_RECORDS = 32
@@ -33,7 +34,8 @@ def init_worker(
 
 def load_batch(batch: list[tuple[int, str, Any]]) -> list[tuple[int, str, Any, Any, Any]]:
     """``(index, location, id, problem, parts)`` per record: ``problem`` is ``(reason,
-    message)`` for a rejected record, else ``parts`` are its tar parts."""
+    message)`` for a rejected record, else ``parts`` are its tar parts. A failing store
+    (:class:`~energon_plugins.convert.storage.ConvertStorageError`) stops the run instead."""
     reader = _WORKER["reader"]
     out: list[tuple[int, str, Any, Any, Any]] = []
     for index, location, payload in batch:
@@ -48,6 +50,8 @@ def load_batch(batch: list[tuple[int, str, Any]]) -> list[tuple[int, str, Any, A
             out.append((index, location, ident, None, parts))
         except RecordError as exc:
             out.append((index, location, exc.id or ident, (exc.reason, exc.message), None))
+        except ConvertStorageError:  # the store failed, not the record: stop (resumable)
+            raise
         except Exception as exc:  # noqa: BLE001 - a reader failing on one record: reported
             out.append((index, location, ident, ("reader_error", f"{type(exc).__name__}: {exc}"), None))
     return out

@@ -159,7 +159,7 @@ def _check_roundtrip(
                 f"{len(rejected)} rejected",
             )
         try:
-            samples = _read_back(result.output)
+            samples = _read_back(pathlib.Path(result.output))  # a local output here
         except Exception as exc:  # noqa: BLE001
             fail(
                 label,

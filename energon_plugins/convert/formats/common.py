@@ -7,12 +7,14 @@ Import-light (no PIL, no pyarrow); every function raises
 :class:`~energon_plugins.convert.records.RecordError` for a record it cannot read.
 """
 
+import os
 import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 from energon_plugins.convert.formats.media import check_size, current_media_limits, read_media_file
 from energon_plugins.convert.records import RecordError
+from energon_plugins.convert.storage import clean_url, is_msc, parent_url
 from energon_plugins.encoding.chat.conversation import GPT_ROLES
 
 DEFAULT_IMAGE_TOKEN = "<image>"
@@ -87,11 +89,12 @@ def as_list(value: Any) -> list[Any]:
     return [value]
 
 
-def read_image_file(folder: pathlib.Path, name: str, where: str) -> bytes:
+def read_image_file(folder: str | os.PathLike, name: str, where: str) -> bytes:
     """The bytes of image ``name`` (relative to ``folder``, or absolute), read only when it
     lies inside ``folder`` (symlinks resolved) or a root ``--allow-outside`` allows, is a
     regular file and is no larger than the image cap in force (see
-    :mod:`~energon_plugins.convert.formats.media`). ``where`` names the record field.
+    :mod:`~energon_plugins.convert.formats.media`). ``where`` names the record field. A
+    ``folder`` given as an ``msc://`` URL (a ``str``) is a folder on object storage.
 
     Raises:
         RecordError: ``url``, ``outside_folder``, ``not_a_file``, ``too_large`` (the file is
@@ -103,7 +106,7 @@ def read_image_file(folder: pathlib.Path, name: str, where: str) -> bytes:
     return read_media_file(folder, name, where)
 
 
-def image_bytes(value: Any, folder: pathlib.Path, where: str) -> bytes:
+def image_bytes(value: Any, folder: str | os.PathLike, where: str) -> bytes:
     """An image given as bytes, as a path (str), or as a Hugging Face image struct
     ``{"bytes": ..., "path": ...}`` (bytes win; a path is read with :func:`read_image_file`).
 
@@ -133,6 +136,18 @@ def image_bytes(value: Any, folder: pathlib.Path, where: str) -> bytes:
     raise RecordError(
         "malformed", f"{where}: an image is {type(value).__name__}, expected a path, bytes or {{bytes, path}}"
     )
+
+
+def media_folder(option: str | None, source_file: pathlib.Path, origin: Any = None) -> str:
+    """The folder a source file's media paths are relative to: ``option`` (a local folder,
+    resolved, or an ``msc://`` URL), else the folder the file is in; for a local copy of a
+    remote source (``origin``, a :class:`~energon_plugins.convert.staging.SourceCopy`) that is
+    the remote folder the file came from."""
+    if option:
+        return clean_url(option) if is_msc(option) else str(pathlib.Path(option).expanduser().resolve())
+    if origin is not None:
+        return parent_url(origin.url_of(source_file))
+    return str(pathlib.Path(source_file).parent.expanduser().resolve())
 
 
 def source_files(source: pathlib.Path, suffixes: tuple[str, ...]) -> Iterator[tuple[pathlib.Path, str]]:

@@ -15,6 +15,7 @@ from energon_plugins.convert.formats.common import (
     as_list,
     image_bytes,
     image_token_of,
+    media_folder,
     normalize_turns,
     source_files,
 )
@@ -50,6 +51,12 @@ def _pick(
 class HFParquetReader:
     """Rows of parquet files -> conversations with their embedded images."""
 
+    source_suffixes = (".parquet",)
+    """The files of a source folder this format reads (also those copied from a remote one)."""
+    source_origin: Any = None
+    """Where a local copy of a remote source came from (set by ``convert``): the default image
+    folder is then the remote folder of each file."""
+
     def __init__(self, options: HFParquetOptions, image_token: str) -> None:
         self.options = options
         self.image_token = image_token
@@ -78,7 +85,7 @@ class HFParquetReader:
         import pyarrow.parquet as pq
 
         for path, label in source_files(source, (".parquet",)):
-            folder = str(pathlib.Path(self.options.image_folder or path.parent).expanduser().resolve())
+            folder = media_folder(self.options.image_folder, path, self.source_origin)
             try:
                 parquet = pq.ParquetFile(path)
             except (pa.ArrowException, OSError) as exc:
@@ -101,7 +108,7 @@ class HFParquetReader:
         listed = isinstance(value, (list, tuple))
         try:
             images = [
-                image_bytes(item, pathlib.Path(folder), f"{column}[{i}]" if listed else column)
+                image_bytes(item, folder, f"{column}[{i}]" if listed else column)
                 for i, item in enumerate(as_list(value))
             ]
             turns = self._turns(fields, len(images))

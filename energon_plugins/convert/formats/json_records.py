@@ -8,7 +8,8 @@
   ``from``/``value`` or ``role``/``content`` (content as text or typed parts), an optional
   top-level ``system`` prompt, and optional ``images`` (or ``image``) paths.
 
-A source is one ``.json`` / ``.jsonl`` file or a folder of them (read in sorted order).
+A source is one ``.json`` / ``.jsonl`` file or a folder of them (read in sorted order). The
+image folder may be on object storage (``-o image_folder=msc://PROFILE/...``).
 """
 
 import pathlib
@@ -19,6 +20,7 @@ from energon_plugins.convert.formats.common import (
     as_list,
     image_bytes,
     image_token_of,
+    media_folder,
     normalize_turns,
     source_files,
 )
@@ -32,6 +34,12 @@ JSON_SUFFIXES = (".json", ".jsonl")
 class JsonConversationReader:
     """Scan JSON / JSON Lines files; subclasses say which fields hold the turns and images."""
 
+    source_suffixes = JSON_SUFFIXES
+    """The files of a source folder this format reads (also those copied from a remote one)."""
+    source_origin: Any = None
+    """Where a local copy of a remote source came from (set by ``convert``): the default media
+    folder is then the remote folder of each file."""
+
     def __init__(self, options: Any, image_token: str) -> None:
         self.options = options
         self.image_token = image_token
@@ -43,7 +51,7 @@ class JsonConversationReader:
     def scan(self, source: pathlib.Path) -> Iterator[tuple[str, Any]]:
         """``(location, (record payload, image folder))`` for every record, in file order."""
         for path, label in source_files(source, JSON_SUFFIXES):
-            folder = str(pathlib.Path(self.options.image_folder or path.parent).expanduser().resolve())
+            folder = media_folder(self.options.image_folder, path, self.source_origin)
             for location, payload in iter_json_records(
                 path, label, max_record_bytes=self.options.max_record_bytes, max_depth=self.options.max_depth
             ):
@@ -60,7 +68,7 @@ class JsonConversationReader:
             values = self.image_values(record)
             single = not isinstance(record.get(field), (list, tuple))
             images = [
-                image_bytes(value, pathlib.Path(folder), field if single else f"{field}[{i}]")
+                image_bytes(value, folder, field if single else f"{field}[{i}]")
                 for i, value in enumerate(values)
             ]
         except RecordError as exc:

@@ -18,7 +18,9 @@ exceed it).
 The limits in force are a context (:func:`media_limits`), set by ``convert`` around each
 record's ``load``, so that a plugin reader calling :func:`read_image_file
 <energon_plugins.convert.formats.common.read_image_file>` obeys the user's settings too;
-outside a conversion the defaults apply. Import-light (standard library only).
+outside a conversion the defaults apply. A media folder on object storage (``msc://...``) is
+read by :mod:`~energon_plugins.convert.formats.remote_media` under the same limits.
+Import-light (standard library only).
 """
 
 import contextlib
@@ -36,6 +38,8 @@ DEFAULT_MAX_IMAGE_SIZE = 64 * 2**20
 DEFAULT_MAX_IMAGE_PIXELS = 8192 * 8192
 """The most pixels an image may declare in its header (64 Mi pixels, 8192 x 8192)."""
 
+MSC_PREFIX = "msc://"
+"""A media folder on object storage (multi-storage-client's URLs)."""
 _URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.\-]*://")
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -139,7 +143,9 @@ def read_media_file(
     folder: str | os.PathLike, name: str, where: str, limits: MediaLimits | None = None
 ) -> bytes:
     """The bytes of media file ``name`` of a record (relative to ``folder``, or absolute),
-    under ``limits`` (default: those in force); see the module's checks.
+    under ``limits`` (default: those in force); see the module's checks. A ``folder`` given as
+    an ``msc://`` URL is read from object storage with the same guarantees
+    (:mod:`~energon_plugins.convert.formats.remote_media`).
 
     Raises:
         RecordError: ``url``, ``outside_folder``, ``not_a_file``, ``too_large`` (the file is
@@ -148,6 +154,10 @@ def read_media_file(
     limits = limits or current_media_limits()
     if "\0" in name:
         raise RecordError("malformed", f"{where}: the path {name!r} holds a NUL character")
+    if isinstance(folder, str) and folder.startswith(MSC_PREFIX):  # a folder on object storage
+        from energon_plugins.convert.formats.remote_media import read_remote_media
+
+        return read_remote_media(folder, name, where, limits)
     path = resolve_media_path(folder, name, where, limits)
     try:
         info = os.stat(path)
