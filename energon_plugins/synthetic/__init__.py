@@ -8,6 +8,9 @@ byte. One module per job:
   kind (``vqa``, ``captioning``, ``interleaved``, ``llava``, ``chatml``; see :data:`KINDS`);
 - :mod:`~energon_plugins.synthetic.metadataset`: :func:`write_demo_datasets`, the demo's two
   datasets and their metadataset;
+- :mod:`~energon_plugins.synthetic.polylithic`: :func:`write_polylithic_dataset`, crude
+  conversations whose images live in a separate store (an ``aux:`` source), and its
+  metadataset;
 - :mod:`~energon_plugins.synthetic.content`: the seeded scenes, questions, captions and
   conversations of each sample;
 - :mod:`~energon_plugins.synthetic.images`: the PNG scenes of coloured shapes;
@@ -27,6 +30,7 @@ from energon_plugins.synthetic.cache import STAMP_NAME, default_cache_dir
 from energon_plugins.synthetic.images import COLORS, SHAPES, draw_scene
 from energon_plugins.synthetic.info import DatasetInfo
 from energon_plugins.synthetic.metadataset import write_demo_datasets
+from energon_plugins.synthetic.polylithic import polylithic_metadataset, write_polylithic_dataset
 from energon_plugins.synthetic.shards import write_dataset
 from energon_plugins.synthetic.tokenizer import (
     FAMILIES,
@@ -55,5 +59,7 @@ __all__ = [
     "draw_scene",
     "save_demo_tokenizer",
     "write_dataset",
+    "polylithic_metadataset",
     "write_demo_datasets",
+    "write_polylithic_dataset",
 ]
