@@ -1,30 +1,34 @@
-"""Reading ``msc://PROFILE/...`` paths for the up-front checks, with errors that say what is wrong.
+"""Object storage through multi-storage-client: its config, redaction, one wording for every
+storage failure, and the reads of the up-front checks.
 
 Energon opens remote paths through multi-storage-client (MSC), configured by MSC's own file
 (``MSC_CONFIG``, else the first of MSC's default locations: ``~/.msc_config.yaml``,
 ``~/.config/msc/config.yaml``, ``/etc/msc_config.yaml`` ...). Its failures arrive as
 ``ValueError('Profile "x" not found ...')``, ``PermissionError`` (HTTP 403), botocore's
-``NoSuchBucket`` or ``EndpointConnectionError``. :func:`storage_errors` turns each into a
-:class:`~energon_plugins.errors.DatasetError` that names the URL, the profile, the problem and
-where MSC's config came from (:func:`config_source`). No message holds a credential:
-:func:`redact` removes every value of a secret-looking environment variable or config key, the
-user part of URLs and request signatures, and the storage errors are not chained (their
-objects are dropped).
+``NoSuchBucket`` or ``EndpointConnectionError``. :func:`describe_storage_error` turns each into
+one message that names the URL, the profile, the problem and where MSC's config came from
+(:func:`config_source`); :func:`storage_errors` raises it as a
+:class:`~energon_plugins.errors.DatasetError` (or the caller's own error: ``convert`` and the
+loader-state files use this module too). No message holds a credential: :func:`redact` removes
+every value of a secret-looking environment variable or config key, the user part of URLs and
+request signatures, and the storage errors are not chained (their objects are dropped). URLs
+as text are parsed by :mod:`~energon_plugins.config.remote_urls`.
 
 Import-light: multi-storage-client is imported on the first read (about 0.5 s), never Energon.
 """
 
 import contextlib
 import os
-import posixpath
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from energon_plugins.config.remote_urls import MSC_PREFIX as MSC_PREFIX
+from energon_plugins.config.remote_urls import is_msc as is_msc
+from energon_plugins.config.remote_urls import join_url as join_url
+from energon_plugins.config.remote_urls import parent_url as parent_url
+from energon_plugins.config.remote_urls import profile_of, split_url
 from energon_plugins.errors import DatasetError
-
-MSC_PREFIX = "msc://"
-"""The scheme Energon reads remote datasets with (multi-storage-client)."""
 
 _SECRET_NAME = re.compile(
     r"secret|token|passw|credential|private|session|access_?key|api_?key|sas_|signature", re.I
@@ -44,37 +48,18 @@ DENIED_CODES = frozenset(
         "Forbidden",
     }
 )
-"""Storage error codes that mean the credentials were refused or may not read the path."""
-
-
-def is_msc(path: object) -> bool:
-    """Whether ``path`` is an ``msc://`` URL (checked here; other URLs are left to Energon)."""
-    return str(path).startswith(MSC_PREFIX)
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """``(profile, path inside the profile)`` of ``msc://PROFILE/PATH``."""
-    rest = url[len(MSC_PREFIX) :]
-    profile, _, inner = rest.partition("/")
-    return profile, inner.strip("/")
-
-
-def join_url(url: str, *parts: str) -> str:
-    """``url`` joined with ``parts`` (``..`` resolved; an ``msc://`` part replaces all before)."""
-    for part in parts:
-        if is_msc(part):
-            url = part
-            continue
-        profile, inner = split_url(url)
-        joined = posixpath.normpath(posixpath.join("/" + inner, part)).lstrip("/")
-        url = f"{MSC_PREFIX}{profile}/{joined}".rstrip("/")
-    return url
-
-
-def parent_url(url: str) -> str:
-    """The folder ``url`` is in."""
-    profile, inner = split_url(url)
-    return f"{MSC_PREFIX}{profile}/{posixpath.dirname(inner)}".rstrip("/")
+"""Storage error codes that mean the credentials were refused or may not use the path."""
+UNREACHABLE = frozenset(
+    {
+        "EndpointConnectionError",
+        "ConnectionError",
+        "ConnectionClosedError",
+        "ConnectTimeoutError",
+        "ReadTimeoutError",
+        "ConnectionRefusedError",
+    }
+)
+"""Exception type names (anywhere in the chain) that mean the endpoint did not answer."""
 
 
 # --------------------------------------------------------------------------- MSC's config
@@ -198,33 +183,44 @@ def _chain(exc: BaseException) -> Iterator[BaseException]:
         current = current.__cause__ or current.__context__
 
 
-def _error_code(exc: BaseException) -> str | None:
-    """The storage error code (``NoSuchBucket``, ``403`` ...) of a botocore error in the chain."""
+def _error_fields(exc: BaseException) -> Mapping[str, Any]:
+    """The ``Error`` mapping of a botocore error in the chain (``{}`` when there is none)."""
     for link in _chain(exc):
         response = getattr(link, "response", None)
-        if isinstance(response, Mapping):
-            code = (response.get("Error") or {}).get("Code")
-            if code:
-                return str(code)
-    return None
+        if isinstance(response, Mapping) and isinstance(response.get("Error"), Mapping):
+            return response["Error"]
+    return {}
 
 
-def _bucket(url: str) -> str | None:
+def error_code(exc: BaseException) -> str | None:
+    """The storage error code (``NoSuchBucket``, ``403`` ...) of a botocore error in the chain."""
+    code = _error_fields(exc).get("Code")
+    return str(code) if code else None
+
+
+def _bucket(url: str, exc: BaseException) -> str | None:
+    """The bucket a ``NoSuchBucket`` error names, else the first part of the profile's path."""
+    named = _error_fields(exc).get("BucketName")
+    if named:
+        return str(named)
+    if not is_msc(url):
+        return None
     profile, inner = split_url(url)
     full = "/".join(part for part in (profile_base_path(profile), inner) if part)
     return full.split("/")[0] or None
 
 
 def where(url: str) -> str:
-    """``(profile 'p', storage config MSC_CONFIG=...)``: the tail of every remote message."""
-    return f"(profile {split_url(url)[0]!r}, storage config: {config_source()})"
+    """``(profile 'p', storage config: MSC_CONFIG=...)``: the tail of every remote message."""
+    return f"(profile {profile_of(url)!r}, storage config: {config_source()})"
 
 
 def describe_storage_error(url: str, what: str, exc: BaseException) -> str:
-    """What a storage-client error reading ``what`` at ``url`` means, credentials removed."""
-    profile = split_url(url)[0]
+    """What a storage-client error on ``what`` at ``url`` means, naming the URL, the profile and
+    where MSC's config came from; credentials removed (:func:`redact`)."""
+    profile = profile_of(url)
     text = redact(" ".join(str(exc).split()))[:300] or type(exc).__name__
-    code = _error_code(exc)
+    code = error_code(exc)
     names = {type(link).__name__ for link in _chain(exc)}
     if isinstance(exc, ValueError) and f'Profile "{profile}" not found' in str(exc):
         known = defined_profiles()
@@ -237,27 +233,22 @@ def describe_storage_error(url: str, what: str, exc: BaseException) -> str:
     if "malformed MSC config file" in str(exc) or "Failed to validate the config" in str(exc):
         return f"{url}: multi-storage-client's config cannot be read ({text}) {where(url)}"
     if code == "NoSuchBucket":
-        bucket = _bucket(url)
+        bucket = _bucket(url, exc)
         named = f"the bucket {bucket!r}" if bucket else "the bucket of this path"
         return f"{url}: {named} does not exist (reading {what}) {where(url)}"
     if isinstance(exc, PermissionError) or code in DENIED_CODES:
         return (
-            f"{url}: access denied reading {what} (HTTP 403): the storage refused the credentials "
-            f"of profile {profile!r}, or they may not read this path; check the profile's "
+            f"{url}: access denied to {what} (HTTP 403): the storage refused the credentials "
+            f"of profile {profile!r}, or they may not use this path; check the profile's "
             f"credentials (its credentials_provider and the variables it reads) {where(url)}"
         )
-    if "NoCredentialsError" in names or "PartialCredentialsError" in names:
+    if names & {"NoCredentialsError", "PartialCredentialsError"}:
         return f"{url}: profile {profile!r} found no credentials ({text}) {where(url)}"
-    if names & {
-        "EndpointConnectionError",
-        "ConnectionError",
-        "ConnectTimeoutError",
-        "ConnectionRefusedError",
-    }:
+    if names & UNREACHABLE:
         return f"{url}: cannot reach the storage endpoint of profile {profile!r} ({text}) {where(url)}"
     if isinstance(exc, FileNotFoundError):
         return f"{url}: {what} does not exist {where(url)}"
-    return f"{url}: cannot read {what} ({type(exc).__name__}: {text}) {where(url)}"
+    return f"{url}: cannot use {what} ({type(exc).__name__}: {text}) {where(url)}"
 
 
 def _suggest(profile: str, known: list[str]) -> str:
@@ -267,18 +258,24 @@ def _suggest(profile: str, known: list[str]) -> str:
 
 
 @contextlib.contextmanager
-def storage_errors(url: str, what: str) -> Iterator[None]:
-    """Turn a storage-client error in the block into a :class:`DatasetError` (see
-    :func:`describe_storage_error`); the original is not chained (it may quote the config)."""
+def storage_errors(
+    url: str,
+    what: str,
+    error: Callable[[str], Exception] = DatasetError,
+    keep: tuple[type[BaseException], ...] = (DatasetError,),
+) -> Iterator[None]:
+    """Turn a storage-client error in the block into ``error(message)`` (a :class:`DatasetError`
+    unless a caller names its own; see :func:`describe_storage_error`); the ``keep`` errors pass
+    unchanged. The original is not chained (it may quote the config)."""
     try:
         yield
-    except DatasetError:
+    except keep:
         raise
     except Exception as exc:  # noqa: BLE001 - every storage failure becomes one message
         message = redact(describe_storage_error(url, what, exc))
     else:
         return
-    raise DatasetError(message) from None
+    raise error(message) from None
 
 
 # --------------------------------------------------------------------------- reads

@@ -27,6 +27,7 @@ from collections import Counter
 from collections.abc import Sequence
 from typing import Any
 
+from energon_plugins.config.remote_urls import is_msc
 from energon_plugins.convert.diagnose import DuplicateIds, warnings_for
 from energon_plugins.convert.interrupt import raise_if_stopped
 from energon_plugins.convert.output import check_output, disk_full_error
@@ -38,7 +39,6 @@ from energon_plugins.convert.result import ConvertResult
 from energon_plugins.convert.settings import default_workers
 from energon_plugins.convert.shards import ShardStream
 from energon_plugins.convert.state import STATE_NAME, STATE_VERSION, save_state
-from energon_plugins.convert.storage import is_msc
 from energon_plugins.errors import ConvertError
 
 ADVANCE_EVERY = 256

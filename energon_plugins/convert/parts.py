@@ -29,10 +29,11 @@ import tarfile
 from collections.abc import Iterator, Mapping
 from typing import IO, Any
 
+from energon_plugins.config.remote_urls import is_msc, join_url
 from energon_plugins.convert.report import REPORT_NAME
 from energon_plugins.convert.result import ConvertResult
 from energon_plugins.convert.state import STATE_NAME, load_state, parse_state
-from energon_plugins.convert.storage import RemoteFolder, is_msc, join_url
+from energon_plugins.convert.storage import RemoteFolder
 from energon_plugins.errors import ConvertError
 
 SLURM_ID = "SLURM_ARRAY_TASK_ID"

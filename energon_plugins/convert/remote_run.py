@@ -26,6 +26,7 @@ naming the URL and the profile (:mod:`~energon_plugins.convert.storage`).
 import pathlib
 from typing import Any
 
+from energon_plugins.config.remote_urls import clean_url, is_msc
 from energon_plugins.convert.parts import check_same_part
 from energon_plugins.convert.progress import ConvertProgress
 from energon_plugins.convert.result import ConvertResult
@@ -43,7 +44,7 @@ from energon_plugins.convert.staging import (
     staging_folder,
 )
 from energon_plugins.convert.state import check_resumable, check_source, load_state
-from energon_plugins.convert.storage import RemoteFolder, clean_url, is_msc
+from energon_plugins.convert.storage import RemoteFolder
 from energon_plugins.convert.workers import build_reader
 from energon_plugins.errors import ConvertError
 
@@ -78,7 +79,7 @@ def convert_with_store(
     reader = build_reader(source_format, settings)
     media = settings.options.get("image_folder")
     if is_msc(media):
-        RemoteFolder(media, "the media folder").check()
+        RemoteFolder(str(media), "the media folder").check()
     suffixes = getattr(reader, "source_suffixes", None)
     if is_msc(source):
         remote_source_files(source, suffixes)  # there, before anything is removed or written

@@ -25,6 +25,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from energon_plugins.config.remote_urls import is_msc
 from energon_plugins.convert.diagnose import DuplicateIds, warnings_for
 from energon_plugins.convert.interrupt import raise_if_stopped
 from energon_plugins.convert.output import (
@@ -49,7 +50,6 @@ from energon_plugins.convert.state import (
     fingerprint,
     save_state,
 )
-from energon_plugins.convert.storage import is_msc
 from energon_plugins.convert.workers import (
     BATCH_RECORDS,
     batched,

@@ -32,19 +32,17 @@ import tempfile
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from energon_plugins.config.remote_storage import where
+from energon_plugins.config.remote_urls import clean_url, join_url, parent_url
 from energon_plugins.convert.output import INDEX_FOLDER, STATE_TMP, describe_names, earlier_names
 from energon_plugins.convert.report import REPORT_NAME
 from energon_plugins.convert.state import STATE_NAME, load_state, parse_state, save_state
 from energon_plugins.convert.storage import (
     ConvertStorageError,
     RemoteFolder,
-    clean_url,
-    join_url,
     mtime_ns,
-    parent_url,
     resolve,
     storage_errors,
-    where,
 )
 from energon_plugins.errors import ConvertError
 

@@ -1,5 +1,5 @@
-"""``msc://PROFILE/...`` locations for ``convert``: URLs, the objects under a prefix, reads,
-uploads, and one error wording for every storage failure.
+"""``msc://PROFILE/...`` locations for ``convert``: the objects under a prefix, reads, uploads,
+and the conversion's storage error.
 
 ``convert`` reads a source, a media folder or part folders from object storage, and writes a
 dataset there, through multi-storage-client (MSC, the storage client Energon reads ``msc://``
@@ -7,12 +7,10 @@ datasets with), configured by its own file (``MSC_CONFIG``). :class:`RemoteFolde
 on a store: its objects with their sizes (one listing), reading one object whole, a byte range
 of it or as a buffered stream (:func:`RemoteFolder.stream`: ranged reads of
 :data:`STREAM_CHUNK` bytes, so a part's shard is merged without being downloaded), uploading
-and deleting. Every failure becomes a :class:`ConvertStorageError` that names the URL, the
-profile and where MSC's config came from (:func:`describe_failure`): an unknown profile (with
-the ones the config defines), a missing bucket, refused credentials, an endpoint that does not
-answer, a missing object. No message holds a credential: :func:`redact` removes the value of
-every secret-looking environment variable and request signatures, and the storage client's
-exceptions are not chained (their objects are dropped).
+and deleting. Every failure becomes a :class:`ConvertStorageError` worded by
+:func:`~energon_plugins.config.remote_storage.describe_storage_error` (the URL, the profile,
+where MSC's config came from, never a credential); URLs are parsed by
+:mod:`~energon_plugins.config.remote_urls`.
 
 Import-light: MSC is imported on the first storage call, never at import.
 """
@@ -20,25 +18,14 @@ Import-light: MSC is imported on the first storage call, never at import.
 import contextlib
 import io
 import os
-import posixpath
-import re
-from collections.abc import Iterator, Mapping
-from typing import Any, TypeGuard
+from typing import Any
 
+from energon_plugins.config import remote_storage
+from energon_plugins.config.remote_urls import MSC_PREFIX, clean_url, join_url, split_url
 from energon_plugins.errors import ConvertError
 
-MSC_PREFIX = "msc://"
 STREAM_CHUNK = 8 * 2**20
 """Bytes per ranged read of :meth:`RemoteFolder.stream` (memory per open stream)."""
-DENIED = frozenset(
-    {"403", "AccessDenied", "Forbidden", "InvalidAccessKeyId", "SignatureDoesNotMatch", "ExpiredToken"}
-)
-"""Storage error codes meaning the credentials were refused (or may not touch the path)."""
-_SECRET_NAME = re.compile(r"secret|token|passw|credential|private|session|access_?key|api_?key", re.I)
-_SIGNATURE = re.compile(r"((?:X-Amz-)?(?:Signature|Credential|Security-Token)=)[^&\s\"']+", re.I)
-_URL_USER = re.compile(r"([a-z][a-z0-9+.-]*://)[^/@\s]+@", re.I)
-_UNREACHABLE = {"EndpointConnectionError", "ConnectionClosedError", "ConnectTimeoutError", "ReadTimeoutError"}
-_UNREACHABLE |= {"ConnectionRefusedError", "ConnectionError"}
 
 
 class ConvertStorageError(ConvertError):
@@ -46,138 +33,15 @@ class ConvertStorageError(ConvertError):
     endpoint that does not answer): it stops the conversion, which ``--resume`` continues."""
 
 
-# ----------------------------------------------------------------------------- URLs
-def is_msc(path: object) -> TypeGuard[str]:
-    """Whether ``path`` is an ``msc://`` URL."""
-    return isinstance(path, str) and path.startswith(MSC_PREFIX)
-
-
-def clean_url(url: str) -> str:
-    """``url`` without a trailing ``/`` and with ``.`` / ``//`` parts removed (``..`` is left to
-    the callers that must refuse it)."""
-    profile, inner = split_url(url)
-    parts = [part for part in inner.split("/") if part not in ("", ".")]
-    return f"{MSC_PREFIX}{profile}/{'/'.join(parts)}".rstrip("/")
-
-
-def split_url(url: str) -> tuple[str, str]:
-    """``(profile, path inside the profile)`` of ``msc://PROFILE/PATH``."""
-    profile, _, inner = url[len(MSC_PREFIX) :].partition("/")
-    return profile, inner.strip("/")
-
-
-def join_url(url: str, name: str) -> str:
-    """The URL of ``name`` (a relative POSIX path) under ``url``."""
-    return f"{url.rstrip('/')}/{name.lstrip('/')}"
-
-
-def parent_url(url: str) -> str:
-    """The folder ``url`` is in."""
-    profile, inner = split_url(url)
-    return f"{MSC_PREFIX}{profile}/{posixpath.dirname(inner)}".rstrip("/")
-
-
 def inside(key: str, prefix: str) -> bool:
     """Whether the key ``key`` lies under the prefix ``prefix`` (``""``: everything)."""
     return not prefix or key.startswith(prefix.rstrip("/") + "/")
 
 
-# ----------------------------------------------------------------------------- messages
-def redact(text: str) -> str:
-    """``text`` without the value of any secret-looking environment variable
-    (``AWS_SECRET_ACCESS_KEY``, ``*_TOKEN``, ...), request signatures or ``user@`` in URLs."""
-    secrets = {value for name, value in os.environ.items() if _SECRET_NAME.search(name)}
-    for secret in sorted((s for s in secrets if len(s.strip()) >= 4), key=len, reverse=True):
-        text = text.replace(secret, "***")
-    return _URL_USER.sub(r"\1***@", _SIGNATURE.sub(r"\1***", text))
-
-
-def config_source() -> str:
-    """Where MSC's config comes from, for a message (``MSC_CONFIG=...`` or its default places)."""
-    named = os.environ.get("MSC_CONFIG")
-    if named:
-        return f"MSC_CONFIG={named}" + ("" if os.path.isfile(named) else " (no such file)")
-    return "MSC's default config locations (MSC_CONFIG is unset)"
-
-
-def where(url: str) -> str:
-    """``(profile 'p', storage config MSC_CONFIG=...)``: the tail of every storage message."""
-    return f"(profile {split_url(url)[0]!r}, storage config {config_source()})"
-
-
-def _chain(exc: BaseException) -> Iterator[BaseException]:
-    seen: set[int] = set()
-    current: BaseException | None = exc
-    while current is not None and id(current) not in seen:
-        seen.add(id(current))
-        yield current
-        current = current.__cause__ or current.__context__
-
-
-def _error(exc: BaseException) -> Mapping[str, Any]:
-    """The ``Error`` mapping of a botocore error in the chain (``{}`` when there is none)."""
-    for link in _chain(exc):
-        response = getattr(link, "response", None)
-        if isinstance(response, Mapping) and isinstance(response.get("Error"), Mapping):
-            return response["Error"]
-    return {}
-
-
-def _profiles() -> list[str]:
-    try:
-        from multistorageclient.config import StorageClientConfig
-
-        data, _ = StorageClientConfig.read_msc_config()
-        return sorted(str(name) for name in (data or {}).get("profiles") or {})
-    except Exception:  # noqa: BLE001 - only a message's detail depends on it
-        return []
-
-
-def describe_failure(url: str, what: str, exc: BaseException) -> str:
-    """What a storage failure on ``what`` at ``url`` means, naming the URL and the profile."""
-    profile = split_url(url)[0]
-    error, names = _error(exc), {type(link).__name__ for link in _chain(exc)}
-    code = str(error.get("Code") or "")
-    if isinstance(exc, ValueError) and f'Profile "{profile}" not found' in str(exc):
-        known = _profiles()
-        listed = f" (it defines {', '.join(known)})" if known else ""
-        return (
-            f"{url}: the storage profile {profile!r} is not defined in the storage client's "
-            f"config, {config_source()}{listed}; define it there or point MSC_CONFIG at the file "
-            "that does"
-        )
-    if code == "NoSuchBucket":
-        bucket = error.get("BucketName")
-        named = f"the bucket {bucket!r}" if bucket else "its bucket"
-        return f"{url}: {named} does not exist (reading {what}) {where(url)}"
-    if isinstance(exc, PermissionError) or code in DENIED:
-        return (
-            f"{url}: access denied to {what}: the store refused the credentials of profile "
-            f"{profile!r}, or they may not use this path {where(url)}"
-        )
-    if names & {"NoCredentialsError", "PartialCredentialsError"}:
-        return f"{url}: profile {profile!r} found no credentials {where(url)}"
-    if names & _UNREACHABLE:
-        return f"{url}: the storage endpoint of profile {profile!r} does not answer {where(url)}"
-    if isinstance(exc, FileNotFoundError):
-        return f"{url}: {what} does not exist {where(url)}"
-    text = " ".join(str(exc).split())[:300]
-    return f"{url}: {what} failed ({type(exc).__name__}: {text}) {where(url)}"
-
-
-@contextlib.contextmanager
-def storage_errors(url: str, what: str) -> Iterator[None]:
+def storage_errors(url: str, what: str) -> contextlib.AbstractContextManager[None]:
     """Turn any storage failure in the block into a :class:`ConvertStorageError` (not chained:
-    the storage client's exception may quote its config)."""
-    try:
-        yield
-    except ConvertError:
-        raise
-    except Exception as exc:  # noqa: BLE001 - every storage failure becomes one message
-        message = redact(describe_failure(url, what, exc))
-    else:
-        return
-    raise ConvertStorageError(message) from None
+    the storage client's exception may quote its config); a :class:`ConvertError` passes."""
+    return remote_storage.storage_errors(url, what, error=ConvertStorageError, keep=(ConvertError,))
 
 
 def resolve(url: str, what: str) -> tuple[Any, str]:

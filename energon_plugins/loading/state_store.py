@@ -13,20 +13,22 @@ object visible only once its upload has completed), so a reader sees the previou
 new one, never part of one. Reads check the object's size before they download anything.
 
 A store's failure (no permission, unknown profile, no connection) is a :class:`StateStoreError`
-that names the URL, the storage profile and where the storage client's config comes from; its
-text never carries a credential (:func:`~energon_plugins.config.remote_storage.redact`), and the
-storage client's own exception is not chained to it.
+worded by :func:`~energon_plugins.config.remote_storage.describe_storage_error`: it names the
+URL, the storage profile and where the storage client's config comes from, never carries a
+credential, and the storage client's own exception is not chained to it. URLs are parsed by
+:mod:`~energon_plugins.config.remote_urls`.
 """
 
 import contextlib
 import fnmatch
 import os
-import re
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path, PurePath
 from typing import TYPE_CHECKING, Any, Union
 
+from energon_plugins.config.remote_storage import describe_storage_error, error_code, redact, where
+from energon_plugins.config.remote_urls import is_url, profile_of
 from energon_plugins.errors import RemoteStorageError
 
 if TYPE_CHECKING:
@@ -34,8 +36,6 @@ if TYPE_CHECKING:
 
 StatePath = Union[Path, "RemotePath"]
 """A local path or a storage-client path (``multistorageclient.Path``)."""
-
-_URL = re.compile(r"^[A-Za-z][A-Za-z0-9+.-]*://")
 
 __all__ = [
     "ObjectTooLargeError",
@@ -71,48 +71,17 @@ class ObjectTooLargeError(StateStoreError):
         self.size, self.limit = size, limit
 
 
-def is_url(text: str) -> bool:
-    """Whether ``text`` is a URL (``msc://...``, or another scheme the storage client resolves)."""
-    return bool(_URL.match(text))
-
-
 def is_remote(path: Any) -> bool:
     """Whether ``path`` is on an object store (a URL or ``multistorageclient.Path``), not local."""
     return not isinstance(path, PurePath) and is_url(os.fspath(path))
 
 
-def profile_of(path: Any) -> str:
-    """The storage profile a URL names (``msc://PROFILE/...``; ``s3://bucket`` gives ``_s3-bucket``,
-    the storage client's implicit profile)."""
-    scheme, _, rest = os.fspath(path).partition("://")
-    netloc = rest.split("/", 1)[0]
-    return netloc if scheme == "msc" else f"_{scheme}-{netloc}"
-
-
-def _where(url: str) -> str:
-    """``(storage profile 'p', storage config: MSC_CONFIG=...)``, the tail of a store's error."""
-    from energon_plugins.config.remote_storage import config_source
-
-    return f"(storage profile {profile_of(url)!r}, storage config: {config_source()})"
-
-
 def _failure(path: Any, action: str, exc: BaseException) -> StateStoreError:
-    """The error for the storage client's ``exc`` on ``path``: URL, profile, config source, and
-    the client's own words with credentials removed."""
-    from energon_plugins.config.remote_storage import redact
-
+    """The error for the storage client's ``exc`` on ``path``: ``cannot ACTION`` and the shared
+    wording (URL, profile, config source, the problem; credentials removed)."""
     url = os.fspath(path)
-    text = " ".join(redact(str(exc)).split())[:300]
-    return StateStoreError(
-        f"cannot {action} {url}: {type(exc).__name__}: {text} {_where(url)}", object_key=url, operation=action
-    )
-
-
-def _error_code(exc: BaseException) -> str | None:
-    """The S3 error code (``NoSuchBucket``, ``AccessDenied``...) of a botocore error."""
-    response = getattr(exc, "response", None)
-    error = response.get("Error") if isinstance(response, dict) else None
-    return str(error.get("Code")) if isinstance(error, dict) and error.get("Code") else None
+    text = redact(describe_storage_error(url, "the loader state", exc))
+    return StateStoreError(f"cannot {action} {text}", object_key=url, operation=action)
 
 
 @contextlib.contextmanager
@@ -126,7 +95,7 @@ def _storage_call(path: Any, action: str) -> Iterator[None]:
     except StateStoreError:
         raise
     except Exception as exc:  # noqa: BLE001 - every storage failure becomes one message
-        if isinstance(exc, FileNotFoundError) or _error_code(exc) == "NoSuchBucket":
+        if isinstance(exc, FileNotFoundError) or error_code(exc) == "NoSuchBucket":
             failure: OSError = FileNotFoundError(
                 f"{url} does not exist (storage profile {profile_of(url)!r})"
             )
@@ -320,7 +289,7 @@ def write_atomic(path: StatePath, data: bytes) -> None:
             msc.write(url, bytes(data))  # one PUT of the complete bytes
     except FileNotFoundError:  # S3 answers a PUT with 404 only when the bucket is missing
         raise StateStoreError(
-            f"cannot write {url}: its bucket does not exist {_where(url)}", object_key=url, operation="write"
+            f"cannot write {url}: its bucket does not exist {where(url)}", object_key=url, operation="write"
         ) from None
 
 

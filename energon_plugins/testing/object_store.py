@@ -13,20 +13,23 @@ uploads folders and stops the server::
             module = EnergonMultiModalDataModule(path=s3.url("data", "train"), ...)
 
 :class:`DelayProxy` sits between the client and the server to delay or cut responses, to test
-what a slow or dropped connection does. ``moto[server]`` and ``boto3`` are dev dependencies
+what a slow or dropped connection does. ``LocalS3.start(root, auth=True)`` starts a server that
+checks every request's credentials against its IAM users, as a real store refuses unknown keys
+(:meth:`LocalS3.create_access_key` makes one it accepts). ``moto[server]`` and ``boto3`` are dev dependencies
 (``pip install energon-plugins[dev]``); importing this module needs neither.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import socket
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -108,12 +111,21 @@ class LocalS3:
         self.write_config({self.profile: (self.endpoint, "")})
 
     @classmethod
-    def start(cls, root: Path, *, profile: str = "s3test", timeout: float = 30.0) -> LocalS3:
-        """Start ``moto.server`` on a free port; ``root`` holds its log and the MSC config."""
+    def start(
+        cls, root: Path, *, profile: str = "s3test", timeout: float = 30.0, auth: bool = False
+    ) -> LocalS3:
+        """Start ``moto.server`` on a free port; ``root`` holds its log and the MSC config.
+
+        ``auth``: the server checks the credentials of every request against its IAM users
+        (moto's ``INITIAL_NO_AUTH_ACTION_COUNT=0``); it has none, so the test's keys are refused
+        (HTTP 403) until :meth:`create_access_key` makes one. Without it any key is accepted.
+        """
         root.mkdir(parents=True, exist_ok=True)
         port = free_port()
         log = open(root / "moto_server.log", "wb")
         env = {**os.environ, "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
+        if auth:
+            env["INITIAL_NO_AUTH_ACTION_COUNT"] = "0"
         process = subprocess.Popen(
             [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
             stdout=log,
@@ -153,21 +165,53 @@ class LocalS3:
             "AWS_DEFAULT_REGION": REGION,
         }
 
+    def environment(self, **values: str) -> contextlib.AbstractContextManager[None]:
+        """Set :meth:`env` (with ``values`` over it) in ``os.environ`` for the block and restore it
+        after (see :func:`storage_environment`)."""
+        return storage_environment({**self.env(), **values})
+
+    def _set_auth(self, count: str) -> str:
+        """Set the server's ``INITIAL_NO_AUTH_ACTION_COUNT`` (``"0"``: check every request,
+        ``"inf"``: none); returns the previous value."""
+        import urllib.request
+
+        request = urllib.request.Request(
+            f"{self.endpoint}/moto-api/reset-auth",
+            data=count.encode(),
+            method="POST",
+            headers={"Content-Type": "text/plain"},
+        )
+        with urllib.request.urlopen(request, timeout=10) as answer:
+            return str(json.loads(answer.read())["PREVIOUS_INITIAL_NO_AUTH_ACTION_COUNT"])
+
     @contextlib.contextmanager
-    def environment(self) -> Iterator[None]:
-        """Set :meth:`env` in ``os.environ`` for the block and restore it after."""
-        saved = {name: os.environ.get(name) for name in self.env()}
-        os.environ.update(self.env())
-        _forget_storage_clients()
+    def unchecked(self) -> Iterator[None]:
+        """Accept any credentials in the block (to set up buckets and users on a server started
+        with ``auth``); the server checks them again after it as it did before."""
+        previous = self._set_auth("inf")
         try:
             yield
         finally:
-            for name, value in saved.items():
-                if value is None:
-                    os.environ.pop(name, None)
-                else:
-                    os.environ[name] = value
-            _forget_storage_clients()
+            self._set_auth(previous)
+
+    def create_access_key(self, user: str = "reader") -> tuple[str, str]:
+        """``(access key id, secret key)`` of a new IAM user ``user`` allowed every action: the
+        credentials a server started with ``auth`` accepts."""
+        import boto3
+
+        allow = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
+        with self.unchecked():
+            iam = boto3.client(
+                "iam",
+                endpoint_url=self.endpoint,
+                aws_access_key_id=ACCESS_KEY,
+                aws_secret_access_key=SECRET_KEY,
+                region_name=REGION,
+            )
+            iam.create_user(UserName=user)
+            iam.put_user_policy(UserName=user, PolicyName="all", PolicyDocument=json.dumps(allow))
+            key = iam.create_access_key(UserName=user)["AccessKey"]
+        return str(key["AccessKeyId"]), str(key["SecretAccessKey"])
 
     def client(self) -> Any:
         """A boto3 S3 client on the server (for setting up buckets and objects in tests)."""
@@ -230,6 +274,24 @@ class LocalS3:
 
     def __exit__(self, *exc: object) -> None:
         self.stop()
+
+
+@contextlib.contextmanager
+def storage_environment(values: Mapping[str, str]) -> Iterator[None]:
+    """``values`` in ``os.environ`` for the block, restored after; the storage client's cached
+    profiles are dropped on the way in and out, so a changed ``MSC_CONFIG`` is read again."""
+    saved = {name: os.environ.get(name) for name in values}
+    os.environ.update(values)
+    _forget_storage_clients()
+    try:
+        yield
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        _forget_storage_clients()
 
 
 def _forget_storage_clients() -> None:

@@ -8,10 +8,6 @@ second moto server with its IAM authentication on (``/moto-api/reset-auth``: the
 accepts any key). ``validate --deep`` reads the remote samples through the whole pipeline.
 """
 
-import contextlib
-import json
-import os
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -25,9 +21,9 @@ from energon_plugins.testing.object_store import (
     ACCESS_KEY,
     SECRET_KEY,
     LocalS3,
-    _forget_storage_clients,
     free_port,
     msc_config_text,
+    storage_environment,
 )
 from tests._refusals import assert_refusal
 
@@ -87,23 +83,6 @@ def write_config(root: Path, name: str, path: str, **values) -> Path:
     return file
 
 
-@contextlib.contextmanager
-def storage_environment(values):
-    """``values`` in ``os.environ`` for the block, the storage client's cached profiles dropped."""
-    saved = {name: os.environ.get(name) for name in values}
-    os.environ.update(values)
-    _forget_storage_clients()
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        _forget_storage_clients()
-
-
 def validate(config: Path, env: dict, *args: str):
     with storage_environment(env):
         return CliRunner().invoke(cli, ["validate", str(config), *args], env={"COLUMNS": "400"})
@@ -113,30 +92,12 @@ def validate(config: Path, env: dict, *args: str):
 @pytest.fixture(scope="module")
 def auth_s3(tmp_path_factory, vqa_dataset):
     """A second server with IAM authentication on: ``(server, bucket, IAM key id, its secret)``."""
-    import boto3
-
-    with LocalS3.start(tmp_path_factory.mktemp("s3-auth")) as server:
-        bucket = server.new_bucket("auth")
-        server.upload_folder(vqa_dataset.path / ".nv-meta", bucket, "vqa/.nv-meta")
-        iam = boto3.client(
-            "iam",
-            endpoint_url=server.endpoint,
-            aws_access_key_id=ACCESS_KEY,
-            aws_secret_access_key=SECRET_KEY,
-            region_name="us-east-1",
-        )
-        iam.create_user(UserName="reader")
-        allow = {"Version": "2012-10-17", "Statement": [{"Effect": "Allow", "Action": "*", "Resource": "*"}]}
-        iam.put_user_policy(UserName="reader", PolicyName="read", PolicyDocument=json.dumps(allow))
-        key = iam.create_access_key(UserName="reader")["AccessKey"]
-        request = urllib.request.Request(
-            f"{server.endpoint}/moto-api/reset-auth",
-            data=b"0",
-            method="POST",
-            headers={"Content-Type": "text/plain"},
-        )
-        urllib.request.urlopen(request).read()  # from now on every request is authenticated
-        yield server, bucket, key["AccessKeyId"], key["SecretAccessKey"]
+    with LocalS3.start(tmp_path_factory.mktemp("s3-auth"), auth=True) as server:
+        with server.unchecked():
+            bucket = server.new_bucket("auth")
+            server.upload_folder(vqa_dataset.path / ".nv-meta", bucket, "vqa/.nv-meta")
+        key_id, secret = server.create_access_key("reader")
+        yield server, bucket, key_id, secret
 
 
 def test_the_auth_server_accepts_its_own_key_and_refuses_others(auth_s3):

@@ -28,10 +28,11 @@ from click.testing import CliRunner
 import energon_plugins
 from energon_plugins import RecordError, convert_dataset
 from energon_plugins.cli import cli
+from energon_plugins.config.remote_storage import describe_storage_error, redact
 from energon_plugins.convert.formats.media import MediaLimits, read_media_file
 from energon_plugins.convert.merge import merge_parts
 from energon_plugins.convert.progress import ConvertProgress
-from energon_plugins.convert.storage import ConvertStorageError, describe_failure, redact
+from energon_plugins.convert.storage import ConvertStorageError
 from energon_plugins.testing.object_store import SECRET_KEY, DelayProxy
 from tests._convert_sources import (
     SHARD,
@@ -353,8 +354,8 @@ def test_refused_credentials_are_named_without_the_secret(local_s3):
     url = local_s3.url("data", "raw/data.json")
     denied = ClientError({"Error": {"Code": "AccessDenied", "Message": f"no ({SECRET_KEY})"}}, "GetObject")
     with local_s3.environment():
-        text = redact(describe_failure(url, "the source", denied))
-        other = redact(describe_failure(url, "the source", RuntimeError(f"signed with {SECRET_KEY}")))
+        text = redact(describe_storage_error(url, "the source", denied))
+        other = redact(describe_storage_error(url, "the source", RuntimeError(f"signed with {SECRET_KEY}")))
     assert text.startswith(f"{url}: access denied to the source") and "'s3test'" in text
     assert "MSC_CONFIG=" in text and SECRET_KEY not in text + other and "***" in other
 

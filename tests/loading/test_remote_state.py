@@ -11,10 +11,7 @@ never downloaded; a missing file or folder is refused as a local one is; errors 
 the profile, never the secret key.
 """
 
-import os
 import pickle
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -31,7 +28,7 @@ from energon_plugins.loading.checkpoint import (
 from energon_plugins.loading.rank_files import find_rank_files, read_rank_states
 from energon_plugins.loading.state_store import StateStoreError
 from energon_plugins.testing.compare import batch_differences
-from energon_plugins.testing.object_store import SECRET_KEY, DelayProxy, LocalS3, _wait_listening, free_port
+from energon_plugins.testing.object_store import SECRET_KEY, DelayProxy, LocalS3
 from tests.loading._rank_runs import ITERATION, builder, read_run, write_bridge_checkpoint
 
 RANK0 = "train_dataloader_dprank000.pt"
@@ -255,19 +252,7 @@ def test_an_unknown_profile_is_named(store):
 def guarded_s3(tmp_path_factory):
     """A second S3 server that checks credentials: it knows no access key, so every request with
     the test's credentials is refused (403), as a real store refuses wrong ones."""
-    root = tmp_path_factory.mktemp("s3-auth")
-    port = free_port()
-    env = {**os.environ, "INITIAL_NO_AUTH_ACTION_COUNT": "0", "MOTO_ALLOW_NONEXISTENT_REGION": "true"}
-    with open(root / "moto_server.log", "wb") as log:
-        process = subprocess.Popen(
-            [sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            start_new_session=True,
-        )
-    with LocalS3(root=root, port=port, process=process) as server:
-        _wait_listening(port, process, 30)
+    with LocalS3.start(tmp_path_factory.mktemp("s3-auth"), auth=True) as server:
         yield server
 
 
@@ -282,7 +267,7 @@ def test_refused_credentials_name_the_url_not_the_secret(guarded_s3, action):
             load_loader_state(url, dp_rank=0)
         else:
             find_rank_files(url)
-    _message(info.value, url, "PermissionError", "'s3test'")
+    _message(info.value, url, "access denied", "refused the credentials", "'s3test'", "MSC_CONFIG=")
     assert info.value.__cause__ is None and info.value.__suppress_context__
 
 

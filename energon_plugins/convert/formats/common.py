@@ -12,9 +12,9 @@ import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
+from energon_plugins.config.remote_urls import clean_url, is_msc, parent_url
 from energon_plugins.convert.formats.media import check_size, current_media_limits, read_media_file
 from energon_plugins.convert.records import RecordError
-from energon_plugins.convert.storage import clean_url, is_msc, parent_url
 from energon_plugins.encoding.chat.conversation import GPT_ROLES
 
 DEFAULT_IMAGE_TOKEN = "<image>"

@@ -22,9 +22,10 @@ URL, and ``--resume`` continues once the store answers.
 import contextlib
 import posixpath
 
+from energon_plugins.config.remote_urls import MSC_PREFIX, split_url
 from energon_plugins.convert.formats.media import MediaLimits, check_size, is_url
 from energon_plugins.convert.records import RecordError
-from energon_plugins.convert.storage import MSC_PREFIX, inside, resolve, split_url, storage_errors
+from energon_plugins.convert.storage import inside, resolve, storage_errors
 
 MAX_LINKS = 8
 """Links (storage-client symlinks) followed from one media path."""
