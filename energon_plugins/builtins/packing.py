@@ -8,7 +8,8 @@ _OPTIONS = "energon_plugins.encoding.packing.options"
 
 @hookimpl
 def register_packing_strategies(register):
-    """Register ``none``, ``first-fit-decreasing``, ``best-fit-decreasing``, ``greedy-knapsack``."""
+    """Register ``none``, ``first-fit-decreasing``, ``best-fit-decreasing``, ``greedy-knapsack``,
+    ``vision-balanced``."""
     register(
         "none",
         f"{_MODULE}:make_none",
@@ -36,4 +37,10 @@ def register_packing_strategies(register):
         options=f"{_OPTIONS}:GreedyKnapsackOptions",
         description="Reference: fill one pack at a time with the longest sample that fits",
         aliases=("knapsack",),
+    )
+    register(
+        "vision-balanced",
+        "energon_plugins.encoding.packing.vision_balanced:make_vision_balanced",
+        options="energon_plugins.encoding.packing.vision_balanced:VisionBalancedOptions",
+        description="First-fit decreasing, then packs evened out by image/video patches (DP balance)",
     )

@@ -109,6 +109,10 @@ class PackingStrategy:
             ValueError: ``capacity`` is not a positive integer, a length is not a
                 non-negative integer, or a sample is overlong and ``overlong="error"``.
         """
+        return self._plan_with(lengths, capacity, self._pack)
+
+    def _plan_with(self, lengths: Sequence[int], capacity: int, pack: Any) -> PackingPlan:
+        """:meth:`plan` with ``pack(lengths, items, capacity)`` grouping the fitting samples."""
         capacity = _check_capacity(capacity)
         lengths = _check_lengths(lengths)
         fitting: list[int] = []
@@ -130,7 +134,7 @@ class PackingStrategy:
                 dropped = overlong
             else:
                 truncated = overlong
-        groups = self._pack(lengths, fitting, capacity) if fitting else []
+        groups = pack(lengths, fitting, capacity) if fitting else []
         for group in groups:
             group.sort()
         groups.extend([index] for index in truncated)

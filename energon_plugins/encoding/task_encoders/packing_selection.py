@@ -29,6 +29,7 @@ from energon_plugins.encoding.packing.carry import split_carry
 from energon_plugins.encoding.packing.options import PackingOptions
 from energon_plugins.encoding.packing.parallel import parallel_pad_multiple
 from energon_plugins.encoding.packing.rules import selection_problem
+from energon_plugins.encoding.packing.vision_balanced import vision_patches
 from energon_plugins.encoding.plugin_outputs import FatalPluginOutputError
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.errors import ConfigError
@@ -107,6 +108,14 @@ class PackSelectionMixin:
         """The tokens ``sample`` takes in a pack: its length rounded up to the pad multiple."""
         return round_up(int(sample.length), self.pad_to_multiple_of)
 
+    def vision_patches(self, sample: EncodedSample) -> list[int]:
+        """Patches of each image and video of ``sample``, for a strategy that balances vision
+        work (``uses_vision_patches``, e.g. ``vision-balanced``); override for other layouts.
+
+        Default: :func:`~energon_plugins.encoding.packing.vision_balanced.vision_patches`.
+        """
+        return vision_patches(sample)
+
     def packing_counts(self) -> dict[str, int]:
         """Packing statistics of this process: buffers, samples, packs, real tokens, carried.
 
@@ -151,7 +160,10 @@ class PackSelectionMixin:
         # whole buffer: a strategy error (overlong="error" included) stops the loader instead.
         try:
             if hasattr(strategy, "plan"):
-                plan = strategy.plan(lengths, capacity)
+                if getattr(strategy, "uses_vision_patches", False):  # e.g. vision-balanced
+                    plan = strategy.plan(lengths, capacity, [self.vision_patches(s) for s in samples])
+                else:
+                    plan = strategy.plan(lengths, capacity)
                 groups = plan.groups
                 dropped, truncated = list(plan.dropped), list(plan.truncated)
             else:
