@@ -7,6 +7,8 @@ Energon has (``__class__: NoSuchMetadataset`` is refused here, naming the file a
 every shard it names is there and no shorter than its ``.tar.idx`` says, and a split holds
 samples; it costs a ``stat`` (and an 8-byte read) per shard. An ``msc://PROFILE/...`` URL is
 checked the same way over the storage client (:mod:`energon_plugins.config.remote_dataset`).
+A metadataset's leaves are walked by :mod:`energon_plugins.config.blend_walk` (two small reads
+per leaf): a leaf reached twice, an empty leaf or a bad weight is refused, naming its place.
 """
 
 import contextlib
@@ -134,19 +136,29 @@ def _check_metadataset_class(path: "str | Path", data: Mapping[str, Any]) -> Non
 def check_dataset(path: str | Path, splits: Iterable[str] = ("train",)) -> str:
     """Check that ``path`` is an Energon dataset holding every split in ``splits``.
 
-    Returns the dataset kind (see :func:`dataset_splits`).
+    Returns the dataset kind (see :func:`dataset_splits`). A metadataset's blends are checked
+    too (:func:`~energon_plugins.config.blend_walk.blend_problems`): every leaf of those splits
+    exists and holds samples, none is reached twice, every weight is a number above 0.
 
     Raises:
-        DatasetError: naming the path and the missing split, and listing the splits it has.
+        DatasetError: naming the path and the missing split, and listing the splits it has; or
+            naming each bad leaf of a metadataset and its place in the YAML.
     """
     kind, have = dataset_splits(path)
     if kind == "jsonl":
         return kind
+    splits = list(splits)
     for split in splits:
         if split not in have:
             raise DatasetError(
                 f"{path}: the {kind} has no {split!r} split (it has: {', '.join(sorted(have)) or 'none'})"
             )
+    if kind == "metadataset":
+        from energon_plugins.config.blend_walk import blend_problems
+
+        problems = blend_problems(path, splits)
+        if problems:
+            raise DatasetError("; ".join(problems))
     return kind
 
 
@@ -225,6 +237,29 @@ def split_shard_names(data: Any, split: str) -> list[str] | None:
         return [n for p in patterns for n in braceexpand.braceexpand(p) if n not in excluded]
     except (KeyError, TypeError, AttributeError):
         return None
+
+
+def empty_split_reason(split_text: str | None, index_text: str | None, split: str) -> str | None:
+    """Why ``split`` of a prepared folder holds no samples, from the texts of its
+    ``.nv-meta/split.yaml`` and ``.nv-meta/.info.json`` (``None``: it holds some, or a text
+    is missing or unreadable, which the other checks report)."""
+    try:
+        data = yaml.safe_load(split_text) if split_text is not None else None
+        index = json.loads(index_text) if index_text is not None else None
+    except (ValueError, yaml.YAMLError):
+        return None
+    parts = data.get("split_parts") if isinstance(data, Mapping) else None
+    if not isinstance(parts, Mapping):
+        return None
+    if split not in parts:
+        return f"it has no {split!r} split (it has: {', '.join(map(str, parts)) or 'none'})"
+    names = split_shard_names(data, split)
+    if names is not None and not names:
+        return f"its {split!r} split lists no shards"
+    counts = index.get("shard_counts") if isinstance(index, Mapping) else None
+    if names and isinstance(counts, Mapping) and not any(counts.get(name) for name in names):
+        return f"the {len(names)} shard(s) of its {split!r} split hold no samples"
+    return None
 
 
 def shard_problems(folder: str | Path, splits: Iterable[str] = ()) -> list[str]:

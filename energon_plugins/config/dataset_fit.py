@@ -19,6 +19,7 @@ from typing import Any
 import yaml
 
 from energon_plugins.config.aux_sources import aux_problems
+from energon_plugins.config.blend_walk import leaf_places
 from energon_plugins.config.dataset_check import META_DIR
 from energon_plugins.config.remote_storage import is_msc, join_url, parent_url
 from energon_plugins.errors import DatasetError
@@ -198,13 +199,17 @@ def fit_problems(encoder: Any, path: str | Path, split: str) -> list[str]:
     """Why ``encoder`` cannot read the ``split`` of the dataset at ``path`` (empty: it can).
 
     Crude folders need a cooker whose subflavors match; typed folders need a sample type among
-    the encoder's ``supported_sample_types`` when it declares them (``None``: not checked).
+    the encoder's ``supported_sample_types`` when it declares them (``None``: not checked). A
+    metadataset's leaf is named with its place in the YAML (``blend.yaml: splits.train.blend[1]``).
     """
     name = type(encoder).__name__
     problems = []
     top: Path | str = str(path).rstrip("/") if is_msc(path) else Path(path).expanduser()
+    places = leaf_places(path, split) if str(path).endswith((".yaml", ".yml")) else {}
     for part in dataset_parts(path, split=split):
         where = f"{part.path} ({split} split" + (f" of {top})" if part.path != top else ")")
+        place = places.get(str(part.path) if is_msc(part.path) else str(Path(part.path).resolve()))
+        where += f" at {place}" if place else ""
         problems += aux_problems(encoder, part, where)
         if part.crude:
             cookers = list(getattr(encoder, "cookers", None) or ())

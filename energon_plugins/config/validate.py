@@ -250,8 +250,11 @@ def dataset_path_problem(path: Path) -> str | None:
     file), the same one the datamodule runs before building a loader, then the shards of every
     prepared folder behind ``path``
     (:func:`~energon_plugins.config.dataset_check.shard_problems`: each one the index names is
-    there and whole; the train split, and a val split when there is one, hold samples).
+    there and whole; the train split, and a val split when there is one, hold samples) and the
+    blends of a metadataset's train and val splits
+    (:func:`~energon_plugins.config.blend_walk.blend_problems`).
     """
+    from energon_plugins.config.blend_walk import blend_problems
     from energon_plugins.config.dataset_check import check_dataset, dataset_splits, shard_problems
     from energon_plugins.config.dataset_fit import dataset_parts
     from energon_plugins.errors import DatasetError
@@ -263,8 +266,10 @@ def dataset_path_problem(path: Path) -> str | None:
         if kind == "webdataset":
             splits = [s for s in ("train", "val") if s in dataset_splits(path)[1]]
             problems = shard_problems(path, splits)
-        elif kind == "metadataset":
-            problems = [p for part in dataset_parts(path) for p in shard_problems(part.path)]
+        elif kind == "metadataset":  # check_dataset walked the train blend; the val blend too
+            val = [s for s in ("val",) if s in dataset_splits(path)[1]]
+            problems = blend_problems(path, val)
+            problems += [p for part in dataset_parts(path) for p in shard_problems(part.path)]
         else:
             problems = []
     except DatasetError as exc:
