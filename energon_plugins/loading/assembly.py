@@ -30,6 +30,7 @@ from energon_plugins.loading.distributed import parallel_layout
 from energon_plugins.loading.errors_policy import SkipCountingDataset, SkipTracker, guard_truncated_shards
 from energon_plugins.loading.formatting import BatchFormatDataset, build_batch_format
 from energon_plugins.loading.heap import freezes_heap
+from energon_plugins.loading.source_stats import count_sources
 from energon_plugins.loading.stages import finish_watchdogs
 from energon_plugins.loading.tar_members import bound_tar_readers
 from energon_plugins.loading.transfer import configure_pinning
@@ -183,6 +184,7 @@ def loader_dataset(datamodule: Any, num_workers: int, split: Split) -> Any:
     dataset = datamodule.datasets_provider(worker_config, split=split)
     bound_tar_readers(dataset)  # before the guard wraps the readers
     guard_truncated_shards(dataset, tracker)
+    dataset = count_sources(dataset, tracker, datamodule.path, split, encoder)  # before the format
     fmt, label = build_batch_format(datamodule.batch_format, datamodule.build_context(split))
     if fmt is not None:  # applied to every batch, in the workers
         dataset = BatchFormatDataset(dataset, fmt, label=label, encoder=encoder)

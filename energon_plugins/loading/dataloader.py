@@ -157,6 +157,17 @@ class EnergonDataloader(LayoutRestore):
         """Samples skipped so far (by reason) in the part of the stream delivered, all workers."""
         return self._counts.total()
 
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """What the delivered part of the stream held, per source (cumulative, all workers):
+        ``{source: {"samples", "tokens", "loss_tokens", "image_tokens", "video_tokens",
+        "audio_tokens", "padding", "packs": int, "skipped": {reason: int}}}``.
+
+        A source is the metadataset leaf's ``path`` as its YAML writes it (for a single
+        dataset, the datamodule's ``path``); see :mod:`energon_plugins.loading.source_stats`.
+        Restored with the state.
+        """
+        return self._counts.sources.total()
+
     # ------------------------------------------------------------------ state
     def _loader_position(self) -> Any:
         """What :meth:`save_state` needs to describe the loader as of now (cheap with workers)."""
@@ -186,7 +197,8 @@ class EnergonDataloader(LayoutRestore):
         """Return this rank's loader state.
 
         A plain dict, ``{"energon": <Energon's save_state_rank()>, "skip_counts": {worker:
-        {reason: count}}, "fingerprint": {...}}`` (``fingerprint`` when the datamodule built
+        {reason: count}}, "source_stats": {worker: {source: counters}}, "fingerprint": {...}}``
+        (``fingerprint`` when the datamodule built
         the loader). It holds only Python containers and scalars, NumPy arrays, torch tensors
         and Energon's state classes, so Megatron-Bridge's checkpointing (``torch.save``, then
         its restricted ``energon_torch_load``) round-trips it, as does
@@ -200,6 +212,7 @@ class EnergonDataloader(LayoutRestore):
         state: dict[str, Any] = {
             STATE_KEY: self._energon_state(save),
             "skip_counts": self._counts.state(),
+            "source_stats": self._counts.sources.state(),
         }
         if self.fingerprint is not None:
             state["fingerprint"] = dict(self.fingerprint)
@@ -244,7 +257,7 @@ class EnergonDataloader(LayoutRestore):
             raise LoaderStateError(
                 f"{type(self._dataloader).__name__} is not savable (use get_savable_loader)"
             )
-        counts = None
+        counts = sources = None
         state = unwrap(state)  # a whole Megatron-Bridge file payload: the state inside
         positions = None
         if isinstance(state, dict) and STATE_KEY in state:
@@ -258,6 +271,7 @@ class EnergonDataloader(LayoutRestore):
             if self._adopt_partitions(state):
                 return
             counts = state.get("skip_counts")
+            sources = state.get("source_stats")
             positions = state.get("positions")
             state = state[STATE_KEY]
         self._check_layout(state)
@@ -269,6 +283,7 @@ class EnergonDataloader(LayoutRestore):
         except (AssertionError, IndexError, KeyError) as exc:
             raise _restore_failed(exc) from exc
         self._counts.load(counts)
+        self._counts.sources.load(sources)
         if positions is not None:
             self._positions.update({int(p): int(i) for p, i in positions.items()})
         self._restored = state is not None

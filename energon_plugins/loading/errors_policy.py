@@ -21,12 +21,14 @@ Counting is exact with worker processes: each worker's cumulative counts are a s
 of :class:`SkipCountingDataset` (so they are checkpointed and replayed with Energon's state)
 and travel with every batch as a :class:`CountedBatch`; the main process keeps the latest
 counts per worker and sums them (:class:`SkipCounts`). The counts therefore describe exactly
-the part of the stream that was delivered, also after a restore.
+the part of the stream that was delivered, also after a restore. The counters per source
+(:mod:`energon_plugins.loading.source_stats`) travel the same way, beside the skip counts.
 """
 
 from __future__ import annotations
 
 import collections
+import copy
 import logging
 import tarfile
 from collections.abc import Iterator, Mapping
@@ -40,6 +42,7 @@ from megatron.energon.wrappers.base import BaseWrapperDataset
 from energon_plugins.encoding.chat.chatml import VIDEO_EXTENSIONS
 from energon_plugins.errors import EnergonPluginsError, PluginOutputError
 from energon_plugins.loading.sample_failures import sample_failure
+from energon_plugins.loading.source_stats import SourceTotals
 from energon_plugins.loading.stages import TransparentRestore
 from energon_plugins.loading.storage_errors import storage_failure
 
@@ -145,6 +148,9 @@ class SkipTracker:
         self.on_error = check_policy(on_error)
         self.counts: collections.Counter[str] = collections.Counter()
         self._warned_shards: set[str] = set()
+        #: The :class:`~energon_plugins.loading.source_stats.SourceCounter` of this loader
+        #: (set by ``count_sources``), which also counts the skips per source; or None.
+        self.sources: Any = None
 
     def record(self, reason: str, what: str, exc: BaseException | None = None) -> None:
         """Count one skipped sample under ``reason`` and log it."""
@@ -172,8 +178,10 @@ class SkipTracker:
                 "(on_error='raise'; use on_error='skip' to skip and count bad samples)"
             ) from exc
         self.record(reason, what, exc)
+        if self.sources is not None:
+            self.sources.count_skip(reason, sources)
 
-    def truncated(self, shard: str, index: int, exc: BaseException) -> None:
+    def truncated(self, shard: str, index: int, exc: BaseException, dataset_path: Any = None) -> None:
         """Apply the policy to sample ``index`` lying past the end of ``shard``."""
         if self.on_error == "raise":
             raise TruncatedShardError(
@@ -182,6 +190,8 @@ class SkipTracker:
                 "skip the rest of a truncated shard"
             ) from exc
         self.counts[TRUNCATED] += 1
+        if self.sources is not None:
+            self.sources.count_shard_skip(TRUNCATED, dataset_path)
         if shard not in self._warned_shards:
             self._warned_shards.add(shard)
             logger.warning(
@@ -204,7 +214,9 @@ class _GuardedReader:
         except Exception as exc:
             if not is_truncation(exc):
                 raise
-            self._tracker.truncated(_shard_of(self._reader, index, exc), index, exc)
+            self._tracker.truncated(
+                _shard_of(self._reader, index, exc), index, exc, getattr(self._reader, "base_path", None)
+            )
             return None
 
     def __len__(self) -> int:
@@ -268,7 +280,8 @@ class CountedBatch(Sample):
 
     From a partitioned loader (:mod:`energon_plugins.loading.partitions`) ``worker`` and
     ``partition`` are the data partition and ``index`` the partition's own output index;
-    otherwise both are -1.
+    otherwise both are -1. ``source_stats``: the worker's cumulative counters per source
+    (:mod:`energon_plugins.loading.source_stats`), or None.
     """
 
     batch: Any
@@ -276,6 +289,7 @@ class CountedBatch(Sample):
     skip_counts: dict
     partition: int = -1
     index: int = -1
+    source_stats: dict | None = None
 
     def pin_memory(self) -> CountedBatch:
         """A copy whose batch is pinned by torch's own pin-memory pass.
@@ -293,6 +307,7 @@ class CountedBatch(Sample):
             skip_counts=self.skip_counts,
             partition=self.partition,
             index=self.index,
+            source_stats=self.source_stats,
         )
 
 
@@ -305,10 +320,12 @@ class SkipCountingDataset(TransparentRestore, BaseWrapperDataset):
 
     The cumulative counts are a savable field, so Energon checkpoints them with the rest of
     the pipeline and a restored loader reports exactly what an uninterrupted one would.
-    Counts of the task encoder (``error_counts()``) are folded in as they grow.
+    Counts of the task encoder (``error_counts()``) are folded in as they grow. The tracker's
+    counters per source (when it has them) are a savable field too; a state saved before they
+    existed restores them as zero.
     """
 
-    _savable_fields = ("_counts",)
+    _savable_fields = ("_counts", "_source_stats")
 
     def __init__(self, dataset: Any, tracker: SkipTracker, encoder: Any = None) -> None:
         super().__init__(dataset, worker_config=dataset.worker_config)
@@ -326,9 +343,33 @@ class SkipCountingDataset(TransparentRestore, BaseWrapperDataset):
         self.tracker.counts = collections.Counter(dict(value or {}))
         self._encoder_seen = self._encoder_counts()
 
+    @property
+    def _source_stats(self) -> dict[str, Any] | None:
+        sources = getattr(self.tracker, "sources", None)
+        return sources.state() if sources is not None else None
+
+    @_source_stats.setter
+    def _source_stats(self, value: Mapping[str, Any] | None) -> None:
+        sources = getattr(self.tracker, "sources", None)
+        if sources is not None:
+            sources.load(value)
+
     def reset_state_own(self) -> None:
         """Start counting from zero."""
         self._counts = {}
+        self._source_stats = None
+
+    def restore_state(self, state: Any) -> None:
+        """Restore ``state``; one saved before the counters per source existed restores them
+        as zero."""
+        if (
+            state is not None
+            and state.get("__class__") == type(self).__name__
+            and "_source_stats" not in state
+        ):
+            state = copy.copy(state)
+            state["_source_stats"] = None
+        super().restore_state(state)
 
     def _encoder_counts(self) -> dict[str, int]:
         counts = getattr(self.encoder, "error_counts", None)
@@ -353,15 +394,17 @@ class SkipCountingDataset(TransparentRestore, BaseWrapperDataset):
             batch=batch,
             worker=self.worker_config.rank_worker_id(),
             skip_counts=dict(self.tracker.counts),
+            source_stats=self._source_stats,
         )
 
     def __iter__(self) -> Iterator[CountedBatch]:
         reported: dict[str, int] | None = None
+        reported_sources: dict[str, Any] | None = None
         try:
             for batch in self.dataset:
                 self._fold_encoder_counts()
                 item = self._wrap(batch)
-                reported = item.skip_counts
+                reported, reported_sources = item.skip_counts, item.source_stats
                 yield item
         except Exception as exc:
             # A sample that stops the loader: one message naming the sample, the stage and
@@ -374,7 +417,10 @@ class SkipCountingDataset(TransparentRestore, BaseWrapperDataset):
         # A finite pass may end with skipped samples after its last batch: report them in a
         # counts-only item (``batch=None``), which the loader consumes without yielding.
         self._fold_encoder_counts()
-        if self.tracker.counts and dict(self.tracker.counts) != reported:
+        sources = self._source_stats
+        if (self.tracker.counts and dict(self.tracker.counts) != reported) or (
+            sources and sources != reported_sources
+        ):
             yield self._wrap(None)
 
     def restore_sample(self, restore_key: Any) -> CountedBatch:
@@ -394,6 +440,8 @@ class SkipCounts:
 
     def __init__(self) -> None:
         self.per_worker: dict[int, dict[str, int]] = {}
+        #: The counters per source, kept the same way.
+        self.sources = SourceTotals()
 
     def unwrap(self, item: Any) -> Any:
         """Record a :class:`CountedBatch`'s counts and return its batch (others unchanged).
@@ -403,6 +451,7 @@ class SkipCounts:
         if not isinstance(item, CountedBatch):
             return item
         self.per_worker[int(item.worker)] = dict(item.skip_counts)
+        self.sources.record(int(item.worker), item.source_stats)
         batch = item.batch
         key = item.__restore_key__
         if key and hasattr(batch, "__restore_key__"):

@@ -34,6 +34,7 @@ from energon_plugins.loading.partitions import (
     owned_partitions,
     physical_workers,
 )
+from energon_plugins.loading.source_stats import count_sources
 from energon_plugins.loading.tar_members import bound_tar_readers
 
 
@@ -125,6 +126,7 @@ def _partition_stream(datamodule: Any, partition: int, layout: Layout, split: Sp
         dataset = energon_dataset(datamodule, config, split, encoder)
     bound_tar_readers(dataset)
     guard_truncated_shards(dataset, tracker)
+    dataset = count_sources(dataset, tracker, datamodule.path, split, encoder)
     fmt, label = build_batch_format(datamodule.batch_format, datamodule.build_context(split))
     if fmt is not None:
         dataset = BatchFormatDataset(dataset, fmt, label=label, encoder=encoder)

@@ -42,11 +42,18 @@ def take(loader, n):
     return [next(iterator) for _ in range(n)]
 
 
+def without_sources(batch):
+    """The batch without ``__sources__``, which names the remote or the local path."""
+    return {key: value for key, value in batch.items() if key != "__sources__"}
+
+
 def assert_same(got, want):
+    """Equal batches; ``got``'s rows name remote sources where ``want``'s name local ones."""
     assert len(got) == len(want)
     for a, b in zip(got, want, strict=True):
         assert a["__keys__"] == b["__keys__"]
-        assert batch_differences(a, b) == []
+        assert batch_differences(without_sources(a), without_sources(b)) == []
+        assert len(a["__sources__"]) == len(b["__sources__"])
 
 
 @pytest.fixture(scope="module")
@@ -78,6 +85,7 @@ def test_remote_dataset_gives_the_local_batches(
             BATCHES,
         )
     assert_same(remote, local)
+    assert {source for batch in remote for row in batch["__sources__"] for source in row.split(",")} == {url}
     if packing:  # several samples per row
         assert any("," in key for batch in remote for key in batch["__keys__"])
 

@@ -325,7 +325,7 @@ def test_state_round_trips_through_bridges_checkpointing(
     from energon_plugins.loading.checkpoint import read_state_file
 
     state, fingerprint = read_state_file(path)
-    assert fingerprint is None and set(state) == {"energon", "skip_counts", "fingerprint"}
+    assert fingerprint is None and set(state) == {"energon", "skip_counts", "source_stats", "fingerprint"}
 
 
 def test_a_plain_energon_state_restores_into_ours(vqa_dataset, tokenizer, clip_processor):

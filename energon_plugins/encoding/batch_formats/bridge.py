@@ -17,6 +17,7 @@ import torch
 
 from energon_plugins.encoding.batch_formats.base import BatchFormat, flat, row_keys
 from energon_plugins.encoding.batch_formats.labels import next_token
+from energon_plugins.encoding.batch_formats.sources import row_sources
 from energon_plugins.encoding.batch_formats.visual_inputs import VisualInputs
 from energon_plugins.encoding.samples import MultiModalBatch
 
@@ -64,7 +65,9 @@ class MegatronBridgeFormat(BatchFormat):
       ``cu_seqlens_q_padded`` / ``cu_seqlens_kv_padded`` (int32, as laid out; only when
       sub-sequences are padded), ``max_seqlen_q`` / ``max_seqlen_kv`` (int32 scalars) and
       ``total_tokens`` (int);
-    - ``__keys__``: the ``__key__`` of every row (a packed row's keys joined by commas).
+    - ``__keys__``: the ``__key__`` of every row (a packed row's keys joined by commas);
+    - ``__sources__``: the source of every row, beside ``__keys__`` (a packed row's sources
+      joined by commas; see :mod:`~energon_plugins.encoding.batch_formats.sources`).
     """
 
     name = "megatron-bridge"
@@ -104,6 +107,7 @@ class MegatronBridgeFormat(BatchFormat):
         if packed:
             out.update(packed_keys(params, total_tokens=int(tokens.shape[1])))
         out["__keys__"] = row_keys(batch)
+        out["__sources__"] = row_sources(batch)
         return out
 
 

@@ -24,6 +24,7 @@ from energon_plugins.encoding.batch_formats.labels import (
     segment_starts_array,
 )
 from energon_plugins.encoding.batch_formats.options import MegatronLMOptions
+from energon_plugins.encoding.batch_formats.sources import row_sources
 from energon_plugins.encoding.samples import MultiModalBatch
 
 #: ``visual`` keys that give the number of tiles of each image (4-D ``pixel_values`` of tiles).
@@ -44,7 +45,8 @@ class MegatronLMFormat(BatchFormat):
     - ``cu_lengths``: int32 ``[1, n + 1]`` sub-sequence offsets counted in the model's
       embeddings (each image as its expanded tokens), and ``max_lengths`` int32 ``[1]``, for a
       packed batch; the ``[[0]]`` dummies otherwise;
-    - ``__keys__``: the ``__key__`` of every row.
+    - ``__keys__``: the ``__key__`` of every row;
+    - ``__sources__``: the source of every row (a packed row's sources joined by commas).
 
     Raises:
         BatchFormatError: pixel values that are not images or tiles (``(P, D)`` patches of
@@ -114,6 +116,7 @@ class MegatronLMFormat(BatchFormat):
             "cu_lengths": cu_lengths,
             "max_lengths": max_lengths,
             "__keys__": row_keys(batch),
+            "__sources__": row_sources(batch),
         }
 
     def _images(self, batch: MultiModalBatch) -> tuple[torch.Tensor, torch.Tensor]:
