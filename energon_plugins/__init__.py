@@ -52,6 +52,8 @@ _LAZY = {
     "EnergonMultiModalDataModule": "energon_plugins.loading.datamodule",
     "EnergonDataloader": "energon_plugins.loading.dataloader",
     "cyclic_iter": "energon_plugins.loading.dataloader",
+    "stats_scalars": "energon_plugins.loading.stats_logging",
+    "add_to_tensorboard": "energon_plugins.loading.stats_logging",
     "ValidationLoader": "energon_plugins.loading.validation",
     "EndlessValidationWarning": "energon_plugins.loading.validation",
     "build_datamodule": "energon_plugins.loading.datamodule",
@@ -186,6 +188,7 @@ if TYPE_CHECKING:  # pragma: no cover
     )
     from energon_plugins.loading.dataloader import EnergonDataloader, cyclic_iter
     from energon_plugins.loading.datamodule import EnergonMultiModalDataModule, build_datamodule
+    from energon_plugins.loading.stats_logging import add_to_tensorboard, stats_scalars
     from energon_plugins.loading.validation import EndlessValidationWarning, ValidationLoader
     from energon_plugins.preview.images import row_images
 
@@ -244,6 +247,8 @@ __all__ = [
     "convert_dataset",
     "create",
     "cyclic_iter",
+    "stats_scalars",
+    "add_to_tensorboard",
     "decode_frames",
     "frame_count",
     "frame_indices",
