@@ -45,7 +45,7 @@ def describe_checkpoint(folder: str | os.PathLike) -> dict[str, Any]:
         problem = set_problem(location, states, [read[rank][1] for rank in sorted(read)])
         if problem is None:
             try:
-                _, partitions, _ = partition_states(states, None)
+                _, partitions, _, _ = partition_states(states, None)
                 consumed = {p: int(s["sample_index"]) + int(s["skip"]) for p, s in partitions.items()}
             except StateMismatchError as exc:
                 problem = f"{location.folder}: {exc}"

@@ -27,6 +27,7 @@ from energon_plugins.loading.partitions import (
     owned_partitions,
     physical_workers,
 )
+from energon_plugins.loading.source_stats import copy_stats
 
 MAX_RANKS = 1 << 20
 """Most data-parallel ranks a saved layout may name."""
@@ -236,8 +237,9 @@ def _legacy_rank(energon: Any, layout: Layout) -> dict[int, dict[str, Any]]:
 
 def partition_states(
     states: Sequence[Any], fingerprint: Mapping[str, Any] | None
-) -> tuple[Layout, dict[int, dict[str, Any]], dict[int, dict[str, int]]]:
-    """``(old layout, {partition: state}, {partition: skip counts})`` from every old rank's state.
+) -> tuple[Layout, dict[int, dict[str, Any]], dict[int, dict[str, int]], dict[int, Any]]:
+    """``(old layout, {partition: state}, {partition: skip counts}, {partition: per-source
+    counters})`` from every old rank's state.
 
     ``states[r]`` is old rank r's :meth:`~energon_plugins.loading.dataloader.EnergonDataloader.save_state`
     (or a Megatron-Bridge payload holding it, or Energon's bare state).
@@ -283,6 +285,7 @@ def partition_states(
                     )
     result: dict[int, dict[str, Any]] = {}
     counts: dict[int, dict[str, int]] = {}
+    sources: dict[int, Any] = {}
     for index, (state, layout) in enumerate(zip(states, layouts, strict=True)):
         where = f"rank {index}'s loader state"
         if layout.partitioned:
@@ -294,15 +297,18 @@ def partition_states(
                 raise StateMismatchError(f"{where}: partition {partition} is also in another rank's state")
             result[partition] = partition_state
         saved_counts = (state.get("skip_counts") if isinstance(state, dict) else None) or {}
+        saved_sources = (state.get("source_stats") if isinstance(state, dict) else None) or {}
         base = 0 if layout.partitioned else layout.dp_rank * max(layout.num_workers, 1)
         for key, value in saved_counts.items():
             counts[base + int(key)] = {str(r): int(n) for r, n in dict(value).items()}
+        for key, value in saved_sources.items():
+            sources[base + int(key)] = copy_stats(value)
     missing = sorted(set(range(first.partitions)) - set(result))
     if missing:
         raise StateMismatchError(
             f"no state for data partitions {missing[:8]}: the list of states is incomplete"
         )
-    return first, result, counts
+    return first, result, counts, sources
 
 
 def check_fits(old: Layout, dp_size: int, num_workers: int) -> None:

@@ -65,7 +65,11 @@ class LayoutRestore:
             return False
         if "partition_states" not in state:
             return False
-        self._inject({int(p): s for p, s in state["partition_states"].items()}, state.get("skip_counts"))
+        self._inject(
+            {int(p): s for p, s in state["partition_states"].items()},
+            state.get("skip_counts"),
+            state.get("source_stats"),
+        )
         return True
 
     def take_saved_layout(self, state: dict[str, Any]) -> bool:
@@ -114,8 +118,9 @@ class LayoutRestore:
         self._dataloader, self._interleaver, self.layout = self._rebuild(partitions, virtual_workers)
         self._positions = {p: -1 for p in self.layout.owned()}
 
-    def _inject(self, states: dict[int, Any], counts: Any) -> None:
-        """Give this rank's partitions their exact states (before the workers start)."""
+    def _inject(self, states: dict[int, Any], counts: Any, sources: Any = None) -> None:
+        """Give this rank's partitions their exact states, skip counts and per-source counters
+        (before the workers start)."""
         from energon_plugins.loading.elastic import position_of
 
         mine = {p: states[p] for p in self.layout.owned()}
@@ -124,6 +129,8 @@ class LayoutRestore:
         self._positions = {p: position_of(s) for p, s in mine.items()}
         counts = counts or {}
         self._counts.load({p: counts[p] for p in mine if p in counts})
+        sources = sources or {}
+        self._counts.sources.load({p: sources[p] for p in mine if p in sources})
         self._restored = True
 
     def _restore_ranks(self, states: list[Any]) -> None:
@@ -134,7 +141,7 @@ class LayoutRestore:
             raise LoaderStateError(
                 "restoring the list of every rank's state needs a loader built by the datamodule"
             )
-        old, partitions, counts = partition_states(states, self.fingerprint)
+        old, partitions, counts, sources = partition_states(states, self.fingerprint)
         now = self.layout
         if (old.dp_size, old.num_workers) == (
             now.dp_size,
@@ -144,7 +151,7 @@ class LayoutRestore:
             return
         check_fits(old, now.dp_size, now.num_workers)
         self._use_partitions(old.partitions, old.virtual_workers)
-        self._inject(partitions, counts)
+        self._inject(partitions, counts, sources)
 
     def _check_layout(self, state: Any) -> None:
         """Refuse a bare Energon state saved by another layout (Energon itself accepts some)."""

@@ -69,7 +69,7 @@ def redistributed_states(
         StateMismatchError: the states do not add up (see ``partition_states``).
         TooManyWorkersError: ``dp_size x max(num_workers, 1)`` exceeds the data partitions.
     """
-    old, partitions, counts = partition_states(ranks.states, None)
+    old, partitions, counts, sources = partition_states(ranks.states, None)
     workers = old.num_workers if num_workers is None else int(num_workers)
     if dp_size < 1 or workers < 0:
         raise ValueError(f"dp_size must be >= 1 and num_workers >= 0, got {dp_size} and {workers}")
@@ -88,6 +88,7 @@ def redistributed_states(
             "positions": {p: position_of(partitions[p]) for p in owned},
             "partition_states": {p: partitions[p] for p in owned},
             "skip_counts": {p: dict(counts[p]) for p in owned if p in counts},
+            "source_stats": {p: sources[p] for p in owned if p in sources},
         }
         fingerprint = None
         if base is not None:

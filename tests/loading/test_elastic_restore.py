@@ -69,9 +69,10 @@ def keys(batch) -> list[str]:
 def run(make, ranks: int, workers: int, batches_per_partition: int, packing: bool, states=None, **extra):
     """Every rank of a layout: ``(keys read, states saved at the end)``; with ``states`` each rank
     first restores the list. The skipped samples of all ranks (cumulative since the start of
-    the run) are in ``run.skipped``."""
+    the run) are in ``run.skipped``, the samples their ``stats()`` count in ``run.samples``."""
     seen: collections.Counter[str] = collections.Counter()
     run.skipped = collections.Counter()
+    run.samples = 0
     saved = []
     for rank in range(ranks):
         loader = make(rank, ranks, workers, packing, **extra).train_dataloader()
@@ -83,6 +84,7 @@ def run(make, ranks: int, workers: int, batches_per_partition: int, packing: boo
                 seen.update(keys(next(loader)))
             saved.append(pickle.loads(pickle.dumps(loader.save_state())))
             run.skipped.update(loader.skip_counts())
+            run.samples += sum(counters["samples"] for counters in loader.stats().values())
         finally:
             loader.close()
     return seen, saved
@@ -97,6 +99,10 @@ def test_a_resume_on_another_layout_reads_every_sample_once(make, old, new, pack
     before, states = run(make, *old, BEFORE, packing)
     after, _ = run(make, *new, AFTER, packing, states=states)
     skipped = run.skipped
+    # stats() carries over too: the new ranks' cumulative sample counts cover both runs
+    assert run.samples == sum((before + after).values())
+    run(make, *new, 0, packing, states=states)  # restored, no batch read yet
+    assert run.samples == sum(before.values())
     reference, _ = run(make, *old, BEFORE + AFTER, packing)
     assert before + after == reference
     assert skipped == run.skipped and sum(skipped.values()) > 0  # the corrupt images, counted once
