@@ -17,7 +17,7 @@ from megatron.energon import WorkerConfig
 from energon_plugins.config.settings import CHECKPOINT_EVERY_MIN_N_SAMPLES, CHECKPOINT_EVERY_SEC
 from energon_plugins.host.context import BuildContext
 from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
-from energon_plugins.loading import checkpoint, encoders
+from energon_plugins.loading import checkpoint, encoders, per_source_validation
 from energon_plugins.loading.arguments import check_arguments
 from energon_plugins.loading.assembly import build_worker_config, split_dataset
 from energon_plugins.loading.build import datamodule_keywords
@@ -188,6 +188,7 @@ class EnergonMultiModalDataModule:
         self.batch_format = batch_format
         self.train_dataloader_object: EnergonDataloader | None = None
         self.val_dataloader_object: Any = None
+        self.val_dataloaders_object: dict[str, Any] | None = None
 
     @classmethod
     def from_config(cls, config_or_path: Any, **overrides: Any) -> "EnergonMultiModalDataModule":
@@ -245,8 +246,29 @@ class EnergonMultiModalDataModule:
             self.val_dataloader_object = build_validation_loader(self)
         return self.val_dataloader_object
 
+    def val_dataloaders(self) -> dict[str, Any]:
+        """One finite validation loader per source of the val split, ``{source: loader}``, in
+        the order of the metadataset YAML, built once and cached.
+
+        A source is named as in ``stats()`` and ``__sources__``: the leaf's ``path`` as the YAML
+        writes it (a single dataset: ``{path: loader}``). Each loader has ``val_dataloader()``'s
+        guarantees over its source alone (each sample once per pass, the same batches every
+        evaluation, the same ``len()`` on every DP rank); take ``len()`` on every rank in the
+        same order. See :mod:`~energon_plugins.loading.per_source_validation`.
+
+        Raises:
+            ConfigError: ``validation_mode`` is not ``"finite"``, or a dataset is listed twice
+                in the val split.
+        """
+        if self.val_dataloaders_object is None:
+            self.val_dataloaders_object = per_source_validation.val_dataloaders(self)
+        return self.val_dataloaders_object
+
     def close(self) -> None:
         """Stop the loaders' worker processes and drop the loaders (rebuilt on next use)."""
+        for loader in (self.val_dataloaders_object or {}).values():
+            loader.close()
+        self.val_dataloaders_object = None
         for name in ("train_dataloader_object", "val_dataloader_object"):
             loader = getattr(self, name)
             if loader is not None and hasattr(loader, "close"):
