@@ -288,7 +288,7 @@ def test_preview_shows_the_batch_the_loop_gets_and_each_rows_record(site, runner
     pixels = first["visual_inputs"].pixel_values
     assert shown["visual_inputs.pixel_values"] == f"{tuple(pixels.shape)} {pixels.dtype}"
     assert "num_images" not in shown and "pixel_values" not in shown  # the encoder's names
-    records = re.findall(r"^record (\S+)$", result.output, re.MULTILINE)
+    records = re.findall(r"^record (\S+)(?: \(source [^)]*\))?$", result.output, re.MULTILINE)
     assert records == [key for batch in batches for key in batch["__keys__"]]
     html = page.read_text()
     assert html.count("data:image/png;base64,") >= 3

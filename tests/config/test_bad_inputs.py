@@ -292,12 +292,13 @@ DATASET_CASES = [
 def test_a_dataset_the_encoder_cannot_read_fails_before_any_loader(
     site, tokenizer, clip_processor, where, kwargs, named
 ):
-    dm = _datamodule(site / where, tokenizer, clip_processor, **kwargs)
+    built = []  # a missing blend leaf is refused by the constructor already (the blend check)
     with unchanged(site / where), pytest.raises(EnergonPluginsError) as info:
-        dm.train_dataloader()
+        built.append(_datamodule(site / where, tokenizer, clip_processor, **kwargs))
+        built[0].train_dataloader()
     text = str(info.value)
     assert_refusal(text, *named)
-    assert dm.train_dataloader_object is None
+    assert all(dm.train_dataloader_object is None for dm in built)
 
 
 def test_unprepared_and_missing_datasets_fail_in_the_constructor(site, tokenizer, clip_processor):
