@@ -24,11 +24,14 @@ from megatron.energon import WorkerConfig, get_val_datasets
 from energon_plugins.config.dataset_check import energon_dataset_errors
 from energon_plugins.config.energon_arguments import split_energon_arguments
 from energon_plugins.errors import ConfigError
-from energon_plugins.loading.assembly import checked_split_encoder, loader_dataset, pinned
-from energon_plugins.loading.errors_policy import SkipCounts
+from energon_plugins.loading.assembly import checked_split_encoder
 from energon_plugins.loading.source_stats import normalized, source_names
 from energon_plugins.loading.validation import ValidationLoader
-from energon_plugins.loading.validation_loader import evaluation_loader, finite_validation_loader
+from energon_plugins.loading.validation_loader import (
+    SingleRankView,
+    finite_validation_loader,
+    first_val_batch,
+)
 
 
 def val_dataloaders(datamodule: Any) -> dict[str, ValidationLoader]:
@@ -110,27 +113,14 @@ class SourceView:
     Args:
         datamodule: the :class:`~energon_plugins.loading.datamodule.EnergonMultiModalDataModule`.
         index: the source's place in ``get_val_datasets``' list.
-        single_rank: build worker configs of rank 0 of 1, in this process (a template batch).
     """
 
-    def __init__(self, datamodule: Any, index: int, *, single_rank: bool = False) -> None:
+    def __init__(self, datamodule: Any, index: int) -> None:
         self._datamodule = datamodule
         self._index = index
-        self._single_rank = single_rank
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._datamodule, name)
-
-    def _build_worker_config(self, num_workers: int, split: str = "val", *, error_handler: Any = None) -> Any:
-        """The datamodule's worker config, or rank 0 of 1 without workers (``single_rank``)."""
-        if not self._single_rank:
-            return self._datamodule._build_worker_config(
-                num_workers, split=split, error_handler=error_handler
-            )
-        config = WorkerConfig(rank=0, world_size=1, num_workers=0)
-        if error_handler is not None:
-            config.global_error_handler = error_handler
-        return config
 
     def datasets_provider(self, worker_config: Any, split: str = "val") -> Any:
         """The source's val dataset (only the val split has sources of its own here)."""
@@ -143,8 +133,4 @@ def first_source_batch(datamodule: Any, index: int) -> Any:
     """The first batch of the ``index``-th source's val split read as a single rank, through
     the same stages as the loader (so fillers keep its format and ``__sources__``); ``None``
     if that split is empty."""
-    dataset = loader_dataset(SourceView(datamodule, index, single_rank=True), 0, "val")
-    loader = pinned(evaluation_loader(dataset), datamodule.pin_memory)
-    for batch in SkipCounts().filter(loader):  # the batch, without the skip counts it carries
-        return batch
-    return None
+    return first_val_batch(SingleRankView(SourceView(datamodule, index)), datamodule.pin_memory)
