@@ -10,7 +10,6 @@ shows the hit rate. Bad settings are refused naming the field, by the config and
 """
 
 import dataclasses
-import os
 from pathlib import Path
 
 import pytest
@@ -64,19 +63,11 @@ def remote(polylithic, local_s3, tmp_path_factory):
 @pytest.fixture
 def storage(remote):
     """The remote environment set for the test (the storage client's profiles read again)."""
-    from energon_plugins.testing.object_store import _forget_storage_clients
+    from energon_plugins.testing.object_store import storage_environment
 
     _, env = remote
-    saved = {name: os.environ.get(name) for name in env}
-    os.environ.update(env)
-    _forget_storage_clients()
-    yield
-    for name, value in saved.items():
-        if value is None:
-            os.environ.pop(name, None)
-        else:
-            os.environ[name] = value
-    _forget_storage_clients()
+    with storage_environment(env):
+        yield
 
 
 def datamodule(path, tokenizer, processor, **values):
