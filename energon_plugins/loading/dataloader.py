@@ -14,6 +14,7 @@ from energon_plugins.loading.checkpoint import (
 )
 from energon_plugins.loading.heap import TrainingIterations
 from energon_plugins.loading.layout_restore import LayoutRestore, list_hint
+from energon_plugins.loading.state_check import check_count_fields
 
 
 def cyclic_iter(iterable: Iterable[Any]) -> Iterator[Any]:
@@ -259,6 +260,7 @@ class EnergonDataloader(LayoutRestore):
             )
         counts = sources = None
         state = unwrap(state)  # a whole Megatron-Bridge file payload: the state inside
+        check_count_fields(state, "the loader state")
         positions = None
         if isinstance(state, dict) and STATE_KEY in state:
             saved = state.get("fingerprint")

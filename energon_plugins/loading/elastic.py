@@ -28,6 +28,7 @@ from energon_plugins.loading.partitions import (
     physical_workers,
 )
 from energon_plugins.loading.source_stats import copy_stats
+from energon_plugins.loading.state_check import check_count_fields
 
 MAX_RANKS = 1 << 20
 """Most data-parallel ranks a saved layout may name."""
@@ -250,6 +251,8 @@ def partition_states(
             or in two ranks, or a state is corrupt; the message names the rank and the field.
     """
     states = [unwrap(state) for state in states]
+    for index, state in enumerate(states):
+        check_count_fields(state, f"rank {index}'s loader state")
     if not states:
         raise StateMismatchError("an empty list of loader states: pass every old rank's save_state()")
     layouts = [layout_of(state, index, len(states)) for index, state in enumerate(states)]

@@ -331,3 +331,64 @@ def _type_difference(value: Any, model: Any) -> str | None:
     if same:
         return None
     return f"is a {type(value).__name__} ({value!r:.60}) where this loader has a {type(model).__name__}"
+
+
+MAX_COUNT = 2**63 - 1
+"""The largest count a saved counter may hold (an int64)."""
+
+
+def _count(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_COUNT
+
+
+def _worker_key(key: Any) -> bool:
+    return (isinstance(key, int) and not isinstance(key, bool)) or (isinstance(key, str) and key.isdigit())
+
+
+def count_field_problem(field: str, value: Any) -> str | None:
+    """What is wrong with a saved state's ``skip_counts`` or ``source_stats`` (``None``: it is
+    absent or well formed): ``{worker: {reason: count}}`` and ``{worker: {source: {counter:
+    count, "skipped": {reason: count}}}}``, every count an integer from 0 to 2**63 - 1."""
+    if value is None:
+        return None
+    if not isinstance(value, Mapping):
+        return f"{field} is a {type(value).__name__}, not a mapping of workers"
+    for worker, per_worker in value.items():
+        where = f"{field}[{worker!r:.40}]"
+        if not _worker_key(worker):
+            return f"{where}: a worker key must be a non-negative integer"
+        if not isinstance(per_worker, Mapping):
+            return f"{where} is a {type(per_worker).__name__}, not a mapping"
+        for name, entry in per_worker.items():
+            if not isinstance(name, str):
+                return f"{where}: the key {name!r:.40} is not a string"
+            if field == "skip_counts":
+                entries: Mapping[Any, Any] = {name: entry}
+            elif not isinstance(entry, Mapping):
+                return f"{where}[{name!r:.60}] is a {type(entry).__name__}, not a mapping of counters"
+            else:
+                entries = {k: v for k, v in entry.items() if k != "skipped"}
+                skipped = entry.get("skipped") or {}
+                if not isinstance(skipped, Mapping) or not all(
+                    isinstance(r, str) and _count(n) for r, n in skipped.items()
+                ):
+                    return f"{where}[{name!r:.60}]['skipped'] is not a mapping of reasons to counts"
+            for counter, count in entries.items():
+                if not isinstance(counter, str) or not _count(count):
+                    return f"{where}: {counter!r:.40} -> {count!r:.40} is not a count (an integer from 0 to 2**63 - 1)"
+    return None
+
+
+def check_count_fields(state: Any, where: str) -> None:
+    """Refuse a state whose ``skip_counts`` or ``source_stats`` are not well formed, before
+    anything reads them (a tampered or foreign file).
+
+    Raises:
+        StateShapeError: names the field and the entry at fault.
+    """
+    if not isinstance(state, Mapping):
+        return
+    for field in ("skip_counts", "source_stats"):
+        problem = count_field_problem(field, state.get(field))
+        if problem is not None:
+            raise StateShapeError(f"{where!r} does not fit this loader: {problem}")
