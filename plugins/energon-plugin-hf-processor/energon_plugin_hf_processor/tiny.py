@@ -13,7 +13,6 @@ FAMILY DIR`` writes one.
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import json
 import pathlib
@@ -21,6 +20,8 @@ from collections.abc import Callable
 from typing import Any
 
 from energon_plugin_hf_processor import tiny_templates as templates
+from energon_plugin_hf_processor.tiny_families import discovered_specs
+from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 _CORPUS = [
     "How many rectangles are there? There are 3 rectangles.",
@@ -32,30 +33,6 @@ _CORPUS = [
     "You are a helpful assistant. Answer the question using a single word or phrase.",
     "The quick brown fox jumps over the lazy dog. 0123456789 !\"#$%&'()*+,-./:;<=>?@[\\]^_`{|}~",
 ]
-
-
-@dataclasses.dataclass(frozen=True)
-class TinySpec:
-    """How to build one family's tiny processor.
-
-    Attributes:
-        name: the family name (``qwen2-vl``, ...).
-        special: special tokens in id order; ``pad``/``bos``/``eos``/``unk`` name some of them.
-        extra: ``extra_special_tokens`` (attribute name -> token) the processor reads from the
-            tokenizer (``image_token``, ``boi_token``, ...).
-        build: ``build(tokenizer) -> processor``.
-        model_id: the checkpoint whose template and tokens are copied.
-    """
-
-    name: str
-    special: tuple[str, ...]
-    build: Callable[[Any], Any]
-    model_id: str
-    pad: str | None = None
-    bos: str | None = None
-    eos: str | None = None
-    unk: str | None = None
-    extra: dict[str, str] = dataclasses.field(default_factory=dict)
 
 
 _QWEN_SPECIAL = (
@@ -233,6 +210,8 @@ TINY_SPECS: dict[str, TinySpec] = {
             "Qwen/Qwen2-VL-7B-Instruct",
             pad="<|endoftext|>",
             eos="<|im_end|>",
+            end_of_turn="<|im_end|>",
+            media=("image", "video"),
         ),
         TinySpec(
             "qwen2.5-vl",
@@ -241,6 +220,8 @@ TINY_SPECS: dict[str, TinySpec] = {
             "Qwen/Qwen2.5-VL-7B-Instruct",
             pad="<|endoftext|>",
             eos="<|im_end|>",
+            end_of_turn="<|im_end|>",
+            media=("image", "video"),
         ),
         TinySpec(
             "qwen3-vl",
@@ -249,6 +230,8 @@ TINY_SPECS: dict[str, TinySpec] = {
             "Qwen/Qwen3-VL-8B-Instruct",
             pad="<|endoftext|>",
             eos="<|im_end|>",
+            end_of_turn="<|im_end|>",
+            media=("image", "video"),
         ),
         TinySpec(
             "llava",
@@ -260,6 +243,7 @@ TINY_SPECS: dict[str, TinySpec] = {
             eos="</s>",
             unk="<unk>",
             extra={"image_token": "<image>"},
+            end_of_turn="",
         ),
         TinySpec(
             "llava-next",
@@ -271,6 +255,7 @@ TINY_SPECS: dict[str, TinySpec] = {
             eos="</s>",
             unk="<unk>",
             extra={"image_token": "<image>"},
+            end_of_turn="</s>",
         ),
         TinySpec(
             "llava-onevision",
@@ -280,6 +265,8 @@ TINY_SPECS: dict[str, TinySpec] = {
             pad="<|endoftext|>",
             eos="<|im_end|>",
             extra={"image_token": "<image>", "video_token": "<video>"},
+            end_of_turn="<|im_end|>",
+            media=("image", "video"),
         ),
         TinySpec(
             "idefics3",
@@ -297,6 +284,7 @@ TINY_SPECS: dict[str, TinySpec] = {
             pad="<|end_of_text|>",
             bos="<|begin_of_text|>",
             eos="<end_of_utterance>",
+            end_of_turn="<end_of_utterance>",
         ),
         TinySpec(
             "smolvlm",
@@ -314,6 +302,8 @@ TINY_SPECS: dict[str, TinySpec] = {
             pad="<|endoftext|>",
             bos="<|im_start|>",
             eos="<end_of_utterance>",
+            end_of_turn="<end_of_utterance>",
+            media=("image", "video"),
         ),
         TinySpec(
             "gemma3",
@@ -339,6 +329,7 @@ TINY_SPECS: dict[str, TinySpec] = {
                 "boi_token": "<start_of_image>",
                 "eoi_token": "<end_of_image>",
             },
+            end_of_turn="<end_of_turn>",
         ),
         TinySpec(
             "internvl",
@@ -353,9 +344,15 @@ TINY_SPECS: dict[str, TinySpec] = {
                 "context_image_token": "<IMG_CONTEXT>",
                 "video_token": "<video>",
             },
+            end_of_turn="<|im_end|>",
+            media=("image", "video"),
         ),
     )
 }
+for _spec in discovered_specs():
+    if _spec.name in TINY_SPECS:
+        raise ValueError(f"tiny_families: family {_spec.name!r} is defined twice")
+    TINY_SPECS[_spec.name] = _spec
 
 TINY_FAMILIES: tuple[str, ...] = tuple(TINY_SPECS)
 

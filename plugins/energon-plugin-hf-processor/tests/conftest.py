@@ -5,6 +5,7 @@ and loaded back through ``AutoProcessor``, as a user's model directory would be.
 are real Energon datasets, prepared with Energon's own prepare API.
 """
 
+import collections.abc
 import os
 import re
 import types
@@ -79,13 +80,33 @@ def _make_image(size, seed):
     return Image.fromarray(rng.integers(0, 256, (height, width, 3), dtype=np.uint8))
 
 
+class _BuiltOnFirstUse(collections.abc.Mapping):
+    """A mapping of ``keys`` whose values ``build(key)`` makes the first time each is read."""
+
+    def __init__(self, keys, build):
+        self._keys, self._build, self._built = tuple(keys), build, {}
+
+    def __getitem__(self, key):
+        if key not in self._keys:
+            raise KeyError(key)
+        if key not in self._built:
+            self._built[key] = self._build(key)
+        return self._built[key]
+
+    def __iter__(self):
+        return iter(self._keys)
+
+    def __len__(self):
+        return len(self._keys)
+
+
 @pytest.fixture(scope="session")
 def processor_dirs(tmp_path_factory):
-    """Family name -> a saved tiny processor directory (every family, built once)."""
+    """Family name -> a saved tiny processor directory (each family built once, when first used)."""
     from energon_plugin_hf_processor.tiny import TINY_FAMILIES, save_tiny_processor
 
     root = tmp_path_factory.mktemp("hf-processors")
-    return {family: save_tiny_processor(family, root / family) for family in TINY_FAMILIES}
+    return _BuiltOnFirstUse(TINY_FAMILIES, lambda family: save_tiny_processor(family, root / family))
 
 
 @pytest.fixture(scope="session")
@@ -236,18 +257,13 @@ def check_labels(tokenizer, reference, ids, labels, expected_answers, end_token)
             assert tokenizer.decode([int(t)])[:1].isspace(), tokenizer.decode([int(t)])
 
 
-END_OF_TURN = {
-    "qwen2-vl": "<|im_end|>",
-    "qwen2.5-vl": "<|im_end|>",
-    "qwen3-vl": "<|im_end|>",
-    "llava": "",
-    "llava-next": "</s>",
-    "llava-onevision": "<|im_end|>",
-    "idefics3": "<end_of_utterance>",
-    "smolvlm": "<end_of_utterance>",
-    "gemma3": "<end_of_turn>",
-    "internvl": "<|im_end|>",
-}
+def _end_of_turn() -> dict[str, str]:
+    from energon_plugin_hf_processor.tiny import TINY_SPECS
+
+    return {name: spec.end_of_turn for name, spec in TINY_SPECS.items()}
+
+
+END_OF_TURN = _end_of_turn()
 
 
 @pytest.fixture(scope="session")

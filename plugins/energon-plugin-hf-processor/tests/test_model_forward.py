@@ -12,6 +12,13 @@ the loss must be finite.
 
 import pytest
 import torch
+from energon_plugin_hf_processor.tiny import TINY_SPECS
+
+BUILT_IN_MODELS = ["qwen2-vl", "llava-next", "llava-onevision", "idefics3", "gemma3"]
+WITH_MODELS = BUILT_IN_MODELS + [name for name, spec in TINY_SPECS.items() if spec.model is not None]
+VIDEO_MODELS = ["qwen2-vl", "llava-onevision"] + [
+    name for name, spec in TINY_SPECS.items() if spec.model is not None and "video" in spec.media
+]
 
 TEXT = dict(
     hidden_size=32,
@@ -34,9 +41,14 @@ PINPOINTS = [[28, 56], [56, 28], [56, 56]]
 
 
 def tiny_model(family, tok):
-    """A random model of ``family`` whose sizes match the tiny processor's outputs."""
+    """A random model of ``family`` whose sizes match the tiny processor's outputs.
+
+    A family of :mod:`energon_plugin_hf_processor.tiny_families` brings its own
+    (``TinySpec.model``); the built-in families' models are below."""
     import transformers as T
 
+    if TINY_SPECS[family].model is not None:
+        return TINY_SPECS[family].model(tok)
     text = dict(TEXT, vocab_size=len(tok), pad_token_id=tok.pad_token_id)
     ids = tok.convert_tokens_to_ids
     if family == "qwen2-vl":
@@ -120,7 +132,7 @@ def hf_kwargs(batch):
     return kwargs
 
 
-@pytest.mark.parametrize("family", ["qwen2-vl", "llava-next", "llava-onevision", "idefics3", "gemma3"])
+@pytest.mark.parametrize("family", WITH_MODELS)
 def test_a_tiny_model_of_the_family_consumes_every_batch(
     family, processor_dirs, conversation_data, make_datamodule, every_batch
 ):
@@ -140,7 +152,7 @@ def test_a_tiny_model_of_the_family_consumes_every_batch(
     assert seen_images >= sum(len(images) for images, _ in originals.values())
 
 
-@pytest.mark.parametrize("family", ["qwen2-vl", "llava-onevision"])
+@pytest.mark.parametrize("family", VIDEO_MODELS)
 def test_a_tiny_model_of_the_family_consumes_video_batches(family, processor_dirs, video_data, every_batch):
     """Videos (alone, with an image, two per sample) reach the model as it takes them: the
     model checks video features against video tokens."""
