@@ -23,6 +23,7 @@ COMMANDS: dict[str, str] = {
     "schema": "energon_plugins.cli.schema_cmd:schema_command",
     "preview": "energon_plugins.cli.preview_cmd:preview_command",
     "bench": "energon_plugins.cli.bench_cmd:bench_command",
+    "blend": "energon_plugins.cli.blend_cmd:blend_command",
     "demo": "energon_plugins.cli.demo_cmd:demo_command",
     "new-plugin": "energon_plugins.cli.new_plugin_cmd:new_plugin_command",
     "convert": "energon_plugins.cli.convert_cmd:convert_command",
