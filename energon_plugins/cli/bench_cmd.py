@@ -6,7 +6,10 @@ behind a rich progress bar and prints samples/s, tokens/s, the padding fraction,
 skipped by reason (corrupt image or JSON, missing field, truncated shard, encoder skips) and,
 with packing, the fill ratio (real tokens / (rows x seq_length)) and, with a ``cache_pool``, the
 cache's hit rate over the timed batches (media reads served from the local copy, and the most
-bytes it held against its cap). The statistics are read from
+bytes it held against its cap). For a blend (a metadataset with ``blend:`` weights), a second
+table sets each source's configured share beside its realised shares of the samples, tokens and
+loss tokens read, warm-up batch included (``mix`` in ``--json``; ``None`` for a plain
+dataset). The statistics are read from
 the task encoder's batches, so the config's ``batch_format`` is left out (it costs under 2% of
 the loader's time: ``benchmarks/throughput/batch_formats.py``). After a run with ``num_workers: 0`` a
 one-line hint says so (the pipeline then runs in the training process, between its steps
@@ -48,6 +51,7 @@ def run_bench(
     ``warm``: what :func:`warm_up` returned, when the caller took the warm-up batch itself.
     """
     from energon_plugins.loading.cache_pool import cache_pool_stats
+    from energon_plugins.loading.mix_report import datamodule_mix
     from energon_plugins.preview.batch_view import BatchStats, batch_stats, encoder_token_ids
 
     _, ignore, pad_id = encoder_token_ids(datamodule)
@@ -81,6 +85,8 @@ def run_bench(
         "skipped": loader.skip_counts() if hasattr(loader, "skip_counts") else {},
         "cache_pool": cache_figures(cache_before, cache_pool_stats(datamodule)),
     }
+    mix = datamodule_mix(datamodule)
+    result["mix"] = None if mix is None else [row.as_dict() for row in mix]
     result["hints"] = hints(result)
     return result
 
@@ -207,5 +213,10 @@ def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...
     for name, value in rows:
         table.add_row(name, value)
     out.print(table)
+    if result["mix"] is not None:
+        from energon_plugins.loading.mix_report import MixRow
+        from energon_plugins.preview.mix_view import mix_table
+
+        out.print(mix_table([MixRow(**row) for row in result["mix"]], " (the warm-up batch too)"))
     for hint in result["hints"]:
         out.print(f"[yellow]hint:[/yellow] {escape(hint)}", soft_wrap=True)  # one line

@@ -10,7 +10,9 @@ each video's token span. ``--raw`` shows the task encoder's batch instead (its f
 the batch format, as earlier versions did). The text is decoded from the task encoder's batch
 (labels aligned with the tokens) whichever is shown; the format is applied to that same batch
 exactly as the loader's workers apply it. ``--html`` writes one self-contained page with the
-images, a strip of the sampled frames per video, the text and a segment bar per row.
+images, a strip of the sampled frames per video, the text and a segment bar per row. For a
+blend (a metadataset with ``blend:`` weights), a last table sets each source's configured share
+beside its realised shares of the samples, tokens and loss tokens the preview read.
 """
 
 from typing import Any
@@ -150,6 +152,14 @@ def preview_command(config: str, count: int, raw: bool, html_path: str | None, s
         status.update(f"reading {count} row(s) through the loader...")
         rows = collect_rows(datamodule, count, None if raw else configured_batch_format(checked))
     print_rows(rows, datamodule.seq_length)
+    from energon_plugins.loading.mix_report import datamodule_mix
+
+    mix = datamodule_mix(datamodule)
+    if mix is not None:
+        from energon_plugins.cli._output import console
+        from energon_plugins.preview.mix_view import mix_table
+
+        console().print(mix_table(mix))
     if html_path:
         from pathlib import Path
 

@@ -49,6 +49,11 @@ class BlendLeaf:
     blend_kind: str | None = None
     """``blend`` or ``blend_epochized`` (the innermost blend the leaf is reached through),
     :data:`JOINED` for a member of a join, ``None`` when the split is the leaf alone."""
+    share: float | None = None
+    """The leaf's configured share of the split's samples when it is reached through weighted
+    ``blend`` lists only: at each level its entry's ``weight`` over the sum of that list's
+    weights, multiplied down nested blends (as Energon's ``MetadatasetBlend`` computes it);
+    ``None`` otherwise (a join member, a ``blend_epochized``, the split alone, a bad weight)."""
 
     @property
     def identity(self) -> tuple[str, str, str, tuple[str, ...]]:
@@ -122,12 +127,25 @@ def _number_problem(value: Any, key: str) -> str | None:
     return None
 
 
+def _entry_shares(entries: list[Any]) -> list[float] | None:
+    """Each entry's ``weight`` (1 where none is written, as in Energon) over their sum;
+    ``None`` when one is not a number above 0."""
+    weights: list[Any] = [
+        entry.get("weight", 1.0) if isinstance(entry, Mapping) else None for entry in entries
+    ]
+    if any(_number_problem(weight, "weight") is not None for weight in weights):
+        return None
+    total = float(sum(weights))
+    return [float(weight) / total for weight in weights]
+
+
 class _Walker:
     """One walk of a split: the chain of open metadataset files guards against cycles."""
 
     def __init__(self, walk: SplitWalk) -> None:
         self.walk = walk
         self.chain: list[str] = []
+        self.share: float | None = 1.0  # of the blend entry being walked (see BlendLeaf.share)
 
     def metadataset(
         self,
@@ -184,7 +202,9 @@ class _Walker:
             entries = node.get(kind)
             if isinstance(entries, list):
                 subsets = (*subsets, repr(node["subset"])) if node.get("subset") is not None else subsets
+                outer, shares = self.share, _entry_shares(entries) if kind == "blend" else None
                 for index, entry in enumerate(entries):
+                    self.share = None if shares is None or outer is None else shares[index] * outer
                     at = f"{place}.{kind}[{index}]"
                     if isinstance(entry, Mapping) and number in entry:
                         problem = _number_problem(entry[number], number)
@@ -192,6 +212,7 @@ class _Walker:
                             leaf = entry.get("path", "a joined dataset")
                             self.walk.problems.append(f"{at} ({leaf}): {problem}")
                     self.node(entry, source, at, split, subflavors, subsets, kind)
+                self.share = outer
                 return
         join = node.get("join")
         if isinstance(join, (list, Mapping)):
@@ -230,7 +251,8 @@ class _Walker:
         if _is_metadataset(target):
             self.metadataset(target, split_part, f"{place} -> ", merged, subsets, blend_kind)
             return
-        self.walk.leaves.append(BlendLeaf(place, target, raw, split_part, merged, subsets, blend_kind))
+        share = self.share if blend_kind == "blend" else None
+        self.walk.leaves.append(BlendLeaf(place, target, raw, split_part, merged, subsets, blend_kind, share))
 
 
 def walk_split(path: "str | Path", split: str) -> SplitWalk:
