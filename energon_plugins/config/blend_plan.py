@@ -28,6 +28,7 @@ import yaml
 
 from energon_plugins.config.blend_walk import _read_metadataset, _resolve, walk_split
 from energon_plugins.config.remote_storage import is_msc
+from energon_plugins.config.settings import ConfigIssue
 from energon_plugins.errors import ConfigError, DatasetError
 
 
@@ -191,3 +192,52 @@ def write_planned(
     target.parent.mkdir(parents=True, exist_ok=True)
     target.write_text(comment + text, encoding="utf-8")
     return target
+
+
+def schedule_issues(path: str | Path, stages: Any) -> list[ConfigIssue]:
+    """What is wrong with ``blend_schedule`` (already valid in shape) for the training blend of
+    the metadataset ``path``: one issue per stage that names an entry the blend lacks or leaves
+    one out, or one for a dataset that is not a weighted blend."""
+    if not stages:
+        return []
+    from energon_plugins.config.schedule import BlendStage
+
+    if not str(path).endswith((".yaml", ".yml")):
+        return [ConfigIssue("blend_schedule", f"{path} is one dataset, not a metadataset blend")]
+    try:
+        paths = [entry.path for entry in blend_entries(path)]
+    except DatasetError as exc:
+        return [ConfigIssue("blend_schedule", str(exc))]
+    issues = []
+    for index, raw in enumerate(stages):
+        stage = raw if isinstance(raw, BlendStage) else BlendStage.model_validate(raw)
+        unknown = [repr(name) for name in stage.weights if name not in paths]
+        missing = [name for name in paths if name not in stage.weights]
+        where = f"blend_schedule[{index}].weights"
+        if unknown:
+            issues.append(
+                ConfigIssue(where, f"no blend entry {', '.join(unknown)} (entries: {', '.join(paths)})")
+            )
+        if missing:
+            issues.append(ConfigIssue(where, f"give every entry a weight; missing: {', '.join(missing)}"))
+    return issues
+
+
+def schedule_stages(path: str | Path, stages: Any) -> tuple[tuple[int, dict[str, float]], ...]:
+    """``blend_schedule`` (valid in shape) as ``(at, {entry path: weight})`` pairs in the
+    blend's entry order, checked against the training blend of the metadataset ``path``
+    (``()`` for ``None``).
+
+    Raises:
+        ConfigError: :func:`schedule_issues` found a problem (all of them named).
+    """
+    issues = schedule_issues(path, stages)
+    if issues:
+        raise ConfigError("; ".join(map(str, issues)))
+    if not stages:
+        return ()
+    from energon_plugins.config.schedule import BlendStage
+
+    checked = [s if isinstance(s, BlendStage) else BlendStage.model_validate(s) for s in stages]
+    order = [entry.path for entry in blend_entries(path)]
+    return tuple((stage.at, {name: float(stage.weights[name]) for name in order}) for stage in checked)

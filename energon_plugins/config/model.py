@@ -19,6 +19,7 @@ from energon_plugins.config.energon_arguments import (
     ENERGON_DATASET_ARGUMENTS,
     ENERGON_RESERVED,
 )
+from energon_plugins.config.schedule import BlendSchedule
 from energon_plugins.config.settings import LoaderSettings
 from energon_plugins.encoding.sample_config import MultiModalSampleConfig
 from energon_plugins.host.defaults import (
@@ -163,6 +164,13 @@ class DataModuleConfig(LoaderSettings):
         default=None,
         description="A local cache for media read from a metadataset's aux sources (Energon's "
         "FileStoreCachePool): {path: DIR, max_size_gb: N}; null: none.",
+    )
+    blend_schedule: BlendSchedule | None = Field(
+        default=None,
+        description="Weights of the training blend that change as the run goes (a curriculum): "
+        "stages [{at: SAMPLES, weights: {ENTRY: W}}] in increasing order of at, each naming "
+        "every top-level blend entry; before the first stage the metadataset's own weights. "
+        "Saved and restored with the loader state.",
     )
     energon: dict[str, Any] = Field(
         default_factory=dict,

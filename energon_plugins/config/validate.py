@@ -38,6 +38,7 @@ from energon_plugins.config.model import (
     SELECTIONS,
     DataModuleConfig,
 )
+from energon_plugins.config.schedule import schedule_shape_issues
 from energon_plugins.config.settings import (
     ConfigIssue,
     cross_field_issues,
@@ -107,6 +108,7 @@ def check_config(
         issues += _path_issues("path", _dataset_path_issues, data, base, resolved)
         issues += _path_issues("tokenizer.path", _tokenizer_path_issues, data, base, resolved)
         issues += _validation_split_issues(data, resolved)
+        issues += _schedule_issues(data, resolved)
     issues += _cross_field_issues(data)
     issues = _ordered(_unique(issues))
     if issues:
@@ -311,6 +313,16 @@ def _validation_split_issues(data: Mapping[str, Any], resolved: Mapping[str, str
             f"{'it' if len(asking) == 1 else 'them'}",
         )
     ]
+
+
+def _schedule_issues(data: Mapping[str, Any], resolved: Mapping[str, str]) -> list[ConfigIssue]:
+    """``blend_schedule`` against the blend ``path`` names (once both are valid on their own)."""
+    from energon_plugins.config.blend_plan import schedule_issues
+
+    schedule = data.get("blend_schedule")
+    if "path" not in resolved or not schedule or schedule_shape_issues(schedule):
+        return []  # no blend, no schedule, or a schedule of the wrong shape (reported already)
+    return schedule_issues(resolved["path"], data["blend_schedule"])
 
 
 def validation_split_warning(config: DataModuleConfig) -> ConfigIssue | None:

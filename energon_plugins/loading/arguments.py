@@ -26,6 +26,7 @@ from energon_plugins.config.bounds import MAX_VALUES, nesting_reason
 from energon_plugins.config.cache_pool import CachePoolSettings, cache_pool_settings, is_energon_cache_pool
 from energon_plugins.config.dataset_check import check_dataset, is_checked
 from energon_plugins.config.energon_arguments import energon_argument_issues
+from energon_plugins.config.schedule import schedule_shape_issues
 from energon_plugins.config.settings import (
     SETTING_NAMES,
     ConfigIssue,
@@ -88,6 +89,8 @@ def check_arguments(
     ]
     if "cache_pool" not in shapeless:
         issues += cache_pool_issues(arguments.get("cache_pool"))
+    if "blend_schedule" not in shapeless:
+        issues += schedule_shape_issues(arguments.get("blend_schedule"))
     bad = {issue.path.split(".")[0] for issue in issues}
     layout = ParallelLayout() if "pg_collection" in bad else parallel_layout(arguments["pg_collection"])
     task_encoder = arguments["task_encoder"]

@@ -123,7 +123,7 @@ def energon_dataset(datamodule: Any, worker_config: WorkerConfig, split: Split, 
     try:
         if split == "train" or datamodule.validation_mode == "infinite":
             # Training, or Megatron-Bridge's old validation: shuffled and repeating.
-            return get_train_dataset(
+            dataset = get_train_dataset(
                 path,
                 split_part=split,
                 max_samples_per_sequence=datamodule.max_samples_per_sequence,
@@ -131,6 +131,10 @@ def energon_dataset(datamodule: Any, worker_config: WorkerConfig, split: Split, 
                 **common,
                 **split_energon_arguments(datamodule.kwargs, "train"),
             )
+            schedule = getattr(datamodule, "blend_schedule", None)
+            if split == "train" and schedule:
+                scheduled_blend(dataset, schedule, path)
+            return dataset
         return get_val_dataset(
             path, split_part="val", **common, **split_energon_arguments(datamodule.kwargs, "val")
         )
@@ -141,6 +145,15 @@ def energon_dataset(datamodule: Any, worker_config: WorkerConfig, split: Split, 
         raise DatasetError(
             f"{path}: cannot open the {split!r} split of this remote dataset ({type(exc).__name__}: {text})"
         ) from exc
+
+
+def scheduled_blend(dataset: Any, schedule: Any, path: str) -> None:
+    """Put the blend ``schedule`` (``(at, {entry: weight})`` pairs) in place of the training
+    blend's fixed weights (:mod:`~energon_plugins.loading.blend_schedule`)."""
+    from energon_plugins.config.blend_plan import blend_entries
+    from energon_plugins.loading.blend_schedule import schedule_blend
+
+    schedule_blend(dataset, schedule, path, {entry.path: entry.sources for entry in blend_entries(path)})
 
 
 def check_packing(encoder: Any, packing_buffer_size: int | None) -> None:

@@ -122,6 +122,7 @@ def datamodule_arguments(config: DataModuleConfig) -> dict[str, Any]:
             "task_encoder": {"name": config.task_encoder.name, "options": config.task_encoder.options},
             "validation_task_encoder": None,
             "cache_pool": config.cache_pool,
+            "blend_schedule": config.blend_schedule,
             "batch_format": None
             if config.batch_format is None
             else {"name": config.batch_format.name, "options": config.batch_format.options},

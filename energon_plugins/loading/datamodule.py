@@ -14,6 +14,7 @@ from typing import Any, Literal
 
 from megatron.energon import WorkerConfig
 
+from energon_plugins.config.blend_plan import schedule_stages
 from energon_plugins.config.settings import CHECKPOINT_EVERY_MIN_N_SAMPLES, CHECKPOINT_EVERY_SEC
 from energon_plugins.host.context import BuildContext
 from energon_plugins.host.defaults import DEFAULT_BATCH_FORMAT
@@ -100,6 +101,11 @@ class EnergonMultiModalDataModule:
             ``{path: DIR, max_size_gb: N}`` (Energon's ``FileStoreCachePool``, the cap shared by
             all loader processes; see :mod:`~energon_plugins.loading.cache_pool`), an Energon
             ``CachePool`` object used as it is, or ``None`` (no cache).
+        blend_schedule: weights of the training blend that change as the run goes: stages
+            ``[{"at": SAMPLES, "weights": {ENTRY: W}}]`` (``at`` counts the samples of the
+            whole run, increasing; every top-level blend entry named by its path as the YAML
+            writes it); before the first stage the metadataset's weights. Restored exactly
+            with the loader state. See :mod:`~energon_plugins.loading.blend_schedule`.
         **kwargs: extra arguments of Energon's ``get_train_dataset`` (and, where they describe
             the dataset, ``get_val_dataset``): see
             :data:`~energon_plugins.config.energon_arguments.ENERGON_DATASET_ARGUMENTS`.
@@ -144,6 +150,7 @@ class EnergonMultiModalDataModule:
         seed: int = 0,
         data_partitions: int | None = None,
         cache_pool: Any = None,
+        blend_schedule: Any = None,
         **kwargs: Any,
     ) -> None:
         sample_config, layout = check_arguments(locals(), keywords=_KEYWORDS)
@@ -178,6 +185,8 @@ class EnergonMultiModalDataModule:
         self.seed = int(seed)
         self.data_partitions = None if data_partitions is None else int(data_partitions)
         self.cache_pool = cache_pool
+        #: The training blend's weight stages, ``(at, {entry: weight})`` (``()``: fixed weights).
+        self.blend_schedule = schedule_stages(self.path, blend_schedule)
         self.kwargs = kwargs
         self.init_global_step = 0
         self.packing = None  # build_context() reads it while the strategy is built

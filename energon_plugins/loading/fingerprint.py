@@ -37,7 +37,7 @@ now), so states saved before the move still restore."""
 
 _COMPONENT_KEYS = ("task_encoder", "packing")
 
-ABSENT_MEANS: dict[str, Any] = {"seed": 0}
+ABSENT_MEANS: dict[str, Any] = {"seed": 0, "blend_schedule": False}
 """Fingerprint keys added since 0.1.0 -> the value a state saved without them had."""
 
 
@@ -173,7 +173,8 @@ def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> 
 
     World size and rank of the data-parallel group, the dataset (see
     :func:`dataset_identity`), the task encoder (plugin name and options, or class) and its
-    error policy, sequence length, micro batch size, worker count, data-order seed, shuffle and
+    error policy, sequence length, micro batch size, worker count, data-order seed, whether the
+    blend follows a schedule, shuffle and
     packing settings
     (the strategy and its options, ``carry_over`` included), and digests of the extra
     ``get_train_dataset`` arguments.
@@ -197,6 +198,8 @@ def loader_fingerprint(datamodule: Any, *, dp_rank: int, dp_world_size: int) -> 
         "micro_batch_size": datamodule.micro_batch_size,
         "num_workers": datamodule.num_workers,
         "seed": int(getattr(datamodule, "seed", 0)),
+        # whether the blend counts its draws (the stages themselves may change on resume)
+        "blend_schedule": bool(getattr(datamodule, "blend_schedule", ())),
         "shuffle_buffer_size": datamodule.shuffle_buffer_size,
         "max_samples_per_sequence": datamodule.max_samples_per_sequence,
         "packing_buffer_size": datamodule.packing_buffer_size,
