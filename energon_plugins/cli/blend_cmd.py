@@ -185,8 +185,8 @@ def _print_table(config: str, tokens: str, rows: list[dict[str, Any]], written: 
 
     from energon_plugins.cli._output import console
 
-    table = Table(title=f"blend plan {config}", title_justify="left")
-    for column in ("entry", "samples", f"mean {tokens}", "token share", "weight now", "planned weight"):
+    table = Table(title=f"blend plan {config} (shares of {tokens})", title_justify="left")
+    for column in ("entry", "samples", "mean/sample", "share", "weight now", "planned"):
         table.add_column(column, justify="left" if column == "entry" else "right")
     for row in rows:
         table.add_row(
