@@ -94,6 +94,9 @@ _LAZY = {
     "expand_image_tokens": "energon_plugins.encoding.chat.conversation",
     "tokenize_conversation": "energon_plugins.encoding.chat.conversation",
     "vqa_answer": "energon_plugins.encoding.chat.conversation",
+    "MegatronLMPrompts": "energon_plugins.encoding.chat.megatron_lm_options",
+    "MEGATRON_LM_SAMPLE_TYPES": "energon_plugins.encoding.chat.megatron_lm_samples",
+    "as_encodable": "energon_plugins.encoding.chat.megatron_lm_samples",
     "HFImageProcessor": "energon_plugins.encoding.image_processors.hf",
     "build_hf_image_processor": "energon_plugins.encoding.image_processors.hf",
     "energon_image_to_pil": "energon_plugins.encoding.image_processors.hf",
@@ -143,6 +146,8 @@ if TYPE_CHECKING:  # pragma: no cover
         tokenize_conversation,
         vqa_answer,
     )
+    from energon_plugins.encoding.chat.megatron_lm_options import MegatronLMPrompts
+    from energon_plugins.encoding.chat.megatron_lm_samples import MEGATRON_LM_SAMPLE_TYPES, as_encodable
     from energon_plugins.encoding.image_processors.hf import (
         HFImageProcessor,
         build_hf_image_processor,
@@ -280,6 +285,9 @@ __all__ = [
     "expand_image_tokens",
     "tokenize_conversation",
     "vqa_answer",
+    "MegatronLMPrompts",
+    "MEGATRON_LM_SAMPLE_TYPES",
+    "as_encodable",
     "HFImageProcessor",
     "build_hf_image_processor",
     "energon_image_to_pil",

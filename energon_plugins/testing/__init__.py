@@ -38,6 +38,7 @@ _LAZY = {
     "batch_differences": "energon_plugins.testing.compare",
     "write_crude_dataset": "energon_plugins.testing.crude",
     "read_images": "energon_plugins.testing.crude",
+    "write_megatron_lm_dataset": "energon_plugins.testing.megatron_lm",
     "video_frames": "energon_plugins.testing.video",
     "encode_video": "energon_plugins.testing.video",
     "decode_every_frame": "energon_plugins.testing.video",
@@ -62,6 +63,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.testing.context import default_context
     from energon_plugins.testing.crude import read_images, write_crude_dataset
     from energon_plugins.testing.image_processor import check_image_processor
+    from energon_plugins.testing.megatron_lm import write_megatron_lm_dataset
     from energon_plugins.testing.packing import check_packing_strategy
     from energon_plugins.testing.source_format import check_source_format
     from energon_plugins.testing.task_encoder import check_task_encoder
@@ -92,6 +94,7 @@ __all__ = [
     "read_images",
     "video_frames",
     "write_crude_dataset",
+    "write_megatron_lm_dataset",
     "write_vidqa_dataset",
     "write_dataset",
     "build_demo_tokenizer",

@@ -44,15 +44,15 @@ def site(tmp_path_factory, vqa_dataset, tokenizer, data_root):
     }
     (root / "good.yaml").write_text(yaml.safe_dump(good))
 
-    # A dataset of a sample type no built-in encoder reads (Energon's TextSample).
-    text = root / "text-samples"
+    # A dataset of a sample type no built-in encoder reads (Energon's ImageClassificationSample).
+    text = root / "classification-samples"
     shutil.copytree(vqa_dataset.path, text)
     meta = text / ".nv-meta" / "dataset.yaml"
     meta.write_text(
         yaml.safe_dump(
             {
-                "sample_type": {"__module__": "megatron.energon", "__class__": "TextSample"},
-                "field_map": {"text": "json"},
+                "sample_type": {"__module__": "megatron.energon", "__class__": "ImageClassificationSample"},
+                "field_map": {"image": "png", "label": "json"},
             }
         )
     )
@@ -189,9 +189,9 @@ CONFIG_CASES = [
     ),
     (
         "dataset-of-another-sample-type",
-        {"path": "text-samples"},
+        {"path": "classification-samples"},
         (),
-        ["path", "TextSample", "MultimodalTaskEncoder"],
+        ["path", "ImageClassificationSample", "MultimodalTaskEncoder"],
     ),
     ("crude-format-without-cooker", {"path": "crude-other"}, (), ["path", "sharegpt-v9", "cookers"]),
     ("metadataset-naming-a-missing-folder", {"path": "missing.yaml"}, (), ["path", "nowhere"]),
@@ -273,15 +273,20 @@ def _datamodule(path, tokenizer, clip_processor, **kwargs):
 
 
 DATASET_CASES = [
-    ("another-sample-type", "text-samples", {}, ["text-samples", "TextSample", "MultimodalTaskEncoder"]),
+    (
+        "another-sample-type",
+        "classification-samples",
+        {},
+        ["classification-samples", "ImageClassificationSample", "MultimodalTaskEncoder"],
+    ),
     ("crude-without-cooker", "crude-other", {}, ["crude-other", "sharegpt-v9", "cookers"]),
     ("metadataset-missing-folder", "missing.yaml", {}, ["missing.yaml", "nowhere"]),
     ("metadataset-energon-rejects", "unparsable.yaml", {}, ["unparsable.yaml", "Energon cannot load"]),
     (
         "llava-on-a-text-dataset",
-        "text-samples",
+        "classification-samples",
         {"task_encoder": "llava"},
-        ["text-samples", "TextSample", "LlavaTaskEncoder"],
+        ["classification-samples", "ImageClassificationSample", "LlavaTaskEncoder"],
     ),
 ]
 

@@ -96,7 +96,7 @@ def site(
     (val_only / META / "split.yaml").write_text(yaml.safe_dump(split))
     ocr = data / "ocr"
     shutil.copytree(vqa_dataset.path, ocr)
-    described = (ocr / META / "dataset.yaml").read_text().replace("VQASample", "OCRSample")
+    described = (ocr / META / "dataset.yaml").read_text().replace("VQASample", "ImageClassificationSample")
     (ocr / META / "dataset.yaml").write_text(described)
     for name, content in METADATASETS.items():
         text = content if isinstance(content, str) else yaml.safe_dump(content, sort_keys=False)
@@ -239,7 +239,7 @@ def test_a_leaf_the_encoder_cannot_read_is_named_by_its_place(site):
     refused(
         ["validate", _config(site, "ocr-leaf.yaml")],
         "ocr-leaf.yaml: splits.train.blend[1]",
-        "holds OCRSample samples",
+        "holds ImageClassificationSample samples",
         "does not read",
         watch=_watched(site),
     )

@@ -50,7 +50,7 @@ def copy_prefix(s3, bucket, source, target, *, skip=(), replace=None):
 def site(local_s3, vqa_dataset, tokenizer, tmp_path_factory):
     """A tokenizer folder, and a bucket holding ``vqa/`` (the VQA dataset), ``bare/`` (a shard
     without .nv-meta), ``holes/`` (shard 1 missing, shard 2 cut short) and ``ocr/`` (the same
-    shards, declared as OCRSample)."""
+    shards, declared as ImageClassificationSample)."""
     root = tmp_path_factory.mktemp("remote-validate")
     tokenizer.save_pretrained(root / "tokenizer")
     bucket = local_s3.new_bucket("validate")
@@ -64,7 +64,11 @@ def site(local_s3, vqa_dataset, tokenizer, tmp_path_factory):
         skip={"shard-000001.tar"},
         replace={"shard-000002.tar": shard[:4096]},
     )
-    ocr = (vqa_dataset.path / ".nv-meta" / "dataset.yaml").read_text().replace("VQASample", "OCRSample")
+    ocr = (
+        (vqa_dataset.path / ".nv-meta" / "dataset.yaml")
+        .read_text()
+        .replace("VQASample", "ImageClassificationSample")
+    )
     copy_prefix(local_s3, bucket, "vqa", "ocr", replace={".nv-meta/dataset.yaml": ocr.encode()})
     local_s3.client().put_object(Bucket=bucket, Key="bare/shard-000000.tar", Body=shard)
     return root, bucket
@@ -173,7 +177,12 @@ ROWS = [
         "s3",
         [PROFILE, "the metadataset file does not exist"],
     ),
-    ("sample-type", lambda b: f"msc://s3test/{b}/ocr", "s3", ["holds OCRSample samples", "does not read"]),
+    (
+        "sample-type",
+        lambda b: f"msc://s3test/{b}/ocr",
+        "s3",
+        ["holds ImageClassificationSample samples", "does not read"],
+    ),
     (
         "dead-endpoint",
         lambda b: f"msc://s3test/{b}/vqa",

@@ -5,7 +5,13 @@ import tarfile
 
 import pytest
 import torch
-from megatron.energon import CaptioningSample, InterleavedSample, SkipSample, TextSample, VQASample
+from megatron.energon import (
+    CaptioningSample,
+    ImageClassificationSample,
+    InterleavedSample,
+    SkipSample,
+    VQASample,
+)
 from megatron.energon.errors import FatalSampleError
 from PIL import Image
 
@@ -269,9 +275,11 @@ def test_error_policy_skip_counts_and_raise_names_the_sample(tokenizer, hf_proc,
 
 def test_unsupported_sample_type_is_named(tokenizer, hf_proc):
     enc = make_encoder(tokenizer, hf_proc)
-    text = TextSample(__key__="t", __restore_key__=(), __subflavors__=None, __sources__=None, text="hi")
-    with pytest.raises(FatalSampleError, match="TextSample"):
-        enc.encode_sample(text)
+    other = ImageClassificationSample(
+        __key__="t", __restore_key__=(), __subflavors__=None, __sources__=None, image=None, label=1
+    )
+    with pytest.raises(FatalSampleError, match="ImageClassificationSample"):
+        enc.encode_sample(other)
     assert enc.error_counts() == {}
 
 

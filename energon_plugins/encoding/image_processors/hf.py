@@ -12,7 +12,10 @@ transformers never rescales a float image twice.
 The wrapper also tells a task encoder, before any pixel is processed, the output size or
 patch grid of an image of a given size (:meth:`HFImageProcessor.output_size_for`,
 :meth:`HFImageProcessor.grid_for`), for the transformers classes in :data:`SIZE_PLANNERS` and
-:data:`GRID_PLANNERS`; packing uses it to know sample lengths from cheap work.
+:data:`GRID_PLANNERS`; packing uses it to know sample lengths from cheap work. For a
+processor that tiles (:data:`TILE_LIMITS`), option ``degrade_tiles`` lets the task encoder
+process a sample that does not fit ``seq_length`` again with fewer tiles per image
+(:meth:`HFImageProcessor.tile_limits`).
 transformers is imported only when a processor is built.
 """
 
@@ -136,6 +139,14 @@ GRID_PLANNERS: dict[str, Any] = {
 class with their own settings."""
 
 
+TILE_LIMITS: dict[str, str] = {
+    name: "max_patches"
+    for name in ("GotOcr2ImageProcessor", "GotOcr2ImageProcessorPil", "GotOcr2ImageProcessorFast")
+}
+"""transformers class name -> the call keyword of its maximum tiles per image (InternVL's
+processor, with ``crop_to_patches``). Extend it for another class that tiles."""
+
+
 def _planner(table: dict[str, Any], processor: Any) -> Any:
     for cls in type(processor).__mro__:
         if cls.__name__ in table:
@@ -155,14 +166,43 @@ class HFImageProcessor:
     image_input = "bytes"
     """Energon leaves images encoded; the wrapper decodes them for the wrapped class."""
 
-    def __init__(self, processor: Any) -> None:
-        """Wrap ``processor`` (a transformers image processor instance)."""
+    def __init__(self, processor: Any, tile_degradation: dict[int, int] | None = None) -> None:
+        """Wrap ``processor`` (a transformers image processor instance); ``tile_degradation``:
+        the steps down in maximum tiles per image (option ``degrade_tiles``), or None."""
         self.processor = processor
         self.decodes_to = "uint8" if torchvision_backend(processor) else "pil"
         """What images are handed to the wrapped class: ``uint8`` tensors or ``pil`` images."""
+        self.tile_degradation = tile_degradation
+        """Maximum tiles per image -> the next maximum to try; None when not degrading."""
 
-    def __call__(self, images: Any = None, *args: Any, **kwargs: Any) -> Any:
+    @property
+    def max_tiles(self) -> int | None:
+        """The processor's own maximum tiles per image when it tiles (:data:`TILE_LIMITS` and
+        ``crop_to_patches``), else None."""
+        keyword = _planner(TILE_LIMITS, self.processor)
+        if keyword is None or not getattr(self.processor, "crop_to_patches", False):
+            return None
+        return int(getattr(self.processor, keyword))
+
+    def tile_limits(self) -> list[int]:
+        """The maxima of tiles per image to try in turn on a sample that does not fit: the
+        processor's own, then each step of :attr:`tile_degradation` down to 1. Empty when the
+        processor does not tile or degradation is off."""
+        limit = self.max_tiles
+        if limit is None or self.tile_degradation is None:
+            return []
+        limits = [limit]
+        while limits[-1] > 1 and limits[-1] in self.tile_degradation:
+            limits.append(self.tile_degradation[limits[-1]])
+        return limits
+
+    def __call__(self, images: Any = None, *args: Any, max_tiles: int | None = None, **kwargs: Any) -> Any:
+        """The wrapped processor on ``images``; ``max_tiles`` lowers the maximum tiles per
+        image of a processor that tiles (for this call only)."""
         from energon_plugins.encoding.image_processors.inputs import to_pil, to_uint8_chw
+
+        if max_tiles is not None:
+            kwargs[_planner(TILE_LIMITS, self.processor)] = max_tiles
 
         convert = to_uint8_chw if self.decodes_to == "uint8" else to_pil
         if isinstance(images, (list, tuple)):
@@ -291,7 +331,7 @@ def build_hf_image_processor(
             raise PluginLoadError(
                 f"image processor 'hf': cannot load from {str(path)!r}: {type(exc).__name__}: {exc}"
             ) from exc
-        return HFImageProcessor(proc)
+        return _with_tile_degradation(proc, options)
     name = options.class_name or DEFAULT_CLASS
     cls = getattr(transformers, name, None) if not name.startswith("_") else None
     if not _is_image_processor_class(cls, transformers):
@@ -308,4 +348,28 @@ def build_hf_image_processor(
         raise ConfigError(
             f"image_processor.options.kwargs: {name} rejects {sorted(options.kwargs)}: {exc}"
         ) from exc
-    return HFImageProcessor(proc)
+    return _with_tile_degradation(proc, options)
+
+
+def _with_tile_degradation(proc: Any, options: HFImageProcessorOptions) -> HFImageProcessor:
+    """``proc`` wrapped, with the tile degradation ``options`` ask for.
+
+    Raises:
+        ConfigError: ``degrade_tiles`` on a processor that does not tile, or whose maximum
+            tiles per image is not a key of ``tile_degradation``.
+    """
+    if not options.degrade_tiles:
+        return HFImageProcessor(proc)
+    wrapped = HFImageProcessor(proc, options.tile_degradation)
+    limit, name = wrapped.max_tiles, type(proc).__name__
+    if limit is None:
+        raise ConfigError(
+            f"image_processor.options.degrade_tiles: {name} does not tile (classes that do: "
+            f"{', '.join(sorted(TILE_LIMITS))}, with crop_to_patches: true)"
+        )
+    if limit > 1 and limit not in options.tile_degradation:
+        raise ConfigError(
+            f"image_processor.options.tile_degradation: {name} takes up to {limit} tiles per image, "
+            f"which is not a key of {options.tile_degradation}"
+        )
+    return wrapped

@@ -45,9 +45,16 @@ class ImageTokensMixin:
     _deferring: bool
 
     def image_token_counts(self, processed: Any, num_images: int) -> list[int]:
-        """Image embeddings per image implied by the processor output (or the option)."""
+        """Image embeddings per image implied by the processor output (or the option).
+
+        A tiling processor (its output's ``num_patches`` gives the tiles of each image) gives
+        each image its tiles times the embeddings of one tile (``image_tokens``, else from the
+        tiles' pixel size)."""
         if num_images == 0:
             return []
+        tiles = tile_counts(processed)
+        if tiles is not None:
+            return self._tiled_counts(processed, tiles, num_images)
         if self.options.image_tokens is not None:
             return [self.options.image_tokens] * num_images
         grid = _get(processed, "image_grid_thw")
@@ -67,6 +74,20 @@ class ImageTokensMixin:
         if len(counts) != num_images:
             raise ValueError(f"the image processor returned {len(counts)} images for {num_images} inputs")
         return counts
+
+    def _tiled_counts(self, processed: Any, tiles: list[int], num_images: int) -> list[int]:
+        if len(tiles) != num_images:
+            raise ValueError(
+                f"the image processor returned tiles of {len(tiles)} images for {num_images} inputs"
+            )
+        per_tile = self.options.image_tokens
+        if per_tile is None:
+            pixels = _get(processed, "pixel_values")
+            if pixels is None or pixels.dim() != 4:
+                raise ValueError("cannot derive image tokens of the tiles: pixel_values is not (N, C, H, W)")
+            patch = self.options.patch_size
+            per_tile = (int(pixels.shape[-2]) // patch) * (int(pixels.shape[-1]) // patch)
+        return [per_tile * n for n in tiles]
 
     def plan_images(self, images: list[Any]) -> tuple[list[int], torch.Tensor | None] | None:
         """Token counts (and grids) of ``images`` from their sizes alone; None if unknowable.
@@ -176,6 +197,7 @@ class ImageTokensMixin:
         not processed twice, nor deferred).
         """
         plan = self.plan_images(images) if images and processed is None and self._defer_images() else None
+        tiles: list[int] | None = None  # the tiles of each image, for a tiling processor
         if plan is not None:
             pixel_values = None
             counts, grid = plan
@@ -183,6 +205,7 @@ class ImageTokensMixin:
             output, pixel_values = processed if processed is not None else self.process_images(images)
             grid = _get(output, "image_grid_thw") if output is not None else None
             counts = self.image_token_counts(output, len(images))
+            tiles = tile_counts(output)
         ids, labels, runs = expand_image_tokens(
             ids,
             labels,
@@ -193,11 +216,17 @@ class ImageTokensMixin:
         )
         truncated = False
         kept_images = len(images)
-        if len(ids) > self.seq_length:
+        if len(ids) > self.seq_length and self.options.truncation != "split":  # split: packing cuts
             ids, labels, kept_images = self.truncate(sample, ids, labels, runs)
             truncated = True
             if kept_images < len(images) and plan is not None:
                 grid = grid[:kept_images] if grid is not None and kept_images else None
+            elif kept_images < len(images) and tiles is not None:
+                pixel_values = (
+                    pixel_values[: sum(tiles[:kept_images])]
+                    if kept_images and pixel_values is not None
+                    else None
+                )
             elif kept_images < len(images):
                 pixel_values, grid = _keep_images(pixel_values, grid, kept_images)
         if labels.count(self.ignore_index) == len(labels):
@@ -224,6 +253,9 @@ class ImageTokensMixin:
             seq_lengths=[len(ids)],
             truncated=truncated,
             image_token_counts=counts[:kept_images],
+            visual={"num_patches": torch.tensor(tiles[:kept_images], dtype=torch.long)}
+            if tiles and kept_images
+            else None,
         )
 
     def truncate(
@@ -264,6 +296,14 @@ def _finished(sample: PendingImagesSample, pixels: torch.Tensor, grid: Any) -> E
         token_fields=sample.token_fields,
         image_token_counts=sample.image_token_counts,
     )
+
+
+def tile_counts(processed: Any) -> list[int] | None:
+    """The tiles of each image of a tiling processor's output (its ``num_patches``), else None."""
+    tiles = _get(processed, "num_patches")
+    if tiles is None:
+        return None
+    return [int(n) for n in (tiles.tolist() if hasattr(tiles, "tolist") else tiles)]
 
 
 def _get(mapping: Any, key: str) -> Any:

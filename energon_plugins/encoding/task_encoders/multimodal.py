@@ -36,6 +36,7 @@ from energon_plugins.encoding.chat.conversation import (
     uses_plain_rendering,
     vqa_answer,
 )
+from energon_plugins.encoding.chat.megatron_lm_samples import MEGATRON_LM_SAMPLE_TYPES, as_encodable
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.base import PluginTaskEncoder
 from energon_plugins.encoding.task_encoders.image_tokens import ImageTokensMixin
@@ -43,7 +44,7 @@ from energon_plugins.encoding.task_encoders.options import MultimodalOptions
 from energon_plugins.errors import ConfigError
 from energon_plugins.host.context import BuildContext
 
-SUPPORTED = (VQASample, CaptioningSample, InterleavedSample, ChatMLSample)
+SUPPORTED = (VQASample, CaptioningSample, InterleavedSample, ChatMLSample, *MEGATRON_LM_SAMPLE_TYPES)
 
 
 class UnsupportedSampleError(FatalSampleError):
@@ -51,7 +52,10 @@ class UnsupportedSampleError(FatalSampleError):
 
 
 class MultimodalTaskEncoder(ImageTokensMixin, PluginTaskEncoder[Any]):
-    """Encode ``VQASample``, ``CaptioningSample``, ``InterleavedSample`` and crude ``chatml``.
+    """Encode ``VQASample``, ``CaptioningSample``, ``InterleavedSample``, crude ``chatml`` and
+    Megatron-LM's sample types (``OCRSample``, ``MultiChoiceVQASample``,
+    ``SimilarityInterleavedSample``, ``TextSample``: see
+    :mod:`~energon_plugins.encoding.chat.megatron_lm_samples`).
 
     The image half (processing, image-token counts, deferral, ``finish_sample``,
     ``truncate``) comes from :class:`ImageTokensMixin`.
@@ -135,6 +139,11 @@ class MultimodalTaskEncoder(ImageTokensMixin, PluginTaskEncoder[Any]):
             return self._encode_interleaved(sample)
         if isinstance(sample, ChatMLSample):
             return self._encode_conversation(sample)
+        converted = as_encodable(sample, self.options.megatron_lm, self.sample_config.image_token)
+        if isinstance(converted, ChatMLSample):
+            return self._encode_conversation(converted)
+        if converted is not None:
+            return self._encode_interleaved(converted)
         raise UnsupportedSampleError(
             f"the multimodal task encoder cannot encode {type(sample).__name__} samples "
             f"(key {getattr(sample, '__key__', None)!r}); it handles "
@@ -163,13 +172,13 @@ class MultimodalTaskEncoder(ImageTokensMixin, PluginTaskEncoder[Any]):
             [("user", self.user_text(question, len(images))), ("assistant", answer)],
         )
         ids, labels = tokenize_conversation(self.tokenizer, messages, self.sample_config)
-        return self.finish_sample(sample, ids, labels, images)
+        return self.fit_sample(sample, ids, labels, images)
 
     def _encode_conversation(self, sample: ChatMLSample) -> EncodedSample:
         """Every turn of a cooked conversation; its image tags already mark the images."""
         messages = build_messages(self.sample_config.conversation_template, text_turns(sample))
         ids, labels = tokenize_conversation(self.tokenizer, messages, self.sample_config)
-        return self.finish_sample(sample, ids, labels, list(sample.images))
+        return self.fit_sample(sample, ids, labels, list(sample.images))
 
     def _encode_interleaved(self, sample: InterleavedSample) -> EncodedSample:
         images: list[torch.Tensor] = []
@@ -200,7 +209,23 @@ class MultimodalTaskEncoder(ImageTokensMixin, PluginTaskEncoder[Any]):
         if isinstance(eos, int):
             ids.append(eos)
             labels.append(eos)
-        return self.finish_sample(sample, ids, labels, images)
+        return self.fit_sample(sample, ids, labels, images)
+
+    def fit_sample(self, sample: Any, ids: list[int], labels: list[int], images: list[Any]) -> EncodedSample:
+        """:meth:`finish_sample`, after lowering the tiles per image until the sample fits
+        ``seq_length`` when the image processor degrades tiles (its ``tile_limits()``:
+        Megatron-LM's rule); with one tile per image left it is cut or skipped as usual."""
+        limits = getattr(self.image_processor, "tile_limits", None)
+        limits = limits() if images and callable(limits) else []
+        if not limits:
+            return self.finish_sample(sample, ids, labels, images)
+        text_tokens = len(ids) - len(images)  # one image tag per image
+        for limit in limits:
+            output = self.image_processor(images=images, return_tensors="pt", max_tiles=limit)
+            processed = (output, self.check_image_output(output, len(images)))
+            if text_tokens + sum(self.image_token_counts(output, len(images))) <= self.seq_length:
+                break
+        return self.finish_sample(sample, ids, labels, images, processed=processed)
 
     # ------------------------------------------------------------------ set-up checks
     #: The image ``preflight_problems`` sends through the image processor (width, height).
