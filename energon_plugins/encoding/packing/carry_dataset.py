@@ -201,11 +201,15 @@ class CarryOverPackingDataset(BaseWrapperDataset[T_sample, T_pack], Generic[T_sa
         self.assert_can_restore()
         name, pack_idx, *keys = restore_key
         assert name == type(self).__name__, f"restore key of {name}, not {type(self).__name__}"
-        samples = [self.dataset.restore_sample(key) for key in keys]
+        samples = [self.restore_member(key) for key in keys]
         with handle_restore_errors(self.worker_config.restore_error_handler, samples):
             with self._pack_sample_index.ctx(pack_idx):
                 pack = self.final_packer(samples)
             return set_sample_restore_key(pack, pack_idx, *keys, src=self)
+
+    def restore_member(self, restore_key: Any) -> T_sample:
+        """One sample of a pack, from its restore key (re-read through the wrapped dataset)."""
+        return self.dataset.restore_sample(restore_key)
 
     def config(self) -> dict[str, Any]:
         """The configuration Energon compares on restore."""

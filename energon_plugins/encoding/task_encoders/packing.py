@@ -24,6 +24,11 @@
 - ``build_batch``: with ``carry_over: true`` the packing stage is a
   :class:`~energon_plugins.encoding.packing.carry_dataset.CarryOverPackingDataset` instead of Energon's
   ``PackingDataset``: the least-filled pack of each buffer is carried into the next buffer.
+  With the encoder option ``truncation: split`` it is a
+  :class:`~energon_plugins.encoding.packing.split_dataset.SplitPackingDataset`: an over-long
+  sample is cut into parts that continue in the next packs
+  (:mod:`~energon_plugins.encoding.task_encoders.packing_split`); without a packing buffer
+  ``truncation: split`` is refused (``ConfigError``).
 
 The packing options (``overlong``, ``pad_to_multiple_of``, ``carry_over``, ``min_fill``,
 ``max_carries``, ``carry_max_groups``) live in the strategy's options
@@ -36,6 +41,7 @@ assembly of packed rows (and :class:`PackedSample`) in
 Energon's packing stage (``build_batch``).
 """
 
+from functools import partial
 from typing import TYPE_CHECKING, Any
 
 from megatron.energon import stateless
@@ -47,12 +53,13 @@ from energon_plugins.encoding.packed_seq import packed_seq_params
 from energon_plugins.encoding.samples import EncodedSample
 from energon_plugins.encoding.task_encoders.packed_rows import PackAssemblyMixin, PackedSample
 from energon_plugins.encoding.task_encoders.packing_selection import PackSelectionMixin
+from energon_plugins.encoding.task_encoders.packing_split import SplitPlanningMixin
 from energon_plugins.errors import ConfigError
 
 __all__ = ["PackedSample", "PackingMixin", "packed_seq_params"]
 
 
-class PackingMixin(PackSelectionMixin, PackAssemblyMixin):
+class PackingMixin(SplitPlanningMixin, PackSelectionMixin, PackAssemblyMixin):
     """Energon's packing hooks, driven by the selected packing strategy.
 
     Mixed into :class:`~energon_plugins.PluginTaskEncoder` (before it in the bases); uses its
@@ -81,7 +88,8 @@ class PackingMixin(PackSelectionMixin, PackAssemblyMixin):
         packing_buffer_size: int | None = None,
         worker_config: Any,
     ) -> Any:
-        """Energon's ``build_batch``; with ``carry_over`` the packing stage carries over.
+        """Energon's ``build_batch``; with ``carry_over`` the packing stage carries over, with
+        ``truncation: split`` it splits over-long samples across packs.
 
         Without packing and batching (``batch_size=None``), a last stage finishes each
         sample's deferred work (``complete_samples``), which packing or ``batch`` does otherwise.
@@ -94,19 +102,31 @@ class PackingMixin(PackSelectionMixin, PackAssemblyMixin):
         if packing_buffer_size is not None:
             self._strategy()
             self.pad_to_multiple_of  # noqa: B018 - validates seq_length against the multiple
-        if packing_buffer_size is not None and self._packing_option("carry_over"):
+        split = self.split_enabled
+        if split and packing_buffer_size is None:
+            raise ConfigError(
+                "task_encoder.options.truncation: 'split' continues an over-long sample in the "
+                "next pack, so it needs packing: set packing (a packing strategy) and "
+                "packing_buffer_size, or choose truncation 'right', 'drop' or 'error'"
+            )
+        if packing_buffer_size is not None and (split or self._packing_option("carry_over")):
+            field = "task_encoder.options.truncation" if split else "packing.options.carry_over"
             if self._is_overridden(self.postencode_sample):
                 raise ConfigError(
-                    f"packing.options.carry_over: {type(self).__name__} overrides "
-                    "postencode_sample, which the carry-over packing stage does not support"
+                    f"{field}: {type(self).__name__} overrides postencode_sample, which the "
+                    "carry-over and split packing stages do not support"
                 )
             from energon_plugins.encoding.packing.carry_dataset import CarryOverPackingDataset
+            from energon_plugins.encoding.packing.split_dataset import SplitPackingDataset
 
             default_tolerance = self.__default_failure_tolerance__
-            dataset = CarryOverPackingDataset(
+            stage: Any = (
+                partial(SplitPackingDataset, cut=self.split_part) if split else CarryOverPackingDataset
+            )
+            dataset = stage(
                 dataset,
                 buffer_size=packing_buffer_size,
-                planner=self.plan_with_carry,
+                planner=self.plan_with_split if split else self.plan_with_carry,
                 final_packer=self.pack_selected_samples,
                 final_packer_stateless=get_stateless(self.pack_selected_samples),
                 worker_config=worker_config,
