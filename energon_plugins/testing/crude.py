@@ -1,7 +1,7 @@
-"""Hand-written crude datasets (images, videos and GPT-style conversations) and their images.
+"""Hand-written crude datasets (images, videos, audio and GPT-style conversations) and their images.
 
 :func:`write_crude_dataset` writes webdataset shards of samples you describe (images, video
-files and GPT-style conversations), indexes them with Energon's own prepare API and marks them as a
+and audio files and GPT-style conversations), indexes them with Energon's own prepare API and marks them as a
 ``CrudeWebdataset`` with ``subflavors: {format: ...}``, like ``energon_plugins.synthetic``
 does for its crude kinds; use it for samples the demo generator does not write (for example
 image tags that disagree with the images). :func:`read_images` reads a sample's original
@@ -33,13 +33,15 @@ def write_crude_dataset(
     samples_per_shard: int = 4,
     split_ratio: Sequence[tuple[str, float]] = (("train", 0.5), ("val", 0.5)),
 ) -> list[pathlib.Path]:
-    """Write ``(key, images, conversations[, videos])`` samples as a prepared crude dataset.
+    """Write ``(key, images, conversations[, videos[, audios]])`` samples as a prepared crude dataset.
 
     Args:
         path: the dataset directory (created).
         samples: keys must be unique; images are PIL images; conversations are
             ``[{"from": ..., "value": ...}, ...]``; videos (optional) are encoded video files,
-            ``bytes`` (MP4) or ``(extension, bytes)``, written as ``0.mp4``, ``1.webm``, ...
+            ``bytes`` (MP4) or ``(extension, bytes)``, written as ``0.mp4``, ``1.webm``, ...;
+            audios (optional) are encoded audio files, ``bytes`` (WAV) or ``(extension,
+            bytes)``, written as ``0.wav``, ``1.flac``, ...
         fmt: the ``format`` subflavor (``llava`` or ``chatml``).
         image_names: ``"single"`` names the first image ``png`` (the ``llava`` layout),
             ``"numbered"`` names them ``0.png``, ``1.png``, ... (the ``chatml`` layout).
@@ -57,6 +59,9 @@ def write_crude_dataset(
             parts[name] = png_bytes(image)
         for i, video in enumerate(rest[0] if rest else ()):
             ext, data = video if isinstance(video, tuple) else ("mp4", video)
+            parts[f"{i}.{ext}"] = data
+        for i, audio in enumerate(rest[1] if len(rest) > 1 else ()):
+            ext, data = audio if isinstance(audio, tuple) else ("wav", audio)
             parts[f"{i}.{ext}"] = data
         parts["json"] = json.dumps({"conversations": conversations}).encode()
         records.append(parts)

@@ -11,6 +11,8 @@ formats). A crude conversation sample holds:
   part (the LLaVA-1.5 layout);
 - its videos likewise as numbered parts ``0.mp4``, ``1.webm``, ... or one ``mp4`` / ``webm`` /
   ... part (Energon hands them over as lazy ``AVDecoder`` objects);
+- its audio clips likewise as numbered parts ``0.wav``, ``1.flac``, ... (``wav``, ``flac``,
+  ``mp3``, ``m4a``, ``ogg``: an ``AVDecoder`` for the first three, raw bytes for the others);
 - a ``json`` part with the turns under ``conversations``, ``messages`` or ``conversation``
   (or the list of turns itself): GPT-style ``{"from", "value"}`` (LLaVA, ShareGPT) or ChatML
   ``{"role", "content"}`` turns, a content being a string with ``<image>`` tags or a list of
@@ -47,8 +49,12 @@ TURN_KEYS = ("conversations", "messages", "conversation")
 VIDEO_EXTENSIONS = ("mp4", "webm", "mkv", "mov", "avi", "flv")
 """Part extensions Energon's AV decoder reads as video (its audio ones aside)."""
 
+AUDIO_EXTENSIONS = ("wav", "flac", "mp3", "m4a", "ogg")
+"""Part extensions a crude conversation sample's audio clips may have (numbered: ``0.wav``)."""
+
 _IMAGE_PART = re.compile(rf"^(\d+)\.({'|'.join(IMAGE_EXTENSIONS)})$")
 _VIDEO_PART = re.compile(rf"^(\d+)\.({'|'.join(VIDEO_EXTENSIONS)})$")
+_AUDIO_PART = re.compile(rf"^(\d+)\.({'|'.join(AUDIO_EXTENSIONS)})$")
 
 
 class MissingFieldError(KeyError):
@@ -69,12 +75,17 @@ class ChatMLSample(Sample):
         images: the images as Energon decoded them.
         videos: the videos in the order of their tags (Energon's lazy ``AVDecoder``).
         video_parts: the part name of each video (``0.mp4``), for error messages.
+        audios: the audio clips in the order of their tags (Energon's lazy ``AVDecoder``, or
+            the file's bytes for an extension Energon does not decode: ``m4a``, ``ogg``).
+        audio_parts: the part name of each audio clip (``0.wav``), for error messages.
     """
 
     conversation: list[dict[str, Any]]
     images: list[Any]
     videos: list[Any] = dataclasses.field(default_factory=list)
     video_parts: list[str] = dataclasses.field(default_factory=list)
+    audios: list[Any] = dataclasses.field(default_factory=list)
+    audio_parts: list[str] = dataclasses.field(default_factory=list)
 
 
 def image_parts(sample: dict) -> list[str]:
@@ -97,6 +108,12 @@ def video_parts(sample: dict) -> list[str]:
     if numbered:
         return [name for _, name in numbered]
     return [name for name in VIDEO_EXTENSIONS if name in sample][:1]
+
+
+def audio_parts(sample: dict) -> list[str]:
+    """The names of a crude sample's numbered audio parts (``0.wav``, ``1.flac``...) in order."""
+    numbered = [(int(m.group(1)), name) for name in sample if (m := _AUDIO_PART.match(name))]
+    return [name for _, name in sorted(numbered)]
 
 
 def json_turns(sample: dict) -> list:
@@ -136,6 +153,7 @@ def cook_chatml(sample: dict, **aux: Any) -> ChatMLSample:
     key = sample.get("__key__", "<unknown key>")
     turns = chat_turns(json_turns(sample), key)
     videos = video_parts(sample)
+    audios = audio_parts(sample)
     images = [sample[name] for name in image_parts(sample)]
     if not images:
         from energon_plugins.encoding.chat.aux_media import referenced_images
@@ -147,6 +165,8 @@ def cook_chatml(sample: dict, **aux: Any) -> ChatMLSample:
         images=images,
         videos=[sample[name] for name in videos],
         video_parts=videos,
+        audios=[sample[name] for name in audios],
+        audio_parts=audios,
     )
 
 

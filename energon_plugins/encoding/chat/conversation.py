@@ -119,12 +119,14 @@ def chat_turns(conversation: Any, key: str) -> list[tuple[str, Any]]:
     return turns
 
 
-def content_parts(content: Any, image_tag: str, video_tag: str | None = None) -> list[dict[str, Any]]:
-    """A turn's content as typed parts: ``{"type": "text", "text": ...}``, ``{"type": "image"}``
-    and ``{"type": "video"}``.
+def content_parts(
+    content: Any, image_tag: str, video_tag: str | None = None, audio_tag: str | None = None
+) -> list[dict[str, Any]]:
+    """A turn's content as typed parts: ``{"type": "text", "text": ...}``, ``{"type": "image"}``,
+    ``{"type": "video"}`` and ``{"type": "audio"}``.
 
     A string is split at every ``image_tag`` (``<image>``) and, when given, ``video_tag``
-    (``<video>``); the whitespace that separates a tag from the text next to it is dropped
+    (``<video>``) and ``audio_tag`` (``<audio>``); the whitespace that separates a tag from the text next to it is dropped
     (``"<image>\\nQ"`` is an image, then ``"Q"``), so the chat template alone decides how media
     and text are joined. A list of parts is checked and copied (an image or video part keeps
     only its type: the media travel separately).
@@ -136,6 +138,8 @@ def content_parts(content: Any, image_tag: str, video_tag: str | None = None) ->
         tags = {image_tag: "image"}
         if video_tag:
             tags[video_tag] = "video"
+        if audio_tag:
+            tags[audio_tag] = "audio"
         pattern = re.compile("|".join(re.escape(t) for t in sorted(tags, key=len, reverse=True)))
         parts: list[dict[str, Any]] = []
         pos = 0
@@ -151,7 +155,8 @@ def content_parts(content: Any, image_tag: str, video_tag: str | None = None) ->
         if tail:
             parts.append({"type": "text", "text": tail})
         return parts
-    kinds = ("image", "video") if video_tag else ("image",)
+    kinds: tuple[str, ...] = ("image", "video") if video_tag else ("image",)
+    kinds += ("audio",) if audio_tag else ()
     parts = []
     for i, part in enumerate(content):
         kind = part.get("type") if isinstance(part, dict) else None
