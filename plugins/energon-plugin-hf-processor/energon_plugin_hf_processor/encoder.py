@@ -12,7 +12,9 @@ carry labels.
 Videos arrive as Energon's lazy ``AVDecoder``: the encoder reads each video's metadata, picks
 the frames the ``video`` options keep, decodes only those (seeking) and hands them to the
 processor pre-sampled, with their metadata (frame rate, frame numbers), as transformers'
-``do_sample_frames=False`` path takes them. A sample over its visual-token budget (or
+``do_sample_frames=False`` path takes them. Audio clips (``0.wav``, ``1.flac``...) at their
+``<audio>`` tags are decoded only as far as the ``audio`` budget keeps them and resampled once
+to the feature extractor's rate (:mod:`.audio`). A sample over its visual-token budget (or
 ``seq_length``) gives up frames, then resolution, before it is skipped (:mod:`.video_fit`,
 :mod:`.video`).
 
@@ -27,6 +29,7 @@ is loaded and read once, when the encoder is built (:mod:`.processor`).
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -40,20 +43,26 @@ from megatron.energon import (
 )
 
 from energon_plugin_hf_processor import outputs
+from energon_plugin_hf_processor.audio import DecodedAudio, ProcessorAudio, labelled_audios
 from energon_plugin_hf_processor.families import FamilySpec, family_for
+from energon_plugin_hf_processor.fast_calls import calling_processor
 from energon_plugin_hf_processor.labels import ChatRenderer
 from energon_plugin_hf_processor.messages import check_images, interleaved_text, sample_messages
 from energon_plugin_hf_processor.options import HFProcessorOptions
+from energon_plugin_hf_processor.placeholder_offsets import PLACEHOLDER_OFFSETS, PlaceholderOffsets
 from energon_plugin_hf_processor.processor import (
     embedding_token_id,
     end_of_turn_tokens,
     image_placeholder,
     load_processor,
+    prepended_chars,
     processor_call_kwargs,
 )
+from energon_plugin_hf_processor.tiles import MAX_TILES, tile_limits
 from energon_plugin_hf_processor.video import ProcessorVideo
 from energon_plugin_hf_processor.video_fit import encode_fitting_videos
 from energon_plugins import (
+    MEGATRON_LM_SAMPLE_TYPES,
     BuildContext,
     ChatMLSample,
     ConfigError,
@@ -62,6 +71,7 @@ from energon_plugins import (
     PluginTaskEncoder,
     SampledVideo,
     VideoPlan,
+    as_encodable,
     conversation_cookers,
 )
 
@@ -69,8 +79,9 @@ logger = logging.getLogger(__name__)
 
 
 class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
-    """Encode conversations (with images and videos), VQA (on an image or a video), captioning
-    and interleaved samples with a model's processor.
+    """Encode conversations (with images and videos), VQA (on an image or a video), captioning,
+    interleaved samples and Megatron-LM's sample types (OCR, multiple-choice VQA,
+    similarity-interleaved, text) with a model's processor.
 
     Args:
         context: the build context (its tokenizer and image processor are replaced by the
@@ -85,7 +96,14 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
     """
 
     cookers = conversation_cookers()
-    supported_sample_types = (ChatMLSample, VQASample, VidQASample, CaptioningSample, InterleavedSample)
+    supported_sample_types = (
+        ChatMLSample,
+        VQASample,
+        VidQASample,
+        CaptioningSample,
+        InterleavedSample,
+        *MEGATRON_LM_SAMPLE_TYPES,
+    )
     #: Images reach the processor as the 8-bit images they were stored as; videos as Energon's
     #: lazy AVDecoder (only the kept frames are decoded, in encode_sample).
     decoder = SampleDecoder(image_decode="pil", av_decode="AVDecoder")
@@ -105,16 +123,25 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
                 len(context.tokenizer),
                 len(tokenizer),
             )
-        context = context.replace(tokenizer=tokenizer, image_processor=processor.image_processor)
+        image_processor = getattr(processor, "image_processor", None)  # None: an audio-only processor
+        context = context.replace(tokenizer=tokenizer, image_processor=image_processor)
         super().__init__(context, on_error=options.on_error, padding=options.padding)
         self.options = options
         self.processor = processor
+        #: The processor the calls go through: ``processor`` with a faster image processor
+        #: and its keyword-argument merge remembered, the same outputs (:mod:`.fast_calls`).
+        self.calling_processor = calling_processor(processor)
         try:
             self.family: FamilySpec = family_for(processor, options.family)
         except ValueError as exc:
             raise ConfigError(f"task_encoder.options.family: {exc}") from exc
         try:
-            self.renderer = ChatRenderer(processor, end_of_turn_tokens(processor))
+            end_of_turn = self.family.end_of_turn
+            self.renderer = ChatRenderer(
+                processor,
+                end_of_turn_tokens(processor) if end_of_turn is None else end_of_turn,
+                system_as_text=self.family.system_as_text,
+            )
         except ValueError as exc:
             raise ConfigError(f"task_encoder.options.processor: {exc}") from exc
         self.image_tag = self.sample_config.image_token
@@ -123,6 +150,9 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         self.call_kwargs, self.image_kwargs = processor_call_kwargs(processor, self.family, options)
         #: The processor's video side (frame multiple, pixel cap, call arguments, token counts).
         self.video = ProcessorVideo(processor, self.family, options.video, self.call_kwargs)
+        #: The processor's audio side (sampling rate, budget, decoding: :mod:`.audio`).
+        self.audio = ProcessorAudio(processor, options.audio)
+        self.audio_tag = options.audio.tag
         #: The token whose positions hold image embeddings (counted per image).
         self.image_token_id = embedding_token_id(processor, self.family.embedding_token)
         #: The token whose positions hold video embeddings (counted per video); ``None``
@@ -132,6 +162,12 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         )
         #: What the chat template writes for one image in running text (interleaved samples).
         self.image_placeholder = image_placeholder(processor, self.renderer, self.image_tag)
+        #: Where the processor expands placeholders, for one that does not report it.
+        self.placeholder_offsets = placeholder_offsets_of(self.family)
+        #: Characters the processor puts before every text (answer spans move by as many).
+        self.prepended_chars = prepended_chars(processor)
+        #: Maxima of tiles per image to try on a long sample (``degrade_tiles``; empty: off).
+        self.tile_limits = tile_limits(image_processor, options.degrade_tiles, options.tile_degradation)
         self._warned: set[str] = set()
         self._check_with_one_call()
 
@@ -140,13 +176,16 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         """Encode one tiny conversation, so bad settings fail now with the option named."""
         from PIL import Image
 
-        sample = VQASample(
+        sample: Any = VQASample(
             __key__="hf-processor-set-up-check",
             __restore_key__=(),
             image=Image.new("RGB", (32, 32), (128, 64, 32)),
             context="?",
             answers=["ok"],
         )
+        if self.image_processor is None:  # an audio-only processor: a text-only conversation
+            turns = [{"role": "user", "content": "?"}, {"role": "assistant", "content": "ok"}]
+            sample = ChatMLSample(__key__=sample.__key__, __restore_key__=(), conversation=turns, images=[])
         try:
             messages, images, _ = self.sample_messages(sample)
             text, spans = self.renderer.render_conversation(messages)
@@ -162,7 +201,7 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         """``seq_length`` shorter than the shortest one-image sample (a 32x32 image with one-
         word turns, built when the encoder was): every sample with an image would be skipped."""
         shortest = self.shortest_sample
-        if shortest.length <= self.seq_length:
+        if shortest.length <= self.seq_length or self.image_processor is None:
             return []
         return [
             f"seq_length: {self.seq_length} is too small for one image: "
@@ -174,20 +213,31 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
     # ------------------------------------------------------------------ dispatch
     @stateless
     def encode_sample(self, sample: Any) -> EncodedSample:
-        """Encode one Energon sample (dispatching on its type) to an :class:`EncodedSample`."""
+        """Encode one Energon sample (dispatching on its type) to an :class:`EncodedSample`.
+
+        Megatron-LM's sample types are first written as a conversation or running text in
+        Megatron-LM's prompt formats (``energon_plugins.as_encodable``, option ``megatron_lm``)."""
+        sample = as_encodable(sample, self.options.megatron_lm, self.image_tag) or sample
         if isinstance(sample, InterleavedSample):
             return self._encode_interleaved(sample)
         messages, images, videos = self.sample_messages(sample)
-        check_images(messages, len(images), str(sample.__key__), len(videos))
+        audios = labelled_audios(sample)
+        check_images(messages, len(images), str(sample.__key__), len(videos), len(audios))
         self._check_image_count(sample, len(images))
         text, spans = self.renderer.render_conversation(messages)
-        return self._encode(sample, text, spans, images, videos)
+        decoded = self.audio.decode(sample, audios) if audios else []
+        return self._encode(sample, text, spans, images, videos, audios=decoded)
 
     def sample_messages(self, sample: Any) -> tuple[list[dict[str, Any]], list[Any], list[tuple[Any, str]]]:
         """The messages (content as typed parts), images and videos of a conversation-like
         sample; each video as ``(Energon's AVDecoder or bytes, the file it came from)``."""
         return sample_messages(
-            sample, self.image_tag, self.video_tag, self.options.system_prompt, self.options.caption_prompt
+            sample,
+            self.image_tag,
+            self.video_tag,
+            self.options.system_prompt,
+            self.options.caption_prompt,
+            self.audio_tag,
         )
 
     def _encode_interleaved(self, sample: InterleavedSample) -> EncodedSample:
@@ -208,19 +258,30 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
 
     # ------------------------------------------------------------------ the processor call
     def call_processor(
-        self, text: str, images: list[Any], videos: list[SampledVideo] = (), plan: VideoPlan | None = None
+        self,
+        text: str,
+        images: list[Any],
+        videos: list[SampledVideo] = (),
+        plan: VideoPlan | None = None,
+        max_tiles: int | None = None,
+        audios: Sequence[DecodedAudio] = (),
     ) -> Any:
-        """The processor on one rendered text, its images and its pre-sampled videos, as
-        ``apply_chat_template`` calls it (see :func:`.outputs.call_processor`)."""
+        """The processor on one rendered text, its images, its pre-sampled videos and its
+        decoded audio clips, as
+        ``apply_chat_template`` calls it (see :func:`.outputs.call_processor`); ``max_tiles``
+        lowers the maximum tiles per image (``degrade_tiles``)."""
         videos_kwargs = self.video.call_kwargs(videos, plan or VideoPlan(())) if videos else None
+        image_kwargs = self.image_kwargs if max_tiles is None else {**self.image_kwargs, MAX_TILES: max_tiles}
         return outputs.call_processor(
-            self.processor,
+            self.calling_processor,
             text,
             images,
             [video.frames for video in videos],
             call_kwargs=self.call_kwargs,
-            image_kwargs=self.image_kwargs,
+            image_kwargs=image_kwargs,
             videos_kwargs=videos_kwargs,
+            audios=[audio.waveform for audio in audios],
+            audio_kwargs=self.audio.call_kwargs(),
         )
 
     def _encode(
@@ -233,10 +294,32 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         *,
         append_eos: bool = False,
         check_length: bool = True,
+        audios: Sequence[DecodedAudio] = (),
     ) -> EncodedSample:
         if not videos:
+            limits = self.tile_limits if images and check_length else []
+            for limit in limits[:-1]:  # Megatron-LM's rule: fewer tiles until the sample fits
+                fitted = self._encode_once(
+                    sample,
+                    text,
+                    spans,
+                    images,
+                    append_eos=append_eos,
+                    check_length=False,
+                    max_tiles=limit,
+                    audios=audios,
+                )
+                if fitted.length <= self.seq_length:
+                    return fitted
             return self._encode_once(
-                sample, text, spans, images, append_eos=append_eos, check_length=check_length
+                sample,
+                text,
+                spans,
+                images,
+                append_eos=append_eos,
+                check_length=check_length,
+                max_tiles=limits[-1] if limits else None,
+                audios=audios,
             )
         return encode_fitting_videos(
             sample,
@@ -245,7 +328,7 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
             has_images=bool(images),
             seq_length=self.seq_length,
             encode=lambda sampled, plan: self._encode_once(
-                sample, text, spans, images, sampled, plan, check_length=False
+                sample, text, spans, images, sampled, plan, check_length=False, audios=audios
             ),
         )
 
@@ -260,10 +343,16 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         *,
         append_eos: bool = False,
         check_length: bool = True,
+        max_tiles: int | None = None,
+        audios: Sequence[DecodedAudio] = (),
     ) -> EncodedSample:
         """One processor call, its output as the sample (skipped if too long or unlabelled)."""
-        out = self.call_processor(text, images, list(videos), plan)
+        out = self.call_processor(text, images, list(videos), plan, max_tiles, list(audios))
         layout = outputs.output_layout(self.family, out, len(images), len(videos))
+        if out.get("text_replacement_offsets") is None and self.placeholder_offsets is not None:
+            out["text_replacement_offsets"] = [self.placeholder_offsets(self.processor, text)]
+        shift = self.prepended_chars
+        spans = [(a + shift, b + shift) for a, b in spans] if shift else spans
         eos = getattr(self.processor.tokenizer, "eos_token_id", None) if append_eos else None
         tokens = outputs.label_tokens(out, spans, layout, self.image_token_id, self.video_token_id, eos)
         ids = tokens.input_ids
@@ -336,6 +425,24 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
     def collate_visual(self, key: str, parts: list[torch.Tensor]) -> torch.Tensor:
         """Combine the samples' ``key`` tensors by the family's rule (concat, padded, one row)."""
         return self.family.combine(key)(parts)
+
+
+def placeholder_offsets_of(family: FamilySpec) -> PlaceholderOffsets | None:
+    """The placeholder expansion ``family`` names (``None`` where it names none).
+
+    Raises:
+        ConfigError: the name is not registered.
+    """
+    name = family.placeholder_offsets
+    if name is None:
+        return None
+    try:
+        return PLACEHOLDER_OFFSETS[name]
+    except KeyError:
+        raise ConfigError(
+            f"task_encoder.options.family: family {family.name!r} names placeholder offsets "
+            f"{name!r}; known: {', '.join(sorted(PLACEHOLDER_OFFSETS))}"
+        ) from None
 
 
 def build_hf_processor_task_encoder(

@@ -62,9 +62,10 @@ class ChatRenderer:
     Args:
         processor: the transformers processor.
         end_of_turn: special tokens that may close an assistant turn (extending its span).
+        system_as_text: hand the template a system message's content as a string.
     """
 
-    def __init__(self, processor: Any, end_of_turn: Sequence[str]) -> None:
+    def __init__(self, processor: Any, end_of_turn: Sequence[str], *, system_as_text: bool = False) -> None:
         from transformers.utils.chat_template_utils import render_jinja_template
 
         self._render_jinja = render_jinja_template
@@ -73,11 +74,18 @@ class ChatRenderer:
         # What apply_chat_template hands the template besides the messages.
         self.template_kwargs = dict(processor.tokenizer.special_tokens_map)
         self.end_of_turn = sorted((t for t in end_of_turn if t), key=len, reverse=True)
+        self.system_as_text = system_as_text
+
+    def _template_messages(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages as the template takes them (a system content as a string, if asked)."""
+        if self.system_as_text and messages and messages[0]["role"] == "system":
+            return [{**messages[0], "content": answer_text(messages[0])}, *messages[1:]]
+        return list(messages)
 
     def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = False) -> str:
         """The text ``processor.apply_chat_template(messages, tokenize=False)`` gives."""
         rendered, _ = self._render_jinja(
-            conversations=[list(messages)],
+            conversations=[self._template_messages(messages)],
             chat_template=self.template,
             add_generation_prompt=add_generation_prompt,
             **self.template_kwargs,
@@ -88,7 +96,7 @@ class ChatRenderer:
         """The rendered text and the character span of every assistant answer in it."""
         if self.markers:
             rendered, indices = self._render_jinja(
-                conversations=[list(messages)],
+                conversations=[self._template_messages(messages)],
                 chat_template=self.template,
                 return_assistant_tokens_mask=True,
                 **self.template_kwargs,

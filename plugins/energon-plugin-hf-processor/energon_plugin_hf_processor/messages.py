@@ -9,7 +9,11 @@ takes; the images and videos travel beside the messages, in the order of their p
 - ``VidQASample``: ``user: [video, question]``, ``assistant: answer``; likewise with a video tag.
 - ``CaptioningSample``: ``user: [image, caption_prompt]``, ``assistant: caption``.
 - :class:`~energon_plugins.encoding.chat.chatml.ChatMLSample` (crude conversations): its turns,
-  image and video tags split into image and video parts.
+  image, video and audio tags split into image, video and audio parts (the audio clips are
+  read by :func:`.audio.labelled_audios`).
+- Megatron-LM's ``OCRSample``, ``MultiChoiceVQASample``, ``SimilarityInterleavedSample`` and
+  ``TextSample`` reach here already written as a ``ChatMLSample`` or an ``InterleavedSample``
+  (``energon_plugins.as_encodable``, in Megatron-LM's prompt formats).
 
 :func:`sample_messages` dispatches on the sample type; :func:`interleaved_text` writes an
 ``InterleavedSample`` as running text with the template's image placeholder.
@@ -58,20 +62,24 @@ def conversation_messages(
     image_tag: str,
     system_prompt: str | None,
     video_tag: str | None = None,
+    audio_tag: str | None = None,
 ) -> list[Message]:
     """``(role, content)`` turns as messages of typed parts, a system turn first if asked."""
     messages = [
-        {"role": role, "content": content_parts(content, image_tag, video_tag)} for role, content in turns
+        {"role": role, "content": content_parts(content, image_tag, video_tag, audio_tag)}
+        for role, content in turns
     ]
     if system_prompt and (not messages or messages[0]["role"] != "system"):
         messages.insert(0, {"role": "system", "content": [{"type": "text", "text": system_prompt}]})
     return messages
 
 
-def check_images(messages: list[Message], num_images: int, key: str, num_videos: int = 0) -> None:
-    """Raise :class:`ImageCountMismatchError` unless the messages hold ``num_images`` images
-    and ``num_videos`` videos."""
-    for kind, count in (("image", num_images), ("video", num_videos)):
+def check_images(
+    messages: list[Message], num_images: int, key: str, num_videos: int = 0, num_audios: int = 0
+) -> None:
+    """Raise :class:`ImageCountMismatchError` unless the messages hold ``num_images`` images,
+    ``num_videos`` videos and ``num_audios`` audio clips."""
+    for kind, count in (("image", num_images), ("video", num_videos), ("audio", num_audios)):
         places = sum(1 for m in messages for p in m["content"] if p["type"] == kind)
         if places != count:
             raise ImageCountMismatchError(
@@ -104,16 +112,18 @@ def sample_messages(
     video_tag: str | None,
     system_prompt: str | None,
     caption_prompt: str,
+    audio_tag: str | None = None,
 ) -> tuple[list[Message], list[Any], list[tuple[Any, str]]]:
     """The messages (content as typed parts), images and videos of a conversation-like
-    sample; each video as ``(Energon's AVDecoder or bytes, the file it came from)``.
+    sample; each video as ``(Energon's AVDecoder or bytes, the file it came from)``. With
+    ``audio_tag``, a conversation's audio tags become audio parts too.
 
     Raises:
         UnsupportedSampleError: a sample type the ``hf-processor`` encoder does not handle.
     """
     if isinstance(sample, ChatMLSample):
         turns = conversation_turns(sample)
-        messages = conversation_messages(turns, image_tag, system_prompt, video_tag)
+        messages = conversation_messages(turns, image_tag, system_prompt, video_tag, audio_tag)
         return messages, list(sample.images), labelled_videos(sample)
     if isinstance(sample, VQASample):
         answer = vqa_answer(sample)
@@ -128,8 +138,8 @@ def sample_messages(
     raise UnsupportedSampleError(
         f"the hf-processor task encoder cannot encode {type(sample).__name__} samples (key "
         f"{getattr(sample, '__key__', None)!r}); it handles crude conversations (subflavors "
-        f"format {', '.join(CONVERSATION_FORMATS)}), VQASample, VidQASample, CaptioningSample and "
-        "InterleavedSample"
+        f"format {', '.join(CONVERSATION_FORMATS)}), VQASample, VidQASample, CaptioningSample, "
+        "InterleavedSample, OCRSample, MultiChoiceVQASample, SimilarityInterleavedSample and TextSample"
     )
 
 

@@ -4,7 +4,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from energon_plugins import VideoOptions
+from energon_plugin_hf_processor.audio_options import AudioOptions
+from energon_plugins import MegatronLMPrompts, VideoOptions
 
 
 class HFProcessorOptions(BaseModel):
@@ -62,6 +63,29 @@ class HFProcessorOptions(BaseModel):
         "frames), sized (min/max_pixels per frame) and budgeted (max_visual_tokens: fewer "
         "frames, then lower resolution, before a skip); see VideoOptions.",
     )
+    audio: AudioOptions = Field(
+        default_factory=AudioOptions,
+        description="How the audio clips of a sample are placed (tag: <audio>) and budgeted "
+        "(max_seconds per sample; over_budget: skip, counted as audio_too_long, or clip); see "
+        "AudioOptions.",
+    )
+    megatron_lm: MegatronLMPrompts = Field(
+        default_factory=MegatronLMPrompts,
+        description="Prompts of Megatron-LM's sample types (OCRSample, MultiChoiceVQASample, "
+        "SimilarityInterleavedSample, TextSample); see MegatronLMPrompts. Its system_prompt wins "
+        "over system_prompt for these samples (set it to null to use system_prompt).",
+    )
+    degrade_tiles: bool = Field(
+        default=False,
+        description="For a processor that tiles (InternVL's, crop_to_patches with max_patches): a "
+        "sample longer than seq_length is encoded again with fewer tiles per image, stepping the "
+        "maximum down along tile_degradation, before it is skipped (Megatron-LM's rule).",
+    )
+    tile_degradation: dict[int, int] = Field(
+        default_factory=lambda: {12: 8, 8: 6, 6: 4, 4: 2, 2: 1},
+        description="Maximum tiles per image -> the maximum to try next (Megatron-LM's steps by "
+        "default); the processor's own max_patches must be a key.",
+    )
     processor_kwargs: dict[str, Any] = Field(
         default_factory=dict,
         description="Further keyword arguments of every processor call (do_image_splitting, "
@@ -95,9 +119,14 @@ class HFProcessorOptions(BaseModel):
             "add_special_tokens",
             "images_kwargs",
             "videos_kwargs",
+            "audio",
+            "audio_kwargs",
             "video_metadata",
             "do_sample_frames",
         }
+        for high, low in self.tile_degradation.items():
+            if high > 1 and not 1 <= low < high:
+                raise ValueError(f"tile_degradation: {high}: {low} does not step down")
         clash = sorted(reserved & set(self.processor_kwargs))
         if clash:
             raise ValueError(f"processor_kwargs: {', '.join(clash)} are set by the encoder")

@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from energon_plugin_hf_processor.families import GENERIC, FamilySpec, generic_layout
+from energon_plugin_hf_processor.fast_calls import int_lists_as_tensors
 from energon_plugin_hf_processor.labels import expanded_positions, token_mask
 from energon_plugins import energon_image_to_pil
 
@@ -34,8 +35,10 @@ def call_processor(
     call_kwargs: dict[str, Any],
     image_kwargs: dict[str, Any],
     videos_kwargs: dict[str, Any] | None = None,
+    audios: Sequence[Any] = (),
+    audio_kwargs: dict[str, Any] | None = None,
 ) -> Any:
-    """The processor on one rendered text, its images and its videos' frames.
+    """The processor on one rendered text, its images, its videos' frames and its audio clips.
 
     Offsets of every token and of every placeholder expansion come back too. Only the image
     and video processors are asked for tensors (some processors read their shapes); the text
@@ -52,6 +55,8 @@ def call_processor(
         call_kwargs: keyword arguments of every call (``processor_kwargs``, pixel budget).
         image_kwargs: extra ``images_kwargs`` (the images' pixel budget).
         videos_kwargs: the ``videos_kwargs`` of the pre-sampled videos.
+        audios: each audio clip's ``(N,)`` mono waveform at the feature extractor's rate.
+        audio_kwargs: the ``audio_kwargs`` of the clips (their sampling rate).
     """
     from transformers import BatchFeature
 
@@ -64,6 +69,9 @@ def call_processor(
         kwargs["images_kwargs"] = {**image_kwargs, "return_tensors": "pt"}
     if frames:
         kwargs["videos_kwargs"] = {**(videos_kwargs or {}), "return_tensors": "pt"}
+    if len(audios):
+        kwargs["audio"] = list(audios)
+        kwargs["audio_kwargs"] = {**(audio_kwargs or {}), "return_tensors": "pt"}
     out = processor(
         text=[text],
         images=[pil] if pil else None,
@@ -73,7 +81,7 @@ def call_processor(
         **kwargs,
     )
     skip = getattr(processor, "skip_tensor_conversion", None)
-    return BatchFeature(dict(out), tensor_type="pt", skip_tensor_conversion=skip)
+    return BatchFeature(int_lists_as_tensors(dict(out), skip), tensor_type="pt", skip_tensor_conversion=skip)
 
 
 @dataclasses.dataclass
@@ -125,6 +133,9 @@ def label_tokens(
     }
     for mask in media["image"] + media["video"]:
         labelled &= ~mask
+    for r in replacements:  # an audio clip's tokens are never labels either
+        if r["type"] == "audio":
+            labelled &= ~token_mask(offsets, [r["new_span"]])
     ids_np = ids.numpy()
 
     def count(masks: list[np.ndarray], token_id: int | None) -> list[int]:

@@ -3,8 +3,8 @@
 :func:`load_processor` loads ``AutoProcessor`` offline and checks it is a vision-language
 processor with a fast tokenizer. The other functions read, once when the encoder is built, the
 special tokens that may close a turn, the id of a token that holds embeddings, the keyword
-arguments of every processor call (the pixel budget), and what the chat template writes for
-one image in running text.
+arguments of every processor call (the pixel budget), what the chat template writes for
+one image in running text, and the text the processor puts before every text.
 """
 
 from __future__ import annotations
@@ -60,10 +60,12 @@ def load_processor(options: HFProcessorOptions, tokenizer: Any = None) -> Any:
             f"task_encoder.options.processor: AutoProcessor cannot load {str(path)!r}: "
             f"{type(exc).__name__}: {exc}{hint}"
         ) from exc
-    if getattr(processor, "tokenizer", None) is None or not hasattr(processor, "image_processor"):
+    media = any(hasattr(processor, a) for a in ("image_processor", "feature_extractor", "audio_processor"))
+    if getattr(processor, "tokenizer", None) is None or not media:
         raise ConfigError(
             f"task_encoder.options.processor: {str(path)!r} holds a {type(processor).__name__}, "
-            "not a vision-language processor (a tokenizer and an image processor)"
+            "not a multimodal processor (a tokenizer and an image processor or an audio "
+            "feature extractor)"
         )
     if not getattr(processor.tokenizer, "is_fast", False):
         raise ConfigError(
@@ -82,6 +84,19 @@ def end_of_turn_tokens(processor: Any) -> list[str]:
     return [t for t in tok.all_special_tokens if t not in multimodal]
 
 
+def prepended_chars(processor: Any) -> int:
+    """How many characters the processor puts before every text it is given (Janus's
+    default system prompt), read from the token offsets of one text-only call; ``0`` when
+    it adds none (or cannot be called without media)."""
+    probe = "\u27e6"
+    try:
+        out = processor(text=[probe], return_offsets_mapping=True)
+        ends = [int(end) for _, end in out["offset_mapping"][0]]
+    except Exception:  # noqa: BLE001 - a processor that needs media: nothing to read
+        return 0
+    return max(0, max(ends, default=len(probe)) - len(probe))
+
+
 def processor_call_kwargs(
     processor: Any, family: FamilySpec, options: HFProcessorOptions
 ) -> tuple[dict[str, Any], dict[str, Any]]:
@@ -96,7 +111,7 @@ def processor_call_kwargs(
     """
     kwargs = dict(options.processor_kwargs)
     image_kwargs: dict[str, Any] = {}
-    image_processor = processor.image_processor
+    image_processor = getattr(processor, "image_processor", None)  # None: audio only
     budget = {"shortest_edge": options.min_pixels, "longest_edge": options.max_pixels}
     size = getattr(image_processor, "size", None)
     if family.pixel_budget and getattr(size, "longest_edge", None) is not None:

@@ -15,7 +15,9 @@ import torch
 from energon_plugin_hf_processor.tiny import TINY_SPECS
 
 BUILT_IN_MODELS = ["qwen2-vl", "llava-next", "llava-onevision", "idefics3", "gemma3"]
-WITH_MODELS = BUILT_IN_MODELS + [name for name, spec in TINY_SPECS.items() if spec.model is not None]
+WITH_MODELS = BUILT_IN_MODELS + [
+    name for name, spec in TINY_SPECS.items() if spec.model is not None and "image" in spec.media
+]
 VIDEO_MODELS = ["qwen2-vl", "llava-onevision"] + [
     name for name, spec in TINY_SPECS.items() if spec.model is not None and "video" in spec.media
 ]
@@ -182,10 +184,16 @@ def test_a_tiny_model_of_the_family_consumes_video_batches(family, processor_dir
         },
         batch_format=None,
     )
+    # A family whose model cannot take images and videos together skips such samples (GLM-4V).
+    keys = [
+        k
+        for k, o in originals.items()
+        if dm.task_encoder.family.video_with_images or not (o["images"] and o["videos"])
+    ]
     seen_videos = 0
-    for batch in every_batch(dm, list(originals)):
+    for batch in every_batch(dm, keys):
         with torch.no_grad():
             out = model(**hf_kwargs(batch))
         assert torch.isfinite(out.loss), (family, batch.__key__)
         seen_videos += int(batch.num_videos.sum())
-    assert seen_videos >= sum(len(o["videos"]) for o in originals.values())
+    assert seen_videos >= sum(len(originals[k]["videos"]) for k in keys)

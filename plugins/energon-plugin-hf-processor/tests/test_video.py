@@ -16,7 +16,20 @@ from energon_plugin_hf_processor.tiny import TINY_FAMILIES
 
 from energon_plugins import frame_indices
 
-VIDEO_FAMILIES = ("qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision", "internvl", "smolvlm")
+VIDEO_FAMILIES = (
+    "qwen2-vl",
+    "qwen2.5-vl",
+    "qwen3-vl",
+    "llava-onevision",
+    "internvl",
+    "smolvlm",
+    "glm-4v",
+    "perception-lm",
+    "llava-next-video",
+    "video-llava",
+    "gemma4",
+    "qwen2.5-omni",
+)
 NUM_FRAMES = 4
 IGNORE = -100
 

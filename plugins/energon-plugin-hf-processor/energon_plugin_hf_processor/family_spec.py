@@ -1,0 +1,152 @@
+"""The family spec type and its named combine rules.
+
+A :class:`FamilySpec` says how one model family's processor outputs become sample fields
+and how each key's tensors combine across the samples of a pack or batch (a
+:data:`COMBINE` rule). The built-in rows are in :mod:`.family_table`; the registry that
+looks a processor's spec up is :mod:`.families` (which re-exports every name here).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable
+from typing import Any
+
+from energon_plugins import concatenated
+
+Combine = Callable[[list[Any]], Any]
+
+
+def concat(parts: list[Any]) -> Any:
+    """One entry per image (or patch) along dim 0: concatenate (Qwen patches, image sizes).
+
+    Every rule writes into the core's output memory
+    (:func:`~energon_plugins.encoding.memory.outputs.concatenated`: shared memory
+    in a loader worker, reused arrays elsewhere)."""
+    return concatenated(parts, dim=0)
+
+
+def _padded(parts: list[Any], first_dim: int) -> list[Any]:
+    """Zero-pad every dim from ``first_dim`` on to the largest size among ``parts``."""
+    import torch.nn.functional as F
+
+    target = [max(int(p.shape[d]) for p in parts) for d in range(first_dim, parts[0].dim())]
+    out = []
+    for part in parts:
+        pad: list[int] = []
+        for d in reversed(range(first_dim, part.dim())):
+            pad += [0, target[d - first_dim] - int(part.shape[d])]
+        out.append(F.pad(part, pad) if any(pad) else part)
+    return out
+
+
+def pad_concat(parts: list[Any]) -> Any:
+    """One entry per image along dim 0, the other dims zero-padded to the largest first.
+
+    What a processor does within one call: LLaVA-NeXT / OneVision pad each image's tiles to
+    the largest tile count, Pixtral pads images to the largest height and width.
+    """
+    if len({p.shape[1:] for p in parts}) == 1:
+        return concatenated(parts, dim=0)
+    return concatenated(_padded(parts, 1), dim=0)
+
+
+def image_row(parts: list[Any]) -> Any:
+    """``(1, n, ...)``: all images of the batch in one row (Idefics3 / SmolVLM sub-images).
+
+    The model flattens ``(B, n)`` and fills the image tokens of the whole batch in order, so
+    one row of every image is what it reads, without the all-zero padding images that a
+    ``(B, max n)`` layout adds.
+    """
+    if len({p.shape[2:] for p in parts}) != 1:
+        parts = _padded(parts, 2)
+    return concatenated(parts, dim=1)
+
+
+COMBINE: dict[str, Combine] = {"concat": concat, "pad_concat": pad_concat, "image_row": image_row}
+"""Named combine rules of :attr:`FamilySpec.visual` and :attr:`FamilySpec.pixel_values`."""
+
+
+def register_combine(name: str, combine: Combine) -> None:
+    """Name a combine rule (``combine(parts) -> tensor``) that family specs can use."""
+    if name in COMBINE and COMBINE[name] is not combine:
+        raise ValueError(f"combine rule {name!r} is already registered")
+    COMBINE[name] = combine
+
+
+@dataclasses.dataclass(frozen=True)
+class FamilySpec:
+    """How one family's processor outputs become :class:`~energon_plugins.EncodedSample` fields.
+
+    Attributes:
+        name: the family name (shown by ``preview`` and in errors).
+        processors: processor class names this spec serves (``Qwen2VLProcessor``, ...).
+        pixel_values: combine rule of ``pixel_values`` (a :data:`COMBINE` name).
+        grid: the output that becomes ``EncodedSample.image_grid_thw`` (``image_grid_thw``),
+            or ``None``.
+        visual: further outputs kept as ``EncodedSample.visual`` entries, each with its
+            combine rule (``{"image_sizes": "concat"}``). Keys are the model ``forward``'s
+            keyword arguments.
+        token_fields: per-token outputs ``(1, L)`` kept as ``EncodedSample.token_fields``
+            (``token_type_ids`` of Gemma 3, ``mm_token_type_ids`` of Qwen).
+        embedding_token: the token whose positions the model fills with image embeddings,
+            as an attribute of the processor or of its tokenizer (``image_token``); an
+            image's token count is the number of these in its expanded placeholder.
+        video_embedding_token: likewise for videos (``video_token``; InternVL and SmolVLM
+            fill their ``image_token`` with video frames).
+        pixel_budget: the image (and video) processor takes ``min_pixels`` / ``max_pixels``
+            (as its ``size`` edges).
+        fixed_video_frames: the model takes the videos of a batch as one ``(videos, frames,
+            C, H, W)`` tensor, so every video needs the same frame count (``video.num_frames``;
+            LLaVA-OneVision); the budget cannot trade frames.
+        video_with_images: the processor takes images and videos in one call (SmolVLM's
+            cannot: its videos and images share ``pixel_values``; GLM-4V's model cannot:
+            its images and video frames share a token).
+        drop: outputs the model does not take (left out of the sample).
+        end_of_turn: the special tokens that may close an answer (labelled with it);
+            ``None``: every special token of the tokenizer but the media ones; ``()``: none
+            (GLM-V: the next turn's role token opens that turn, the last answer ends the text).
+        default_combine: the combine rule of keys the spec does not name.
+        processor_attrs: attribute values the processor must have for this spec to serve it,
+            for a spec that shares its processor classes with another: where they match it
+            is picked over that one (Mistral 3's ``PixtralProcessor`` has
+            ``spatial_merge_size`` 2, Pixtral's 1).
+        system_as_text: the chat template takes a system message's content as a string, not
+            as a list of parts (Pixtral's writes ``"[INST]" + system_message``).
+        placeholder_offsets: for a processor that does not report its placeholder
+            expansions (``text_replacement_offsets``; Idefics2), the name of a
+            :data:`~.placeholder_offsets.PLACEHOLDER_OFFSETS` function that computes them.
+    """
+
+    name: str
+    processors: tuple[str, ...]
+    pixel_values: str = "concat"
+    grid: str | None = None
+    visual: dict[str, str] = dataclasses.field(default_factory=dict)
+    token_fields: tuple[str, ...] = ()
+    embedding_token: str = "image_token"
+    video_embedding_token: str = "video_token"
+    pixel_budget: bool = False
+    fixed_video_frames: bool = False
+    video_with_images: bool = True
+    drop: tuple[str, ...] = ()
+    default_combine: str = "concat"
+    end_of_turn: tuple[str, ...] | None = None
+    processor_attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
+    system_as_text: bool = False
+    placeholder_offsets: str | None = None
+
+    def __post_init__(self) -> None:
+        rules = {"pixel_values": self.pixel_values, "(default)": self.default_combine, **self.visual}
+        for key, rule in rules.items():
+            if rule not in COMBINE:
+                raise ValueError(
+                    f"family {self.name!r}: {key} has combine rule {rule!r}; known rules: "
+                    f"{', '.join(sorted(COMBINE))} (add one with register_combine)"
+                )
+
+    def combine(self, key: str) -> Combine:
+        """The combine function of output ``key`` (:attr:`default_combine` for keys it does not name)."""
+        if key == "pixel_values":
+            return COMBINE[self.pixel_values]
+        return COMBINE[self.visual.get(key, self.default_combine)]

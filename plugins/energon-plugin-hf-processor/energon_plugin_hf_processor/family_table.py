@@ -1,0 +1,169 @@
+"""The built-in family rows: :data:`BUILTIN_FAMILIES` (the README's families table).
+
+Each row is a :class:`~.family_spec.FamilySpec`; :mod:`.families` registers them and looks
+a processor's row up (and re-exports :data:`BUILTIN_FAMILIES`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from energon_plugin_hf_processor.family_spec import FamilySpec
+
+_QWEN_GRID: dict[str, Any] = dict(
+    grid="image_grid_thw", token_fields=("mm_token_type_ids",), pixel_budget=True
+)
+# Qwen's video inputs: (patches, D) pixels and (videos, 3) grids, one entry per video.
+_QWEN_VIDEO = {"pixel_values_videos": "concat", "video_grid_thw": "concat"}
+
+BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
+    FamilySpec("qwen2-vl", ("Qwen2VLProcessor", "ColQwen2Processor"), visual=_QWEN_VIDEO, **_QWEN_GRID),
+    FamilySpec(
+        "qwen2.5-vl",
+        ("Qwen2_5_VLProcessor",),
+        visual={**_QWEN_VIDEO, "second_per_grid_ts": "concat"},
+        **_QWEN_GRID,
+    ),
+    FamilySpec("qwen3-vl", ("Qwen3VLProcessor",), visual=_QWEN_VIDEO, **_QWEN_GRID),
+    FamilySpec(
+        "glm-4v",
+        ("Glm4vProcessor", "Glm46VProcessor"),
+        visual=_QWEN_VIDEO,
+        video_embedding_token="image_token",  # video frames are images inside video marks
+        # The model fills images and video frames through the same token, so one forward
+        # cannot hold both (transformers' Glm4vModel.get_placeholder_mask).
+        video_with_images=False,
+        end_of_turn=(),
+        **_QWEN_GRID,
+    ),
+    FamilySpec("llava", ("LlavaProcessor",)),
+    FamilySpec(
+        "llava-next", ("LlavaNextProcessor",), pixel_values="pad_concat", visual={"image_sizes": "concat"}
+    ),
+    FamilySpec(
+        "llava-onevision",
+        ("LlavaOnevisionProcessor",),
+        pixel_values="pad_concat",
+        visual={"image_sizes": "concat", "batch_num_images": "concat", "pixel_values_videos": "concat"},
+        fixed_video_frames=True,
+    ),
+    FamilySpec(
+        "idefics3",
+        ("Idefics3Processor",),
+        pixel_values="image_row",
+        visual={"pixel_attention_mask": "image_row"},
+    ),
+    FamilySpec(
+        "smolvlm",
+        ("SmolVLMProcessor",),
+        pixel_values="image_row",
+        visual={"pixel_attention_mask": "image_row"},
+        video_embedding_token="image_token",
+        video_with_images=False,
+    ),
+    FamilySpec(
+        "gemma3",
+        ("Gemma3Processor",),
+        token_fields=("token_type_ids",),
+        embedding_token="tokenizer.image_token",
+    ),
+    FamilySpec(
+        "gemma4",
+        ("Gemma4Processor",),
+        # (images, patches, D) and (images, patches, 2) positions; video frames likewise, all
+        # videos' frames along dim 0, split back by num_frames_per_video.
+        visual={
+            "image_position_ids": "concat",
+            "pixel_values_videos": "concat",
+            "video_position_ids": "concat",
+            "num_frames_per_video": "concat",
+            # (clips, frames, 128) log-mel features and their frame mask, padded to the longest.
+            "input_features": "pad_concat",
+            "input_features_mask": "pad_concat",
+        },
+        token_fields=("mm_token_type_ids",),
+        end_of_turn=("<turn|>",),  # its generation prompt breaks the prefix property
+    ),
+    # (tiles, C, H, W): every image's tiles and global view; <|patch|> holds the embeddings.
+    FamilySpec("llama4", ("Llama4Processor",), embedding_token="img_patch_token"),
+    FamilySpec("internvl", ("InternVLProcessor",), video_embedding_token="image_token"),
+    FamilySpec(
+        "pixtral",
+        ("PixtralProcessor",),
+        pixel_values="pad_concat",
+        visual={"image_sizes": "concat"},
+        system_as_text=True,
+    ),
+    # Mistral Small 3.x ships Pixtral's processor with 2x2 patch merging (Mistral3 models).
+    FamilySpec(
+        "mistral3",
+        ("PixtralProcessor",),
+        pixel_values="pad_concat",
+        visual={"image_sizes": "concat"},
+        processor_attrs={"spatial_merge_size": 2},
+    ),
+    FamilySpec(
+        "llava-next-video",
+        ("LlavaNextVideoProcessor",),
+        pixel_values="pad_concat",
+        visual={"image_sizes": "concat", "pixel_values_videos": "concat"},
+        fixed_video_frames=True,
+    ),
+    FamilySpec(
+        "video-llava",
+        ("VideoLlavaProcessor",),
+        visual={"pixel_values_images": "concat", "pixel_values_videos": "concat"},
+        fixed_video_frames=True,
+    ),
+    # Its template closes an answer with <｜end▁of▁sentence｜> only when another turn follows:
+    # no answer's label takes it, so every answer ends alike.
+    FamilySpec("deepseek-vl", ("DeepseekVLProcessor",), end_of_turn=()),
+    # Tiles of all images along dim 0; the model fills the tokenizer's <IMG_ATOM> tokens.
+    FamilySpec("ovis2", ("Ovis2Processor",), embedding_token="tokenizer.image_token", drop=("grids",)),
+    # Image understanding; like DeepSeek-VL, no answer's label takes <｜end▁of▁sentence｜>.
+    FamilySpec("janus", ("JanusProcessor",), end_of_turn=()),
+    FamilySpec(
+        "idefics2",
+        ("Idefics2Processor",),
+        pixel_values="image_row",
+        visual={"pixel_attention_mask": "image_row"},
+        placeholder_offsets="idefics2",
+    ),
+    FamilySpec(
+        "perception-lm",
+        ("PerceptionLMProcessor",),
+        visual={"pixel_values_videos": "concat"},
+        fixed_video_frames=True,  # (videos, frames, C, H, W): one frame count per batch
+    ),
+    FamilySpec(
+        "lfm2-vl",
+        ("Lfm2VlProcessor",),
+        # One row per tile, padded to the processor's max_num_patches.
+        visual={"pixel_attention_mask": "concat", "spatial_shapes": "concat"},
+    ),
+    # Qwen2-VL patches and grids for images and videos, Whisper windows for audio.
+    FamilySpec(
+        "qwen2.5-omni",
+        ("Qwen2_5OmniProcessor",),
+        visual={
+            **_QWEN_VIDEO,
+            "video_second_per_grid": "concat",
+            "input_features": "concat",
+            "feature_attention_mask": "concat",
+        },
+        drop=("num_audio_tokens",),
+        grid="image_grid_thw",
+        pixel_budget=True,  # no mm_token_type_ids: the thinker finds its tokens by id
+    ),
+    # Audio only: one (128, 3000) log-mel window and its frame mask per clip, along dim 0.
+    FamilySpec(
+        "qwen2-audio",
+        ("Qwen2AudioProcessor",),
+        visual={"input_features": "concat", "feature_attention_mask": "concat"},
+        drop=("num_audio_tokens",),
+    ),
+    # Every image padded to one square (max_image_size): one row of pixels and of its pixel
+    # mask per image (per crop when split), along dim 0.
+    FamilySpec("aria", ("AriaProcessor",), visual={"pixel_mask": "concat"}),
+)
+"""The families this distribution knows (the README's families table)."""

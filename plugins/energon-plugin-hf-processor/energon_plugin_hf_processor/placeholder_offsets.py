@@ -1,0 +1,68 @@
+"""Placeholder expansions of processors that do not report them (``text_replacement_offsets``).
+
+A processor built on transformers' ``ProcessorMixin.__call__`` reports where it expanded each
+image or video placeholder; the encoder moves the answers' character spans through those
+expansions. A processor with its own ``__call__`` (Idefics2) reports nothing: a function here
+computes the same records from the text it was given, exactly as that processor edits it.
+A :class:`~energon_plugin_hf_processor.families.FamilySpec` names one by
+``placeholder_offsets``; :func:`register_placeholder_offsets` adds one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from typing import Any
+
+#: ``offsets(processor, text) -> records``: each ``{"type", "span", "new_span", "text",
+#: "replacement"}`` (a placeholder's characters in ``text`` and in the text the tokenizer
+#: saw, what was there and what replaced it), in text order, as transformers reports them.
+PlaceholderOffsets = Callable[[Any, str], list[dict[str, Any]]]
+
+
+def idefics2_offsets(processor: Any, text: str) -> list[dict[str, Any]]:
+    """Idefics2's edits: each ``<image>`` becomes ``<fake><image>*n<fake>`` (five times over
+    when it splits images), a doubled ``<fake>`` of adjacent images is kept once, and a space
+    follows a closing ``<fake>`` that text follows directly."""
+    fake, image = processor.fake_image_token, processor.image_token
+    expansion = f"{fake}{image * processor.image_seq_len}{fake}"
+    if processor.image_processor.do_image_splitting:
+        expansion = (expansion * 5).replace(fake + fake, fake)
+    records: list[dict[str, Any]] = []
+    cursor = grown = 0
+    for match in re.finditer(re.escape(image), text):
+        start, end = match.span()
+        new = expansion
+        if start == cursor and records:  # right after the previous image: one <fake> between
+            new = new[len(fake) :]
+        new_start = start + grown
+        records.append(
+            {
+                "type": "image",
+                "span": (start, end),
+                "new_span": (new_start, new_start + len(new)),
+                "text": image,
+                "replacement": new,
+            }
+        )
+        grown += len(new) - (end - start)
+        following = text[end : end + 1]
+        if following and not following.isspace() and following != "<":
+            space = (end + grown, end + grown + 1)
+            records.append(
+                {"type": "text", "span": (end, end), "new_span": space, "text": "", "replacement": " "}
+            )
+            grown += 1
+        cursor = end
+    return records
+
+
+PLACEHOLDER_OFFSETS: dict[str, PlaceholderOffsets] = {"idefics2": idefics2_offsets}
+"""Named placeholder expansions (:attr:`FamilySpec.placeholder_offsets` values)."""
+
+
+def register_placeholder_offsets(name: str, offsets: PlaceholderOffsets) -> None:
+    """Name a placeholder expansion (``offsets(processor, text) -> records``) for family specs."""
+    if name in PLACEHOLDER_OFFSETS and PLACEHOLDER_OFFSETS[name] is not offsets:
+        raise ValueError(f"placeholder offsets {name!r} are already registered")
+    PLACEHOLDER_OFFSETS[name] = offsets

@@ -1,0 +1,275 @@
+"""Audio through the ``hf-processor`` encoder, token-identical to the processor's own output.
+
+A real Energon dataset holds sine tones written by PyAV as WAV, FLAC, MP3, Ogg (Opus) and
+M4A (AAC) files at several sampling rates and lengths: one clip per sample, two in one
+multi-turn conversation, next to a text-only sample. Read through the datamodule (unpacked
+and packed), every sample's ids, labels, ``input_features`` and ``feature_attention_mask``
+must equal ``processor.apply_chat_template(messages, tokenize=True, ...)`` given the same
+files decoded by plain PyAV (every frame, resampled to 16 kHz mono by libswresample), for
+Qwen2-Audio, Qwen2.5-Omni and Gemma 4. A tiny model of each consumes the batches; packed
+batches resume exactly. Skips, the budget and bad options: ``test_audio_skips.py``.
+"""
+
+import pytest
+import torch
+from energon_plugin_hf_processor.families import family_for
+
+from energon_plugins.testing.audio import decode_every_sample, encode_tone
+
+FAMILY = "qwen2-audio"
+#: Families whose tiny processor takes audio (Qwen2.5-Omni's and Gemma 4's take images and
+#: videos too).
+AUDIO_FAMILIES = ("qwen2-audio", "qwen2.5-omni", "gemma4")
+#: The audio inputs of those families.
+AUDIO_KEYS = ("input_features", "feature_attention_mask", "input_features_mask")
+RATE = 16000
+# key -> (audio clips as (ext, seconds, sampling rate, tone Hz), conversation)
+AUDIO_SAMPLES = {
+    "tone-wav": (
+        [("wav", 1.3, 16000, 440)],
+        [{"from": "human", "value": "<audio>\nWhat do you hear?"}, {"from": "gpt", "value": "A tone."}],
+    ),
+    "tone-flac": (
+        [("flac", 2.2, 22050, 330)],
+        [
+            {"role": "user", "content": [{"type": "audio"}, {"type": "text", "text": "Pitch?"}]},
+            {"role": "assistant", "content": "Low."},
+        ],
+    ),
+    "two-clips": (
+        [("mp3", 1.0, 44100, 550), ("ogg", 0.7, 48000, 660)],
+        [
+            {"from": "human", "value": "<audio><audio>Which is longer?"},
+            {"from": "gpt", "value": "The first one."},
+            {"from": "human", "value": "And the second?"},
+            {"from": "gpt", "value": "Shorter."},
+        ],
+    ),
+    "tone-m4a": (
+        [("m4a", 0.9, 24000, 440)],
+        [{"from": "human", "value": "<audio>Again?"}, {"from": "gpt", "value": "Yes."}],
+    ),
+    "no-media": (
+        [],
+        [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello."}],
+    ),
+}
+
+
+@pytest.fixture(scope="session")
+def audio_data(tmp_path_factory):
+    """A crude ``chatml`` dataset of :data:`AUDIO_SAMPLES`; ``originals[key] = (waveforms,
+    conversation)`` with each clip decoded by plain PyAV."""
+    from energon_plugins.testing import write_crude_dataset
+
+    path = tmp_path_factory.mktemp("audio")
+    samples, originals = [], {}
+    for key, (clips, conversation) in AUDIO_SAMPLES.items():
+        files = [(ext, encode_tone(ext, *spec)) for ext, *spec in clips]
+        samples.append((key, [], conversation, [], files))
+        originals[key] = ([decode_every_sample(data, RATE) for _, data in files], conversation)
+    write_crude_dataset(path, samples, fmt="chatml", samples_per_shard=2, split_ratio=(("train", 1.0),))
+    return path, originals
+
+
+def hf_audio_messages(golden, conversation, waveforms):
+    """The conversation as ``apply_chat_template`` takes it, each audio tag an audio part."""
+    clips = iter(waveforms)
+    messages = []
+    for message in golden.hf_messages(conversation, []):
+        parts = []
+        for part in message["content"]:
+            if part["type"] != "text" or "<audio>" not in part["text"]:
+                parts.append({"type": "audio", "audio": next(clips)} if part["type"] == "audio" else part)
+                continue
+            pieces = part["text"].split("<audio>")
+            for i, piece in enumerate(pieces):
+                if i:
+                    parts.append({"type": "audio", "audio": next(clips)})
+                if piece.strip():
+                    parts.append({"type": "text", "text": piece.strip() if i else piece.rstrip()})
+        messages.append({"role": message["role"], "content": parts})
+    return messages
+
+
+def reference(processor, golden, originals, key):
+    """The processor's own output for sample ``key``."""
+    waveforms, conversation = originals[key]
+    return processor.apply_chat_template(
+        hf_audio_messages(golden, conversation, waveforms),
+        tokenize=True,
+        return_dict=True,
+        return_tensors="pt",
+        processor_kwargs={"sampling_rate": RATE},
+    )
+
+
+@pytest.fixture(scope="session")
+def audio_processor(processor_dirs):
+    from transformers import AutoProcessor
+
+    return AutoProcessor.from_pretrained(processor_dirs[FAMILY], local_files_only=True)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+def test_audio_batches_equal_the_processors_output(
+    family, packed, processor_dirs, audio_data, make_datamodule, every_batch, golden
+):
+    from transformers import AutoProcessor
+
+    path, originals = audio_data
+    processor = AutoProcessor.from_pretrained(processor_dirs[family], local_files_only=True)
+    spec = family_for(processor)
+    assert spec.name == family
+    dm = make_datamodule(path, processor_dirs[family], processor.tokenizer, packed=packed)
+    checked, packed_rows = set(), 0
+    for batch in every_batch(dm, list(originals)):
+        row_keys = [key.split(",") for key in batch.__key__]
+        refs = [reference(processor, golden, originals, k) for keys in row_keys for k in keys]
+        visual = batch.visual or {}
+        for key in spec.visual:  # audio features combined by the family's rule
+            parts = [ref[key] for ref in refs if key in ref]
+            if parts:
+                assert torch.equal(visual[key], spec.combine(key)(parts)), key
+            else:
+                assert key not in visual, key
+        assert any(key in visual for key in AUDIO_KEYS) == any(
+            key in ref for ref in refs for key in AUDIO_KEYS
+        )
+        refs_iter = iter(refs)
+        for row, keys in enumerate(row_keys):
+            start = 0
+            for key in keys:
+                ref = next(refs_iter)
+                end = start + ref["input_ids"].shape[1]
+                ids, labels = batch.input_ids[row, start:end], batch.labels[row, start:end]
+                assert torch.equal(ids, ref["input_ids"][0]), key
+                golden.check_labels(
+                    processor.tokenizer,
+                    ref,
+                    ids,
+                    labels,
+                    golden.answers(originals[key][1]),
+                    golden.END_OF_TURN[family],
+                )
+                for field in spec.token_fields:
+                    assert torch.equal(batch.token_fields[field][row, start:end], ref[field][0].long())
+                checked.add(key)
+                start = end
+            packed_rows += len(keys) > 1
+    assert checked == set(originals)
+    assert (packed_rows > 0) == packed
+
+
+def test_each_clip_takes_the_tokens_its_length_gives(audio_processor, audio_data, golden):
+    """Two clips, two ``<|AUDIO|>`` runs, each as long as its kept frames give (Qwen2-Audio's
+    two stride-2 stages: 40 ms a token); the longer clip takes more."""
+    path, originals = audio_data
+    ref = reference(audio_processor, golden, originals, "two-clips")
+    audio_id = audio_processor.tokenizer.convert_tokens_to_ids("<|AUDIO|>")
+    runs = "".join("a" if t == audio_id else " " for t in ref["input_ids"][0].tolist()).split()
+    frames = ref["feature_attention_mask"].sum(-1).tolist()
+    assert [len(run) for run in runs] == [(((n - 1) // 2 + 1) - 2) // 2 + 1 for n in frames]
+    assert len(runs[0]) > len(runs[1]) > 0
+
+
+def audio_model(family, tok):
+    """A random model of ``family`` with an audio tower (Gemma 4's tiny spec has none)."""
+    from energon_plugin_hf_processor.tiny import TINY_SPECS
+
+    model = TINY_SPECS[family].model(tok)
+    if family != "gemma4":
+        return model
+    import transformers
+
+    config = model.config
+    config.audio_config = transformers.Gemma4AudioConfig(
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        subsampling_conv_channels=[128, 4],  # transformers sizes its projection by the first = mel bins
+        output_proj_dims=32,
+    )
+    return transformers.Gemma4ForConditionalGeneration(config)
+
+
+@pytest.mark.parametrize("family", AUDIO_FAMILIES)
+def test_a_tiny_model_consumes_audio_batches(
+    family, processor_dirs, audio_data, make_datamodule, every_batch
+):
+    """The models check the audio features against the audio tokens (Qwen2-Audio's
+    ``<|AUDIO|>``, Gemma 4's ``<|audio|>``): the loss is finite on every batch."""
+    from transformers import AutoProcessor
+
+    path, originals = audio_data
+    tok = AutoProcessor.from_pretrained(processor_dirs[family], local_files_only=True).tokenizer
+    torch.manual_seed(0)
+    model = audio_model(family, tok).eval()
+    dm = make_datamodule(path, processor_dirs[family], tok, packed=False)
+    clips = 0
+    for batch in every_batch(dm, list(originals)):
+        kwargs = {
+            "input_ids": batch.input_ids,
+            "attention_mask": batch.attention_mask.long(),
+            "labels": batch.labels,
+            **(batch.visual or {}),
+            **(batch.token_fields or {}),
+        }
+        with torch.no_grad():
+            out = model(**kwargs)
+        assert torch.isfinite(out.loss), batch.__key__
+        visual = batch.visual or {}
+        clips += len(visual["input_features"]) if "input_features" in visual else 0
+    assert clips == sum(len(w) for w, _ in originals.values())
+
+
+# ------------------------------------------------------------------ packing and resume
+def resume_loader(path, processor_dir, tok):
+    import energon_plugins
+
+    strategy = energon_plugins.create("packing_strategy", "best-fit-decreasing", {"carry_over": True})
+    return energon_plugins.EnergonMultiModalDataModule(
+        str(path),
+        tok,
+        None,
+        seq_length=160,
+        micro_batch_size=2,
+        num_workers=0,
+        shuffle_buffer_size=3,
+        packing=strategy,
+        packing_buffer_size=4,
+        task_encoder={
+            "name": "hf-processor",
+            "options": {"processor": str(processor_dir), "padding": "longest"},
+        },
+        batch_format=None,
+    ).train_dataloader()
+
+
+def test_packing_with_audio_resumes_exactly(processor_dirs, audio_processor, audio_data):
+    """A restored loader continues with the same packed batches, audio features and all."""
+    path, _ = audio_data
+    tok = audio_processor.tokenizer
+    first = resume_loader(path, processor_dirs[FAMILY], tok)
+    for _ in range(2):
+        next(first)
+    state = first.save_state()
+    expected = [next(first) for _ in range(3)]
+    second = resume_loader(path, processor_dirs[FAMILY], tok)
+    second.restore_state(state)
+    clips = 0
+    audio_id = tok.convert_tokens_to_ids("<|AUDIO|>")
+    for want in expected:
+        got = next(second)
+        assert got.__key__ == want.__key__
+        assert torch.equal(got.input_ids, want.input_ids)
+        assert (got.visual or {}).keys() == (want.visual or {}).keys()
+        for key, value in (want.visual or {}).items():
+            assert torch.equal(got.visual[key], value)
+        mask = (want.visual or {}).get("feature_attention_mask")
+        tokens = int((want.input_ids == audio_id).sum())
+        frames = mask.sum(-1) if mask is not None else torch.zeros(0, dtype=torch.long)
+        assert tokens == int(((((frames - 1) // 2 + 1) - 2) // 2 + 1).sum())
+        clips += len(frames)
+    assert clips > 0
