@@ -26,7 +26,7 @@ from typing import Any
 
 import yaml
 
-from energon_plugins.config.blend_walk import _read_metadataset, _resolve, walk_split
+from energon_plugins.config.blend_walk import read_metadataset, resolve_path, walk_split
 from energon_plugins.config.remote_storage import is_msc
 from energon_plugins.config.settings import ConfigIssue
 from energon_plugins.errors import ConfigError, DatasetError
@@ -59,7 +59,7 @@ def blend_entries(path: str | Path, split: str = "train") -> list[BlendEntry]:
     """
     source: Path | str = str(path) if is_msc(path) else Path(path).expanduser().resolve()
     name = str(source).rsplit("/", 1)[-1]
-    data = _read_metadataset(source)
+    data = read_metadataset(source)
     splits = data.get("splits") if isinstance(data, Mapping) else None
     node = splits.get(split) if isinstance(splits, Mapping) else None
     place = f"{name}: splits.{split}"
@@ -145,7 +145,7 @@ def _rebased(value: str, source: Path | str, out_dir: Path) -> str:
     """``value`` (a ``path:`` of ``source``) written so it points at the same place from ``out_dir``."""
     if is_msc(value) or "://" in value or value.startswith(("/", "~")):
         return value
-    target = _resolve(value, source)
+    target = resolve_path(value, source)
     if target is None or is_msc(target):
         return str(target) if target is not None else value
     if Path(source).parent == out_dir:
@@ -180,7 +180,7 @@ def write_planned(
     target = Path(out).expanduser().resolve()
     if not is_msc(source) and target == source:
         raise ConfigError(f"output: {out} is the metadataset being planned; write the plan to another file")
-    data = _read_metadataset(source)
+    data = read_metadataset(source)
     planned = _rebase_paths(data, source, target.parent)
     for original, entry in zip(
         data["splits"][split]["blend"], planned["splits"][split]["blend"], strict=True

@@ -79,7 +79,12 @@ def _name(source: "Path | str") -> str:
     return str(source).rstrip("/").rsplit("/", 1)[-1]
 
 
-def _read_metadataset(source: "Path | str") -> Any:
+def read_metadataset(source: "Path | str") -> Any:
+    """The parsed YAML of the metadataset file ``source`` (local or ``msc://``).
+
+    Raises:
+        DatasetError: it cannot be read or is not valid YAML (the file named).
+    """
     if is_msc(source):
         from energon_plugins.config.remote_dataset import read_yaml
 
@@ -92,7 +97,7 @@ def _read_metadataset(source: "Path | str") -> Any:
         raise DatasetError(f"{source}: cannot read ({exc})") from exc
 
 
-def _resolve(raw: str, source: "Path | str") -> "Path | str | None":
+def resolve_path(raw: str, source: "Path | str") -> "Path | str | None":
     """Where ``raw`` (a ``path:`` of the metadataset ``source``) points, as Energon resolves it
     (relative to ``source``'s folder); ``None`` for a URL that is not ``msc://``."""
     if is_msc(raw):
@@ -168,7 +173,7 @@ class _Walker:
         if len(self.chain) >= MAX_NESTED_FILES:
             self.walk.problems.append(f"{here}: metadatasets nested deeper than {MAX_NESTED_FILES} files")
             return
-        data = _read_metadataset(source)
+        data = read_metadataset(source)
         splits = data.get("splits") if isinstance(data, Mapping) else None
         if not isinstance(splits, Mapping) or split not in splits:
             have = ", ".join(map(str, splits)) if isinstance(splits, Mapping) else "none"
@@ -236,7 +241,7 @@ class _Walker:
         blend_kind: str | None,
     ) -> None:
         """A ``path:`` entry: a dataset (a leaf) or a nested metadataset (walked)."""
-        target = _resolve(raw, source)
+        target = resolve_path(raw, source)
         if target is None:
             return  # a URL Energon opens itself
         if not is_msc(target) and not Path(target).exists():
