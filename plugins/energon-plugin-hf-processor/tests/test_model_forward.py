@@ -13,6 +13,7 @@ the loss must be finite.
 import pytest
 import torch
 from energon_plugin_hf_processor.tiny import TINY_SPECS
+from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 
 BUILT_IN_MODELS = ["qwen2-vl", "llava-next", "llava-onevision", "idefics3", "gemma3"]
 WITH_MODELS = BUILT_IN_MODELS + [
@@ -22,23 +23,6 @@ VIDEO_MODELS = ["qwen2-vl", "llava-onevision"] + [
     name for name, spec in TINY_SPECS.items() if spec.model is not None and "video" in spec.media
 ]
 
-TEXT = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    num_key_value_heads=1,
-    head_dim=16,
-    max_position_embeddings=4096,
-)
-VISION = dict(
-    hidden_size=32,
-    intermediate_size=64,
-    num_hidden_layers=1,
-    num_attention_heads=2,
-    image_size=28,
-    patch_size=14,
-)
 PINPOINTS = [[28, 56], [56, 28], [56, 56]]
 
 
@@ -51,12 +35,11 @@ def tiny_model(family, tok):
 
     if TINY_SPECS[family].model is not None:
         return TINY_SPECS[family].model(tok)
-    text = dict(TEXT, vocab_size=len(tok), pad_token_id=tok.pad_token_id)
     ids = tok.convert_tokens_to_ids
     if family == "qwen2-vl":
         config = T.Qwen2VLConfig(
-            text_config=dict(
-                text, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}
+            text_config=text_config(
+                tok, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}
             ),
             vision_config=dict(
                 depth=1,
@@ -76,9 +59,9 @@ def tiny_model(family, tok):
         return T.Qwen2VLForConditionalGeneration(config)
     if family == "llava-next":
         config = T.LlavaNextConfig(
-            text_config=dict(text, model_type="llama"),
-            vision_config=dict(
-                VISION, model_type="clip_vision_model", projection_dim=32, num_hidden_layers=2
+            text_config=text_config(tok, model_type="llama"),
+            vision_config=vision_config(
+                model_type="clip_vision_model", projection_dim=32, num_hidden_layers=2
             ),
             image_token_index=ids("<image>"),
             image_grid_pinpoints=PINPOINTS,
@@ -88,8 +71,8 @@ def tiny_model(family, tok):
         return T.LlavaNextForConditionalGeneration(config)
     if family == "llava-onevision":
         config = T.LlavaOnevisionConfig(
-            text_config=dict(text, model_type="qwen2"),
-            vision_config=dict(VISION, model_type="siglip_vision_model"),
+            text_config=text_config(tok, model_type="qwen2"),
+            vision_config=vision_config(model_type="siglip_vision_model"),
             image_token_index=ids("<image>"),
             video_token_index=ids("<video>"),
             image_grid_pinpoints=PINPOINTS,
@@ -99,16 +82,16 @@ def tiny_model(family, tok):
         return T.LlavaOnevisionForConditionalGeneration(config)
     if family == "idefics3":
         config = T.Idefics3Config(
-            text_config=dict(text, model_type="llama"),
-            vision_config=VISION,
+            text_config=text_config(tok, model_type="llama"),
+            vision_config=vision_config(),
             scale_factor=2,
             image_token_id=ids("<image>"),
         )
         return T.Idefics3ForConditionalGeneration(config)
     if family == "gemma3":
         config = T.Gemma3Config(
-            text_config=dict(text, model_type="gemma3_text", sliding_window=64),
-            vision_config=dict(VISION, model_type="siglip_vision_model"),
+            text_config=text_config(tok, model_type="gemma3_text", sliding_window=64),
+            vision_config=vision_config(model_type="siglip_vision_model"),
             mm_tokens_per_image=4,
             image_token_index=ids("<image_soft_token>"),
             boi_token_index=ids("<start_of_image>"),

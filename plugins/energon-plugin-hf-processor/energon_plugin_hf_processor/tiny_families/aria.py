@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # rhymes-ai/Aria chat template (the one transformers' conversion script
@@ -60,29 +61,8 @@ def model(tokenizer: Any) -> Any:
     import transformers
 
     config = transformers.AriaConfig(
-        text_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=4096,
-            moe_num_experts=2,
-            moe_topk=1,
-            moe_num_shared_experts=1,
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-        ),
-        vision_config=dict(
-            model_type="idefics3_vision",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=IMAGE_SIZE,
-            patch_size=PATCH,
-        ),
+        text_config=text_config(tokenizer, moe_num_experts=2, moe_topk=1, moe_num_shared_experts=1),
+        vision_config=vision_config(model_type="idefics3_vision", image_size=IMAGE_SIZE, patch_size=PATCH),
         projector_patch_to_query_dict={(IMAGE_SIZE // PATCH) ** 2: QUERIES},
         image_token_index=tokenizer.convert_tokens_to_ids("<|img|>"),
     )

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # deepseek-community/deepseek-vl-1.3b-chat chat_template (as transformers' processor tests
@@ -47,27 +48,8 @@ def model(tokenizer: Any) -> Any:
     import transformers
 
     config = transformers.DeepseekVLConfig(
-        text_config=dict(
-            model_type="llama",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=4096,
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-        ),
-        vision_config=dict(
-            model_type="siglip_vision_model",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=32,
-            patch_size=16,
-        ),
+        text_config=text_config(tokenizer, model_type="llama"),
+        vision_config=vision_config(model_type="siglip_vision_model", image_size=32, patch_size=16),
         image_token_id=tokenizer.convert_tokens_to_ids("<image_placeholder>"),
     )
     return transformers.DeepseekVLForConditionalGeneration(config)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # google/gemma-4-31B-it chat_template.jinja (as llama.cpp's models/templates/gemma4.jinja
@@ -352,29 +353,18 @@ def model(tokenizer: Any) -> Any:
 
     ids = tokenizer.convert_tokens_to_ids
     config = transformers.Gemma4Config(
-        text_config=dict(
-            vocab_size=len(tokenizer),
+        text_config=text_config(
+            tokenizer,
             vocab_size_per_layer_input=len(tokenizer),
-            hidden_size=32,
             hidden_size_per_layer_input=8,
-            intermediate_size=64,
-            num_hidden_layers=1,
             layer_types=["full_attention"],
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
             global_head_dim=16,
             sliding_window=64,
-            max_position_embeddings=4096,
-            pad_token_id=tokenizer.pad_token_id,
         ),
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
+        vision_config=vision_config(
             num_key_value_heads=2,
             head_dim=16,
+            image_size=None,  # sized by position_embedding_size
             patch_size=PATCH_SIZE,
             pooling_kernel_size=POOLING,
             position_embedding_size=256,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # zai-org/GLM-OCR chat_template (tokenizer_config.json).
@@ -229,15 +230,9 @@ def _model(tokenizer: Any) -> Any:
 
     ids = tokenizer.convert_tokens_to_ids
     config = transformers.GlmOcrConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=4096,
-            pad_token_id=tokenizer.pad_token_id,
+        text_config=text_config(
+            tokenizer,
+            head_dim=None,
             rope_parameters={
                 "rope_type": "default",
                 "rope_theta": 1e4,

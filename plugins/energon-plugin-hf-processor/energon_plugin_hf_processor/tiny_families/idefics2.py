@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # HuggingFaceM4/idefics2-8b chat_template.json.
@@ -39,26 +40,8 @@ def model(tokenizer: Any) -> Any:
     import transformers
 
     config = transformers.Idefics2Config(
-        text_config=dict(
-            model_type="mistral",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=4096,
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-        ),
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=56,
-            patch_size=14,
-        ),
+        text_config=text_config(tokenizer, model_type="mistral"),
+        vision_config=vision_config(image_size=56),
         perceiver_config=dict(
             hidden_size=32,
             resampler_n_latents=4,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # The chat template transformers' conversion (convert_janus_weights_to_hf.py) gives the
@@ -84,22 +85,9 @@ def model(tokenizer: Any) -> Any:
     import transformers
 
     config = transformers.JanusConfig(
-        text_config=dict(
-            model_type="llama",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=4096,
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-        ),
-        vision_config=dict(
-            hidden_size=32,
-            num_hidden_layers=1,
-            num_attention_heads=2,
+        text_config=text_config(tokenizer, model_type="llama"),
+        vision_config=vision_config(
+            intermediate_size=None,  # JanusVisionConfig sizes its MLP by mlp_ratio
             image_size=32,
             patch_size=16,
             mlp_ratio=2,

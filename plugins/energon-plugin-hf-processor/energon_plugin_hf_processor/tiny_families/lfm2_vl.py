@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # LiquidAI/LFM2-VL chat template (tokenizer_config.json; the one transformers' processor
@@ -77,23 +78,15 @@ def _model(tokenizer: Any) -> Any:
     import transformers
 
     config = transformers.Lfm2VlConfig(
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
+        text_config=text_config(
+            tokenizer,
+            head_dim=None,
             block_ff_dim=64,
             num_hidden_layers=2,
-            num_attention_heads=2,
-            num_key_value_heads=1,
             layer_types=["conv", "full_attention"],
-            max_position_embeddings=4096,
-            pad_token_id=tokenizer.pad_token_id,
         ),
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
+        vision_config=vision_config(
+            image_size=None,  # SigLIP2 is sized by num_patches
             patch_size=PATCH,
             num_patches=64,
             vision_use_head=False,

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # meta-llama/Llama-4-Scout-17B-16E-Instruct chat template (transformers' Llama4Processor
@@ -218,27 +219,12 @@ def model(tokenizer: Any) -> Any:
 
     ids = tokenizer.convert_tokens_to_ids
     config = transformers.Llama4Config(
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            intermediate_size_mlp=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            num_local_experts=2,
-            max_position_embeddings=4096,
-            attention_chunk_size=4096,
-            pad_token_id=tokenizer.pad_token_id,
+        text_config=text_config(
+            tokenizer, intermediate_size_mlp=64, num_local_experts=2, attention_chunk_size=4096
         ),
-        vision_config=dict(
-            hidden_size=32,
+        vision_config=vision_config(
             intermediate_size=128,  # the pixel-shuffled width: 4 x hidden_size
-            num_hidden_layers=1,
-            num_attention_heads=2,
             image_size=TILE,
-            patch_size=14,
             pixel_shuffle_ratio=0.5,
             vision_output_dim=32,
             projector_input_dim=32,

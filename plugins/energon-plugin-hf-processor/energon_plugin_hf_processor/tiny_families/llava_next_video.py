@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # llava-hf/LLaVA-NeXT-Video-7B-hf chat_template.json (Vicuna v1; images, then videos, then
@@ -58,28 +59,8 @@ def model(tokenizer: Any) -> Any:
 
     ids = tokenizer.convert_tokens_to_ids
     config = transformers.LlavaNextVideoConfig(
-        text_config=dict(
-            model_type="llama",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=4096,
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-        ),
-        vision_config=dict(
-            model_type="clip_vision_model",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=2,
-            num_attention_heads=2,
-            image_size=28,
-            patch_size=14,
-            projection_dim=32,
-        ),
+        text_config=text_config(tokenizer, model_type="llama"),
+        vision_config=vision_config(model_type="clip_vision_model", num_hidden_layers=2, projection_dim=32),
         image_token_index=ids("<image>"),
         video_token_index=ids("<video>"),
         image_grid_pinpoints=PINPOINTS,

@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from energon_plugin_hf_processor.tiny_families.pixtral import SPECIAL
+from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # mistralai/Mistral-Small-3.1-24B-Instruct-2503 chat template (as llama.cpp's
@@ -172,27 +173,9 @@ def model(tokenizer: Any) -> Any:
     import transformers
 
     config = transformers.Mistral3Config(
-        text_config=dict(
-            model_type="mistral",
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=4096,
-            pad_token_id=tokenizer.pad_token_id,
-        ),
-        vision_config=dict(
-            model_type="pixtral",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            head_dim=16,
-            image_size=4 * PATCH * MERGE,
-            patch_size=PATCH,
+        text_config=text_config(tokenizer, model_type="mistral"),
+        vision_config=vision_config(
+            model_type="pixtral", head_dim=16, image_size=4 * PATCH * MERGE, patch_size=PATCH
         ),
         image_token_index=tokenizer.convert_tokens_to_ids("[IMG]"),
         spatial_merge_size=MERGE,

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # The chat template transformers' conversion (convert_ovis2_weights_to_hf.py) gives the
@@ -56,28 +57,8 @@ def model(tokenizer: Any) -> Any:
 
     ids = tokenizer.convert_tokens_to_ids
     config = transformers.Ovis2Config(
-        text_config=dict(
-            model_type="qwen2",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            head_dim=16,
-            max_position_embeddings=4096,
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-        ),
-        vision_config=dict(
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            image_size=56,
-            patch_size=14,
-            hidden_stride=2,
-            vocab_size=64,
-        ),
+        text_config=text_config(tokenizer, model_type="qwen2"),
+        vision_config=vision_config(image_size=56, hidden_stride=2, vocab_size=64),
         image_token_id=ids("<IMG_ATOM>"),
         visual_indicator_token_ids=[ids(t) for t in INDICATORS],
         vocab_size=len(tokenizer),

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # Qwen/Qwen2.5-Omni-7B chat_template.json (images, audio and videos as typed parts; a
@@ -107,16 +108,10 @@ def model(tokenizer: Any) -> Any:
             out_hidden_size=32,
             fullatt_block_indexes=[0],
         ),
-        text_config=dict(
-            vocab_size=len(tokenizer),
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=4096,
+        text_config=text_config(
+            tokenizer,
+            head_dim=None,
             rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]},
-            pad_token_id=tokenizer.pad_token_id,
         ),
         audio_token_index=ids("<|AUDIO|>"),
         image_token_index=ids("<|IMAGE|>"),

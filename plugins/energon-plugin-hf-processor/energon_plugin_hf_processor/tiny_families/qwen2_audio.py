@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import text_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # Qwen2-Audio's tokens in id order (151643..151648): Qwen2's three, then the audio ones.
@@ -39,17 +40,7 @@ def model(tokenizer: Any) -> Any:
             d_model=32,
             max_source_positions=1500,
         ),
-        text_config=dict(
-            model_type="qwen2",
-            hidden_size=32,
-            intermediate_size=64,
-            num_hidden_layers=1,
-            num_attention_heads=2,
-            num_key_value_heads=1,
-            max_position_embeddings=4096,
-            vocab_size=len(tokenizer),
-            pad_token_id=tokenizer.pad_token_id,
-        ),
+        text_config=text_config(tokenizer, model_type="qwen2", head_dim=None),
         audio_token_index=tokenizer.convert_tokens_to_ids("<|AUDIO|>"),
     )
     return transformers.Qwen2AudioForConditionalGeneration(config)
