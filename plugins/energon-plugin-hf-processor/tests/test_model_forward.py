@@ -1,7 +1,8 @@
 """The collated batches are what the models take: a tiny random model of each family runs.
 
-For a few families (each combine rule once: concatenated patches with grids, padded tiles
-with image sizes and per-sample image counts, one row of sub-images with their pixel mask,
+For every family with a tiny model (the built-in families' below, the others'
+``TinySpec.model``; every combine rule: concatenated patches with grids, padded tiles with
+image sizes and per-sample image counts, one row of sub-images with their pixel mask,
 per-token type ids), a randomly initialised transformers model with a tiny config consumes
 every batch of the conversation dataset as keyword arguments, built from
 ``MultiModalBatch`` as the ``hf`` batch format does: ``input_ids``, ``attention_mask``,
@@ -15,90 +16,172 @@ import torch
 from energon_plugin_hf_processor.tiny import TINY_SPECS
 from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 
-BUILT_IN_MODELS = ["qwen2-vl", "llava-next", "llava-onevision", "idefics3", "gemma3"]
-WITH_MODELS = BUILT_IN_MODELS + [
+WITH_MODELS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava", "llava-next", "llava-onevision", "idefics3"]
+WITH_MODELS += ["smolvlm", "gemma3", "internvl"] + [
     name for name, spec in TINY_SPECS.items() if spec.model is not None and "image" in spec.media
 ]
-VIDEO_MODELS = ["qwen2-vl", "llava-onevision"] + [
+VIDEO_MODELS = ["qwen2-vl", "qwen2.5-vl", "qwen3-vl", "llava-onevision"] + [
     name for name, spec in TINY_SPECS.items() if spec.model is not None and "video" in spec.media
 ]
 
 PINPOINTS = [[28, 56], [56, 28], [56, 56]]
 
 
-def tiny_model(family, tok):
-    """A random model of ``family`` whose sizes match the tiny processor's outputs.
+def _qwen_vision(patch_size, **extra):
+    return dict(
+        depth=1,
+        hidden_size=32,
+        num_heads=2,
+        patch_size=patch_size,
+        spatial_merge_size=2,
+        temporal_patch_size=2,
+        **extra,
+    )
 
-    A family of :mod:`energon_plugin_hf_processor.tiny_families` brings its own
-    (``TinySpec.model``); the built-in families' models are below."""
+
+def _qwen_ids(ids):
+    return dict(
+        image_token_id=ids("<|image_pad|>"),
+        video_token_id=ids("<|video_pad|>"),
+        vision_start_token_id=ids("<|vision_start|>"),
+        vision_end_token_id=ids("<|vision_end|>"),
+    )
+
+
+_MROPE = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}
+
+
+def _qwen2_vl(T, tok, ids):
+    vision = _qwen_vision(14, embed_dim=32, mlp_ratio=2)
+    config = T.Qwen2VLConfig(
+        text_config=text_config(tok, rope_parameters=_MROPE), vision_config=vision, **_qwen_ids(ids)
+    )
+    return T.Qwen2VLForConditionalGeneration(config)
+
+
+def _qwen2_5_vl(T, tok, ids):
+    vision = _qwen_vision(
+        14, intermediate_size=64, out_hidden_size=32, window_size=56, fullatt_block_indexes=[0]
+    )
+    config = T.Qwen2_5_VLConfig(
+        text_config=text_config(tok, rope_parameters=_MROPE), vision_config=vision, **_qwen_ids(ids)
+    )
+    return T.Qwen2_5_VLForConditionalGeneration(config)
+
+
+def _qwen3_vl(T, tok, ids):
+    vision = _qwen_vision(
+        16, intermediate_size=64, out_hidden_size=32, num_position_embeddings=64, deepstack_visual_indexes=[0]
+    )
+    rope = {"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3], "mrope_interleaved": True}
+    config = T.Qwen3VLConfig(
+        text_config=text_config(tok, rope_parameters=rope), vision_config=vision, **_qwen_ids(ids)
+    )
+    return T.Qwen3VLForConditionalGeneration(config)
+
+
+def _llava(T, tok, ids):
+    config = T.LlavaConfig(
+        text_config=text_config(tok, model_type="llama"),
+        vision_config=vision_config(model_type="clip_vision_model", projection_dim=32),
+        image_token_index=ids("<image>"),
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+    )
+    return T.LlavaForConditionalGeneration(config)
+
+
+def _llava_next(T, tok, ids):
+    config = T.LlavaNextConfig(
+        text_config=text_config(tok, model_type="llama"),
+        vision_config=vision_config(model_type="clip_vision_model", projection_dim=32, num_hidden_layers=2),
+        image_token_index=ids("<image>"),
+        image_grid_pinpoints=PINPOINTS,
+        vision_feature_select_strategy="default",
+        vision_feature_layer=-1,
+    )
+    return T.LlavaNextForConditionalGeneration(config)
+
+
+def _llava_onevision(T, tok, ids):
+    config = T.LlavaOnevisionConfig(
+        text_config=text_config(tok, model_type="qwen2"),
+        vision_config=vision_config(model_type="siglip_vision_model"),
+        image_token_index=ids("<image>"),
+        video_token_index=ids("<video>"),
+        image_grid_pinpoints=PINPOINTS,
+        vision_feature_select_strategy="full",
+        vision_feature_layer=-1,
+    )
+    return T.LlavaOnevisionForConditionalGeneration(config)
+
+
+def _idefics3(T, tok, ids):
+    config = T.Idefics3Config(
+        text_config=text_config(tok, model_type="llama"),
+        vision_config=vision_config(),
+        scale_factor=2,
+        image_token_id=ids("<image>"),
+    )
+    return T.Idefics3ForConditionalGeneration(config)
+
+
+def _smolvlm(T, tok, ids):
+    config = T.SmolVLMConfig(
+        text_config=text_config(tok, model_type="llama"),
+        vision_config=vision_config(),
+        scale_factor=2,
+        image_token_id=ids("<image>"),
+    )
+    return T.SmolVLMForConditionalGeneration(config)
+
+
+def _gemma3(T, tok, ids):
+    config = T.Gemma3Config(
+        text_config=text_config(tok, model_type="gemma3_text", sliding_window=64),
+        vision_config=vision_config(model_type="siglip_vision_model"),
+        mm_tokens_per_image=4,
+        image_token_index=ids("<image_soft_token>"),
+        boi_token_index=ids("<start_of_image>"),
+        eoi_token_index=ids("<end_of_image>"),
+    )
+    return T.Gemma3ForConditionalGeneration(config)
+
+
+def _internvl(T, tok, ids):
+    config = T.InternVLConfig(
+        text_config=text_config(tok, model_type="qwen2"),
+        vision_config=vision_config(image_size=[28, 28], patch_size=[14, 14]),
+        image_token_id=ids("<IMG_CONTEXT>"),
+        downsample_ratio=0.5,
+        vision_feature_layer=-1,
+        vision_feature_select_strategy="default",
+    )
+    return T.InternVLForConditionalGeneration(config)
+
+
+BUILT_IN_MODELS = {
+    "qwen2-vl": _qwen2_vl,
+    "qwen2.5-vl": _qwen2_5_vl,
+    "qwen3-vl": _qwen3_vl,
+    "llava": _llava,
+    "llava-next": _llava_next,
+    "llava-onevision": _llava_onevision,
+    "idefics3": _idefics3,
+    "smolvlm": _smolvlm,
+    "gemma3": _gemma3,
+    "internvl": _internvl,
+}
+"""The built-in families' tiny models (the families of :mod:`.tiny_families` bring their own)."""
+
+
+def tiny_model(family, tok):
+    """A random model of ``family`` whose sizes match the tiny processor's outputs."""
     import transformers as T
 
     if TINY_SPECS[family].model is not None:
         return TINY_SPECS[family].model(tok)
-    ids = tok.convert_tokens_to_ids
-    if family == "qwen2-vl":
-        config = T.Qwen2VLConfig(
-            text_config=text_config(
-                tok, rope_parameters={"rope_type": "default", "rope_theta": 1e4, "mrope_section": [2, 3, 3]}
-            ),
-            vision_config=dict(
-                depth=1,
-                embed_dim=32,
-                hidden_size=32,
-                num_heads=2,
-                mlp_ratio=2,
-                patch_size=14,
-                spatial_merge_size=2,
-                temporal_patch_size=2,
-            ),
-            image_token_id=ids("<|image_pad|>"),
-            video_token_id=ids("<|video_pad|>"),
-            vision_start_token_id=ids("<|vision_start|>"),
-            vision_end_token_id=ids("<|vision_end|>"),
-        )
-        return T.Qwen2VLForConditionalGeneration(config)
-    if family == "llava-next":
-        config = T.LlavaNextConfig(
-            text_config=text_config(tok, model_type="llama"),
-            vision_config=vision_config(
-                model_type="clip_vision_model", projection_dim=32, num_hidden_layers=2
-            ),
-            image_token_index=ids("<image>"),
-            image_grid_pinpoints=PINPOINTS,
-            vision_feature_select_strategy="default",
-            vision_feature_layer=-1,
-        )
-        return T.LlavaNextForConditionalGeneration(config)
-    if family == "llava-onevision":
-        config = T.LlavaOnevisionConfig(
-            text_config=text_config(tok, model_type="qwen2"),
-            vision_config=vision_config(model_type="siglip_vision_model"),
-            image_token_index=ids("<image>"),
-            video_token_index=ids("<video>"),
-            image_grid_pinpoints=PINPOINTS,
-            vision_feature_select_strategy="full",
-            vision_feature_layer=-1,
-        )
-        return T.LlavaOnevisionForConditionalGeneration(config)
-    if family == "idefics3":
-        config = T.Idefics3Config(
-            text_config=text_config(tok, model_type="llama"),
-            vision_config=vision_config(),
-            scale_factor=2,
-            image_token_id=ids("<image>"),
-        )
-        return T.Idefics3ForConditionalGeneration(config)
-    if family == "gemma3":
-        config = T.Gemma3Config(
-            text_config=text_config(tok, model_type="gemma3_text", sliding_window=64),
-            vision_config=vision_config(model_type="siglip_vision_model"),
-            mm_tokens_per_image=4,
-            image_token_index=ids("<image_soft_token>"),
-            boi_token_index=ids("<start_of_image>"),
-            eoi_token_index=ids("<end_of_image>"),
-        )
-        return T.Gemma3ForConditionalGeneration(config)
-    raise AssertionError(family)
+    return BUILT_IN_MODELS[family](T, tok, tok.convert_tokens_to_ids)
 
 
 def hf_kwargs(batch):
