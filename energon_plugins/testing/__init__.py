@@ -43,6 +43,8 @@ _LAZY = {
     "encode_video": "energon_plugins.testing.video",
     "decode_every_frame": "energon_plugins.testing.video",
     "write_vidqa_dataset": "energon_plugins.testing.video",
+    "encode_tone": "energon_plugins.testing.audio",
+    "decode_every_sample": "energon_plugins.testing.audio",
     # Generated data and views of it, re-exported so plugin tests import only this kit.
     "write_dataset": "energon_plugins.synthetic",
     "build_demo_tokenizer": "energon_plugins.synthetic",
@@ -58,6 +60,7 @@ if TYPE_CHECKING:  # pragma: no cover
     from energon_plugins.preview.rows import collect_rows
     from energon_plugins.synthetic import build_demo_tokenizer, save_demo_tokenizer, write_dataset
     from energon_plugins.testing._common import check_options, check_registration
+    from energon_plugins.testing.audio import decode_every_sample, encode_tone
     from energon_plugins.testing.batch_format import check_batch_format
     from energon_plugins.testing.compare import batch_differences
     from energon_plugins.testing.context import default_context
@@ -89,6 +92,8 @@ __all__ = [
     "check_source_format",
     "check_task_encoder",
     "decode_every_frame",
+    "decode_every_sample",
+    "encode_tone",
     "encode_video",
     "default_context",
     "read_images",

@@ -177,7 +177,7 @@ CASES = [
     pytest.param(
         {"task_encoder": {"name": "hf-processor"}},
         False,
-        ["task_encoder.options.processor", "not a vision-language processor"],
+        ["task_encoder.options.processor", "not a multimodal processor"],
         id="model-processor-of-a-tokenizer",
     ),
     pytest.param(

@@ -14,7 +14,7 @@ import pytest
 import torch
 from energon_plugin_hf_processor.families import family_for
 
-from energon_plugins.testing.audio import decode_every_sample, encode_tone
+from energon_plugins.testing import decode_every_sample, encode_tone
 
 FAMILY = "qwen2-audio"
 #: Families whose tiny processor takes audio (Qwen2.5-Omni's and Gemma 4's take images and

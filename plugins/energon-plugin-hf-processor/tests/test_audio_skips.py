@@ -9,7 +9,7 @@ bad ``audio`` options name the field.
 
 import pytest
 
-from energon_plugins.testing.audio import encode_tone
+from energon_plugins.testing import encode_tone
 
 FAMILY = "qwen2-audio"
 
