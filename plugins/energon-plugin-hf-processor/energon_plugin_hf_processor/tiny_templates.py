@@ -132,6 +132,23 @@ LLAVA_15 = (
     "{% endfor %}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
 )
 
+# LanguageBind/Video-LLaVA-7B-hf and llava-hf/LLaVA-NeXT-Video-7B-hf chat_template.json
+# (Vicuna v1; images, then videos, then text; the answers sit in generation markers).
+VICUNA_VIDEO = (
+    "{% for message in messages %}{% if message['role'] != 'system' %}"
+    "{{ message['role'].upper() + ': '}}{% endif %}{# Render all images first #}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
+    "{{ '<image>\n' }}{% endfor %}{# Render all video then #}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'video') %}"
+    "{{ '<video>\n' }}{% endfor %}{# Render all text next #}"
+    "{% if message['role'] != 'assistant' %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{{ content['text'] + ' '}}{% endfor %}{% else %}"
+    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
+    "{% generation %}{{ content['text'] + ' '}}{% endgeneration %}{% endfor %}{% endif %}"
+    "{% endfor %}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
+)
+
 # llava-hf/llava-v1.6-mistral-7b-hf.
 LLAVA_NEXT_MISTRAL = (
     "{% for message in messages %}{% if message['role'] == 'system' %}"

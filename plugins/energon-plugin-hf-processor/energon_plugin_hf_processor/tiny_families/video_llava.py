@@ -8,23 +8,10 @@ from typing import Any
 
 from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
+from energon_plugin_hf_processor.tiny_templates import VICUNA_VIDEO
 
-# LanguageBind/Video-LLaVA-7B-hf chat_template.json (Vicuna v1; images, then videos, then
-# text; the answers sit in generation markers).
-CHAT_TEMPLATE = (
-    "{% for message in messages %}{% if message['role'] != 'system' %}"
-    "{{ message['role'].upper() + ': '}}{% endif %}{# Render all images first #}"
-    "{% for content in message['content'] | selectattr('type', 'equalto', 'image') %}"
-    "{{ '<image>\n' }}{% endfor %}{# Render all video then #}"
-    "{% for content in message['content'] | selectattr('type', 'equalto', 'video') %}"
-    "{{ '<video>\n' }}{% endfor %}{# Render all text next #}"
-    "{% if message['role'] != 'assistant' %}"
-    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
-    "{{ content['text'] + ' '}}{% endfor %}{% else %}"
-    "{% for content in message['content'] | selectattr('type', 'equalto', 'text') %}"
-    "{% generation %}{{ content['text'] + ' '}}{% endgeneration %}{% endfor %}{% endif %}"
-    "{% endfor %}{% if add_generation_prompt %}{{ 'ASSISTANT:' }}{% endif %}"
-)
+# LanguageBind/Video-LLaVA-7B-hf chat_template.json is Vicuna v1 with images, then videos, then text.
+CHAT_TEMPLATE = VICUNA_VIDEO
 
 # Vicuna's tokens, then the two the conversion adds (<image> 32000, <video> 32001) and <pad>.
 SPECIAL = ("<unk>", "<s>", "</s>", "<image>", "<video>", "<pad>")
