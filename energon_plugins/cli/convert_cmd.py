@@ -266,6 +266,12 @@ def merge_command(
     help="The image placeholder in the text (the config's sample_config.image_token).",
 )
 @click.option(
+    "--audio-token",
+    default="<audio>",
+    show_default=True,
+    help="The audio placeholder in the text (the hf-processor encoder's audio.tag).",
+)
+@click.option(
     "--reencode",
     type=click.Choice(["png", "jpeg"]),
     default=None,
@@ -332,6 +338,7 @@ def convert_command(
     shard_size: str,
     workers: int | None,
     image_token: str,
+    audio_token: str,
     reencode: str | None,
     max_image_size: str,
     max_image_pixels: str,
@@ -355,6 +362,8 @@ def convert_command(
     larger than -o max_record_bytes=16MiB or nested deeper than -o max_depth=64 are not
     read. Each refusal is a rejected record in OUTPUT's report with its reason: url,
     outside_folder, not_a_file, too_large, too_many_pixels, record_too_large, too_deep.
+    Audio clips (an audios/audio field or column; wav, flac, mp3, m4a, ogg) follow the same
+    rules, one --audio-token placeholder each.
 
     With --part K/N it converts one of N parts (on N machines at once, e.g. a Slurm job array);
     `energon-plugins convert merge PART... OUTPUT` joins them.
@@ -386,6 +395,7 @@ def convert_command(
             split_ratio=split_ratio,
             shard_size=shard_size,
             image_token=image_token,
+            audio_token=audio_token,
             reencode=reencode,
             workers=workers,
             max_image_size=max_image_size,

@@ -1,14 +1,15 @@
 """``energon-plugins convert``: the data people have -> a prepared Energon dataset.
 
-Small modules, each with one job: ``records`` (what a reader returns, :class:`SourceRecord`,
-:class:`RecordError`), ``formats`` (the built-in readers and their helpers), ``checks`` (the
+Small modules, each with one job: ``records`` (what a reader returns, :class:`SourceRecord`
+with its :class:`AudioClip` list, :class:`RecordError`), ``formats`` (the built-in readers and their helpers), ``checks`` (the
 checks every record passes and the sample it becomes), ``splits``, ``shards`` (size-bounded,
 byte-reproducible, resumable tar shards), ``report`` (rejected records), ``state`` (resume),
 ``parallel`` (ordered worker map), ``interrupt`` (SIGINT / SIGTERM, child processes),
 ``prepare`` (Energon's prepare API and ``dataset.yaml``), ``output`` (the output folder: what
 ``--overwrite`` may remove), ``progress`` (counting the source's records), ``diagnose`` (hints
 when most records fail for one reason), ``settings``, ``workers`` (what runs per record), ``result`` and ``run`` (:func:`convert_dataset`).
-``formats.media`` reads a record's media only from inside the folders it was given. ``parts``
+``formats.media`` reads a record's media only from inside the folders it was given;
+``formats.audio`` its audio clips (paths, bytes, ``Audio`` structs) through it. ``parts``
 (``--part K/N``: which records a part converts, a part folder) and ``merge``
 (:func:`merge_parts`: the parts -> one dataset, the bytes of one run). On object storage
 (``msc://``): ``storage`` (URLs, reads, uploads, the error wording), ``formats.remote_media``
@@ -18,7 +19,7 @@ package imports nothing heavy.
 """
 
 from energon_plugins._lazy import lazy_attributes
-from energon_plugins.convert.records import REASONS, RecordError, SourceRecord
+from energon_plugins.convert.records import REASONS, AudioClip, RecordError, SourceRecord
 
 _LAZY = {
     "convert_dataset": "energon_plugins.convert.run",
@@ -31,6 +32,7 @@ __getattr__, __dir__ = lazy_attributes("energon_plugins.convert", globals(), _LA
 
 __all__ = [
     "REASONS",
+    "AudioClip",
     "ConvertResult",
     "ConvertSettings",
     "RecordError",

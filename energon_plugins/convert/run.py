@@ -210,7 +210,13 @@ class _Conversion:
             batched(records, BATCH_RECORDS),
             workers=settings.workers,
             initializer=init_worker,
-            initargs=(self.reader, settings.image_token, settings.reencode, settings.media_limits()),
+            initargs=(
+                self.reader,
+                settings.image_token,
+                settings.reencode,
+                settings.media_limits(),
+                settings.audio_token,
+            ),
         )
         self.watcher.advance(self.records_read, self.report.total)
         try:
@@ -281,6 +287,7 @@ def convert_dataset(
     split_ratio: Any = None,
     shard_size: Any = None,
     image_token: str | None = None,
+    audio_token: str | None = None,
     reencode: str | None = None,
     max_image_size: Any = None,
     max_image_pixels: Any = None,
@@ -306,8 +313,8 @@ def convert_dataset(
         source_format: a registered source format's name (``llava-json``, ``sharegpt``,
             ``hf-parquet``, a plugin's), or a reader object (``scan`` and ``load``).
         options: the source format's options (validated by its options model).
-        split_ratio, shard_size, image_token, reencode, workers, strict, max_rejected,
-            checkpoint_every: see :class:`~energon_plugins.convert.settings.ConvertSettings`
+        split_ratio, shard_size, image_token, audio_token, reencode, workers, strict,
+            max_rejected, checkpoint_every: see :class:`~energon_plugins.convert.settings.ConvertSettings`
             (``max_rejected`` is off unless given here; the command line's default is 10%).
         max_image_size, max_image_pixels, allow_outside: the media limits (a size cap and a
             pixel cap; folders images may come from besides the media folder), see
@@ -338,6 +345,7 @@ def convert_dataset(
         split_ratio=split_ratio,
         shard_size=shard_size,
         image_token=image_token,
+        audio_token=audio_token,
         reencode=reencode,
         max_image_size=max_image_size,
         max_image_pixels=max_image_pixels,

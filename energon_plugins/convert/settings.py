@@ -4,7 +4,7 @@ import os
 import re
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from energon_plugins.convert.formats.media import (
     DEFAULT_MAX_IMAGE_PIXELS,
@@ -72,6 +72,11 @@ class ConvertSettings(BaseModel):
         min_length=1,
         description="The image placeholder in the text (sample_config.image_token).",
     )
+    audio_token: str = Field(
+        default="<audio>",
+        min_length=1,
+        description="The audio placeholder in the text (the hf-processor encoder's audio.tag).",
+    )
     reencode: Literal["png", "jpeg"] | None = Field(
         default=None, description="Re-encode every image (default: keep the original bytes)."
     )
@@ -134,6 +139,13 @@ class ConvertSettings(BaseModel):
             resolved.append(path)
         return resolved
 
+    @field_validator("audio_token")
+    @classmethod
+    def _distinct_tokens(cls, value: str, info: ValidationInfo) -> str:
+        if value == info.data.get("image_token"):
+            raise ValueError(f"the audio and image placeholders must differ (image_token is also {value!r})")
+        return value
+
     def media_limits(self) -> MediaLimits:
         """The limits a record's media are read under (see :mod:`energon_plugins.convert.formats.media`)."""
         return MediaLimits(
@@ -146,7 +158,7 @@ class ConvertSettings(BaseModel):
         """The settings that shape the output (a resumed run must use the same)."""
         data = self.model_dump(exclude={"workers", "strict", "checkpoint_every", "max_rejected"})
         data["split_ratio"] = [list(pair) for pair in self.split_ratio]
-        for key in ("max_image_size", "max_image_pixels", "allow_outside"):  # newer settings:
+        for key in ("max_image_size", "max_image_pixels", "allow_outside", "audio_token"):  # newer settings:
             if data[key] == type(self).model_fields[key].get_default(call_default_factory=True):
                 del data[key]  # left out at their defaults, so an older run still resumes
         return data

@@ -13,6 +13,7 @@ from typing import Any
 import pydantic
 
 from energon_plugins.convert.checks import sample_parts
+from energon_plugins.convert.formats.audio import DEFAULT_AUDIO_TOKEN
 from energon_plugins.convert.formats.media import MediaLimits, media_limits
 from energon_plugins.convert.records import RecordError
 from energon_plugins.convert.settings import ConvertSettings
@@ -26,10 +27,16 @@ _WORKER: dict[str, Any] = {}
 
 
 def init_worker(
-    reader: Any, image_token: str, reencode: str | None, limits: MediaLimits | None = None
+    reader: Any,
+    image_token: str,
+    reencode: str | None,
+    limits: MediaLimits | None = None,
+    audio_token: str = DEFAULT_AUDIO_TOKEN,
 ) -> None:
     """Set up a worker process: the reader and what every record's check needs."""
-    _WORKER.update(reader=reader, image_token=image_token, reencode=reencode, limits=limits)
+    _WORKER.update(
+        reader=reader, image_token=image_token, reencode=reencode, limits=limits, audio_token=audio_token
+    )
 
 
 def load_batch(batch: list[tuple[int, str, Any]]) -> list[tuple[int, str, Any, Any, Any]]:
@@ -45,7 +52,11 @@ def load_batch(batch: list[tuple[int, str, Any]]) -> list[tuple[int, str, Any, A
                 record = reader.load(payload)
                 ident = record.id
                 parts = sample_parts(
-                    record, location, image_token=_WORKER["image_token"], reencode=_WORKER["reencode"]
+                    record,
+                    location,
+                    image_token=_WORKER["image_token"],
+                    reencode=_WORKER["reencode"],
+                    audio_token=_WORKER.get("audio_token", DEFAULT_AUDIO_TOKEN),
                 )
             out.append((index, location, ident, None, parts))
         except RecordError as exc:
@@ -98,7 +109,10 @@ def build_reader(source_format: Any, settings: ConvertSettings) -> Any:
         from energon_plugins.host.context import BuildContext
         from energon_plugins.host.kinds import SOURCE_FORMAT
 
-        context = BuildContext(sample_config=MultiModalSampleConfig(image_token=settings.image_token))
+        context = BuildContext(
+            sample_config=MultiModalSampleConfig(image_token=settings.image_token),
+            extra={"audio_token": settings.audio_token},
+        )
         reader = create(SOURCE_FORMAT, source_format, settings.options, context)
     else:
         reader = source_format

@@ -13,6 +13,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from energon_plugins.config.remote_urls import clean_url, is_msc, parent_url
+from energon_plugins.convert.formats.audio import DEFAULT_AUDIO_TOKEN
 from energon_plugins.convert.formats.media import check_size, current_media_limits, read_media_file
 from energon_plugins.convert.records import RecordError
 from energon_plugins.encoding.chat.conversation import GPT_ROLES
@@ -26,8 +27,9 @@ def image_token_of(context: Any) -> str:
     return getattr(config, "image_token", None) or DEFAULT_IMAGE_TOKEN
 
 
-def _content_text(content: Any, image_token: str, where: str) -> str:
-    """A turn's content as text: a string, or typed parts (text, and images as placeholders)."""
+def _content_text(content: Any, image_token: str, where: str, audio_token: str = DEFAULT_AUDIO_TOKEN) -> str:
+    """A turn's content as text: a string, or typed parts (text, and images and audio clips as
+    placeholders)."""
     if isinstance(content, str):
         return content
     if isinstance(content, Sequence) and not isinstance(content, (bytes, str)):
@@ -38,21 +40,29 @@ def _content_text(content: Any, image_token: str, where: str) -> str:
                 pieces.append(part["text"])
             elif kind == "image":
                 pieces.append(image_token)
+            elif kind == "audio":
+                pieces.append(audio_token)
             else:
                 raise RecordError(
-                    "malformed", f"{where}.content[{j}] is not a text or image part: {part!r:.80}"
+                    "malformed", f"{where}.content[{j}] is not a text, image or audio part: {part!r:.80}"
                 )
         return "\n".join(pieces)
     raise RecordError("malformed", f"{where}.content is {type(content).__name__}, not text")
 
 
-def normalize_turns(raw: Any, *, field: str, image_token: str = DEFAULT_IMAGE_TOKEN) -> list[dict[str, str]]:
+def normalize_turns(
+    raw: Any,
+    *,
+    field: str,
+    image_token: str = DEFAULT_IMAGE_TOKEN,
+    audio_token: str = DEFAULT_AUDIO_TOKEN,
+) -> list[dict[str, str]]:
     """Turns in GPT style (``from``/``value``) or ChatML style (``role``/``content``, the
-    content a string or typed parts ``[{"type": "image"}, {"type": "text", "text": ...}]``)
-    -> ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``.
+    content a string or typed parts ``[{"type": "image"}, {"type": "audio"}, {"type": "text",
+    "text": ...}]``) -> ``[{"role": "system" | "user" | "assistant", "content": str}, ...]``.
 
     ``field`` names the record field in error messages. Typed parts are joined with a newline,
-    each image part becoming ``image_token``.
+    each image part becoming ``image_token`` and each audio part ``audio_token``.
 
     Raises:
         RecordError: ``malformed`` (not a list of turns, a turn without text), ``roles``
@@ -76,7 +86,7 @@ def normalize_turns(raw: Any, *, field: str, image_token: str = DEFAULT_IMAGE_TO
             raise RecordError(
                 "roles", f"{where}: unknown speaker {speaker!r}; expected one of {sorted(GPT_ROLES)}"
             )
-        turns.append({"role": role, "content": _content_text(content, image_token, where)})
+        turns.append({"role": role, "content": _content_text(content, image_token, where, audio_token)})
     return turns
 
 

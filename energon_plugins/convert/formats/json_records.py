@@ -8,6 +8,11 @@
   ``from``/``value`` or ``role``/``content`` (content as text or typed parts), an optional
   top-level ``system`` prompt, and optional ``images`` (or ``image``) paths.
 
+Both read audio the way they read images: ``audios`` (LLaMA-Factory's ShareGPT key), else
+``audio``, one path or a list of them relative to the same media folder, one ``<audio>``
+placeholder (or ``{"type": "audio"}`` part) per clip
+(:mod:`~energon_plugins.convert.formats.audio`).
+
 A source is one ``.json`` / ``.jsonl`` file or a folder of them (read in sorted order). The
 image folder may be on object storage (``-o image_folder=msc://PROFILE/...``).
 """
@@ -16,6 +21,7 @@ import pathlib
 from collections.abc import Iterator
 from typing import Any
 
+from energon_plugins.convert.formats.audio import DEFAULT_AUDIO_TOKEN, audio_clips, audio_token_of
 from energon_plugins.convert.formats.common import (
     as_list,
     image_bytes,
@@ -32,7 +38,7 @@ JSON_SUFFIXES = (".json", ".jsonl")
 
 
 class JsonConversationReader:
-    """Scan JSON / JSON Lines files; subclasses say which fields hold the turns and images."""
+    """Scan JSON / JSON Lines files; subclasses say which fields hold the turns, images and audio."""
 
     source_suffixes = JSON_SUFFIXES
     """The files of a source folder this format reads (also those copied from a remote one)."""
@@ -40,9 +46,10 @@ class JsonConversationReader:
     """Where a local copy of a remote source came from (set by ``convert``): the default media
     folder is then the remote folder of each file."""
 
-    def __init__(self, options: Any, image_token: str) -> None:
+    def __init__(self, options: Any, image_token: str, audio_token: str = DEFAULT_AUDIO_TOKEN) -> None:
         self.options = options
         self.image_token = image_token
+        self.audio_token = audio_token
 
     def source_files(self, source: pathlib.Path) -> list[pathlib.Path]:
         """The files :meth:`scan` reads (what a resumed run checks for changes)."""
@@ -58,7 +65,7 @@ class JsonConversationReader:
                 yield location, (payload, folder)
 
     def load(self, payload: Any) -> SourceRecord:
-        """The record's turns and image bytes."""
+        """The record's turns, image bytes and audio clips."""
         raw, folder = payload
         record = decode_payload(raw)
         ident = None if record.get("id") is None else str(record["id"])
@@ -71,10 +78,12 @@ class JsonConversationReader:
                 image_bytes(value, folder, field if single else f"{field}[{i}]")
                 for i, value in enumerate(values)
             ]
+            field = self.audio_field(record)
+            audios = audio_clips(record.get(field), folder, field)
         except RecordError as exc:
             exc.id = ident
             raise
-        return SourceRecord(turns=turns, images=images, id=ident)
+        return SourceRecord(turns=turns, images=images, id=ident, audios=audios)
 
     def turns(self, record: dict) -> list[dict[str, str]]:  # pragma: no cover - abstract
         """The record's normalised turns."""
@@ -88,6 +97,10 @@ class JsonConversationReader:
         """The record field holding the images: ``images`` if present, else ``image``."""
         return "images" if "images" in record else "image"
 
+    def audio_field(self, record: dict) -> str:
+        """The record field holding the audio clips: ``audios`` if present, else ``audio``."""
+        return "audios" if "audios" in record else "audio"
+
 
 class LlavaJsonReader(JsonConversationReader):
     """``llava-json``: ``conversations`` (from/value) and ``image`` (one path) or ``images``."""
@@ -96,7 +109,12 @@ class LlavaJsonReader(JsonConversationReader):
         """``conversations``, GPT style."""
         if "conversations" not in record:
             raise RecordError("malformed", f"no 'conversations' field (fields: {sorted(record)})")
-        return normalize_turns(record["conversations"], field="conversations", image_token=self.image_token)
+        return normalize_turns(
+            record["conversations"],
+            field="conversations",
+            image_token=self.image_token,
+            audio_token=self.audio_token,
+        )
 
 
 class ShareGPTReader(JsonConversationReader):
@@ -110,7 +128,9 @@ class ShareGPTReader(JsonConversationReader):
         if field is None or field not in record:
             wanted = self.options.turns_field or "'messages' or 'conversations'"
             raise RecordError("malformed", f"no {wanted} field (fields: {sorted(record)})")
-        turns = normalize_turns(record[field], field=field, image_token=self.image_token)
+        turns = normalize_turns(
+            record[field], field=field, image_token=self.image_token, audio_token=self.audio_token
+        )
         system = record.get("system")
         if isinstance(system, str) and system and turns[0]["role"] != "system":
             turns.insert(0, {"role": "system", "content": system})
@@ -120,12 +140,16 @@ class ShareGPTReader(JsonConversationReader):
         """The field the options name, else ``images`` if present, else ``image``."""
         return self.options.images_field or super().image_field(record)
 
+    def audio_field(self, record: dict) -> str:
+        """The field the options name, else ``audios`` if present, else ``audio``."""
+        return self.options.audios_field or super().audio_field(record)
+
 
 def build_llava_json(options: LlavaJsonOptions | None, context: Any) -> LlavaJsonReader:
     """Factory of the ``llava-json`` source format."""
-    return LlavaJsonReader(options or LlavaJsonOptions(), image_token_of(context))
+    return LlavaJsonReader(options or LlavaJsonOptions(), image_token_of(context), audio_token_of(context))
 
 
 def build_sharegpt(options: ShareGPTOptions | None, context: Any) -> ShareGPTReader:
     """Factory of the ``sharegpt`` source format."""
-    return ShareGPTReader(options or ShareGPTOptions(), image_token_of(context))
+    return ShareGPTReader(options or ShareGPTOptions(), image_token_of(context), audio_token_of(context))

@@ -140,16 +140,21 @@ def resolve_media_path(folder: str | os.PathLike, name: str, where: str, limits:
 
 
 def read_media_file(
-    folder: str | os.PathLike, name: str, where: str, limits: MediaLimits | None = None
+    folder: str | os.PathLike,
+    name: str,
+    where: str,
+    limits: MediaLimits | None = None,
+    kind: str = "image",
 ) -> bytes:
     """The bytes of media file ``name`` of a record (relative to ``folder``, or absolute),
     under ``limits`` (default: those in force); see the module's checks. A ``folder`` given as
     an ``msc://`` URL is read from object storage with the same guarantees
-    (:mod:`~energon_plugins.convert.formats.remote_media`).
+    (:mod:`~energon_plugins.convert.formats.remote_media`). ``kind`` (``image`` or ``audio``)
+    names the medium in the messages and the reason of a missing file.
 
     Raises:
         RecordError: ``url``, ``outside_folder``, ``not_a_file``, ``too_large`` (the file is
-            not opened), ``missing_image`` (no such file, unreadable, empty).
+            not opened), ``missing_image`` / ``missing_audio`` (no such file, unreadable, empty).
     """
     limits = limits or current_media_limits()
     if "\0" in name:
@@ -157,27 +162,27 @@ def read_media_file(
     if isinstance(folder, str) and folder.startswith(MSC_PREFIX):  # a folder on object storage
         from energon_plugins.convert.formats.remote_media import read_remote_media
 
-        return read_remote_media(folder, name, where, limits)
+        return read_remote_media(folder, name, where, limits, kind)
     path = resolve_media_path(folder, name, where, limits)
     try:
         info = os.stat(path)
     except OSError as exc:
         raise RecordError(
-            "missing_image", f"{where}: cannot read image {path!r}: {exc.strerror or exc}"
+            f"missing_{kind}", f"{where}: cannot read {kind} {path!r}: {exc.strerror or exc}"
         ) from None
     _check_regular(info, path, where, limits)
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as exc:
         raise RecordError(
-            "missing_image", f"{where}: cannot read image {path!r}: {exc.strerror or exc}"
+            f"missing_{kind}", f"{where}: cannot read {kind} {path!r}: {exc.strerror or exc}"
         ) from None
     with os.fdopen(fd, "rb") as fh:
         _check_regular(os.fstat(fd), path, where, limits)  # the file opened is the one checked
         data = fh.read(limits.max_image_size + 1)
     check_size(len(data), where, f"{path!r} (read)", limits)
     if not data:
-        raise RecordError("missing_image", f"{where}: {path!r} is empty")
+        raise RecordError(f"missing_{kind}", f"{where}: {path!r} is empty")
     return data
 
 

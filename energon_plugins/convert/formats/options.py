@@ -15,8 +15,8 @@ class LlavaJsonOptions(BaseModel):
 
     image_folder: str | None = Field(
         default=None,
-        description="The folder the records' image paths are relative to (LLaVA's "
-        "--image_folder); default: the folder of the JSON file. Images are read only from "
+        description="The folder the records' image (and audio) paths are relative to (LLaVA's "
+        "--image_folder); default: the folder of the JSON file. Media are read only from "
         "inside it (symlinks resolved) or a root given with --allow-outside.",
     )
     max_record_bytes: ByteSize = Field(
@@ -50,6 +50,12 @@ class ShareGPTOptions(LlavaJsonOptions):
         description="The record field holding the image paths; default: 'images', else 'image' "
         "(a record without either has no images).",
     )
+    audios_field: str | None = Field(
+        default=None,
+        description="The record field holding the audio paths (wav, flac, mp3, m4a, ogg; one "
+        "path or a list, one <audio> placeholder each); default: 'audios', else 'audio' (a "
+        "record without either has no audio).",
+    )
 
 
 class HFParquetOptions(BaseModel):
@@ -67,21 +73,29 @@ class HFParquetOptions(BaseModel):
         description="The column of images: a list of {bytes, path} structs (the Hugging Face "
         "Image feature), one such struct, or raw bytes; default: 'images', else 'image'.",
     )
+    audios_column: str | None = Field(
+        default=None,
+        description="The column of audio clips: a list of {bytes, path} structs (the Hugging "
+        "Face Audio feature; the path's extension, else the bytes' container, names the part: "
+        "wav, flac, mp3, m4a, ogg), one such struct, raw bytes or a path; default: 'audios', "
+        "else 'audio'.",
+    )
     id_column: str | None = Field(
         default=None, description="A column kept as each record's id; default: 'id' if present."
     )
     question_column: str | None = Field(
         default=None,
         description="VQA layout: the column holding the question (one user turn; an image "
-        "placeholder per image is put before it when it has none). Needs answer_column.",
+        "placeholder per image, and an audio one per clip, is put before it when it has none). "
+        "Needs answer_column.",
     )
     answer_column: str | None = Field(
         default=None, description="VQA layout: the column holding the answer (the assistant turn)."
     )
     image_folder: str | None = Field(
         default=None,
-        description="The folder that image structs holding only a path are relative to; "
-        "default: the parquet folder. Such paths are read only from inside it (symlinks "
+        description="The folder that image and audio structs holding only a path are relative "
+        "to; default: the parquet folder. Such paths are read only from inside it (symlinks "
         "resolved) or a root given with --allow-outside.",
     )
     batch_rows: int = Field(default=256, ge=1, description="Rows read from a parquet file at a time.")

@@ -8,8 +8,8 @@ is requested. Refused without any request to the store, each a rejected record w
 - ``outside_folder``: an absolute path (``/x.jpg``: a remote folder's media are named
   relative to it), or a path that leaves the folder once normalised (``../x.jpg``).
 
-Then one metadata request (``HEAD``) for the object: ``missing_image`` when there is none,
-``not_a_file`` for a folder (a prefix); a storage-client link (an object whose metadata names
+Then one metadata request (``HEAD``) for the object: ``missing_image`` (or ``missing_audio``)
+when there is none, ``not_a_file`` for a folder (a prefix); a storage-client link (an object whose metadata names
 a target, as ``msc`` writes symlinks) is followed by its metadata only, at most
 :data:`MAX_LINKS` deep, and refused as ``outside_folder`` when its target leaves the folder;
 ``too_large`` when the object's size is over the cap. Only then is it read, as one ranged read
@@ -67,26 +67,28 @@ def remote_media_key(folder: str, name: str, where: str) -> tuple[str, str]:
     return key, f"{MSC_PREFIX}{profile}/{key}"
 
 
-def read_remote_media(folder: str, name: str, where: str, limits: MediaLimits) -> bytes:
+def read_remote_media(folder: str, name: str, where: str, limits: MediaLimits, kind: str = "image") -> bytes:
     """The bytes of media ``name`` of a record under the remote media folder ``folder`` (an
-    ``msc://`` URL), under ``limits``; see the module's checks.
+    ``msc://`` URL), under ``limits``; see the module's checks. ``kind`` (``image`` or
+    ``audio``) names the medium in the messages and the reason of a missing object.
 
     Raises:
         RecordError: ``url``, ``outside_folder``, ``not_a_file``, ``too_large`` (never read),
-            ``missing_image`` (no such object, or an empty one).
+            ``missing_image`` / ``missing_audio`` (no such object, or an empty one).
         ConvertStorageError: the store failed (not the record).
     """
     from multistorageclient.types import Range
 
     key, url = remote_media_key(folder, name, where)
+    what = "an image" if kind == "image" else f"the {kind} file"
     client, prefix = resolve(folder, "the media folder")
     profile = split_url(folder)[0]
     for _ in range(MAX_LINKS + 1):
         meta = None
-        with storage_errors(url, "an image"), contextlib.suppress(FileNotFoundError):
+        with storage_errors(url, what), contextlib.suppress(FileNotFoundError):
             meta = client.info(key)
         if meta is None:
-            raise RecordError("missing_image", f"{where}: no image at {url}")
+            raise RecordError(f"missing_{kind}", f"{where}: no {kind} at {url}")
         if meta.type != "file":
             raise RecordError("not_a_file", f"{where}: {url} is a folder, not a file")
         if not meta.symlink_target:
@@ -102,13 +104,13 @@ def read_remote_media(folder: str, name: str, where: str, limits: MediaLimits) -
         raise RecordError("not_a_file", f"{where}: {url}: more than {MAX_LINKS} links in a row")
     check_size(int(meta.content_length or 0), where, url, limits)
     if not meta.content_length:
-        raise RecordError("missing_image", f"{where}: {url} is empty")
+        raise RecordError(f"missing_{kind}", f"{where}: {url} is empty")
     data = None
-    with storage_errors(url, "an image"), contextlib.suppress(FileNotFoundError):
+    with storage_errors(url, what), contextlib.suppress(FileNotFoundError):
         data = bytes(client.read(key, byte_range=Range(offset=0, size=limits.max_image_size + 1)))
     if data is None:
-        raise RecordError("missing_image", f"{where}: no image at {url} (removed meanwhile)")
+        raise RecordError(f"missing_{kind}", f"{where}: no {kind} at {url} (removed meanwhile)")
     check_size(len(data), where, f"{url} (read)", limits)
     if not data:
-        raise RecordError("missing_image", f"{where}: {url} is empty")
+        raise RecordError(f"missing_{kind}", f"{where}: {url} is empty")
     return data
