@@ -9,6 +9,10 @@ every batch of the conversation dataset as keyword arguments, built from
 ``labels`` (aligned; the model shifts), ``pixel_values``, ``image_grid_thw``, every ``visual``
 and ``token_fields`` entry. The models check that image features and image tokens agree;
 the loss must be finite.
+
+A batch of text-only samples (no image in any row) reaches every family's model without
+vision inputs and trains (issue 31): no family needs a blank image, as transformers' models
+skip the vision tower without ``pixel_values``.
 """
 
 import pytest
@@ -263,3 +267,55 @@ def test_a_tiny_model_of_the_family_consumes_video_batches(family, processor_dir
         assert torch.isfinite(out.loss), (family, batch.__key__)
         seen_videos += int(batch.num_videos.sum())
     assert seen_videos >= sum(len(originals[k]["videos"]) for k in keys)
+
+
+# ------------------------------------------------------------------ text-only batches
+TEXT_ONLY = {
+    "hello": [{"role": "user", "content": "Say hello."}, {"role": "assistant", "content": "Hello."}],
+    "count": [
+        {"from": "human", "value": "One?"},
+        {"from": "gpt", "value": "One."},
+        {"from": "human", "value": "Two?"},
+        {"from": "gpt", "value": "Two."},
+    ],
+}
+"""Two conversations without media: one batch of two rows with no image at all."""
+
+TEXT_ONLY_MODELS = WITH_MODELS + [
+    name for name, spec in TINY_SPECS.items() if spec.model is not None and "image" not in spec.media
+]
+
+
+@pytest.fixture(scope="module")
+def text_only_data(tmp_path_factory):
+    """A crude ``chatml`` Energon dataset of :data:`TEXT_ONLY` (one shard, train split)."""
+    from energon_plugins.testing import write_crude_dataset
+
+    root = tmp_path_factory.mktemp("hf-text-only")
+    samples = [(key, [], conversation) for key, conversation in TEXT_ONLY.items()]
+    write_crude_dataset(root, samples, fmt="chatml", samples_per_shard=2, split_ratio=(("train", 1.0),))
+    return root
+
+
+@pytest.mark.slow  # about 3 s a family (an Energon loader and a backward pass each)
+@pytest.mark.parametrize("family", TEXT_ONLY_MODELS)
+def test_a_batch_without_images_reaches_the_model_without_vision_inputs(
+    family, processor_dirs, text_only_data, make_datamodule, every_batch
+):
+    """Every family's processor encodes a text-only sample and its tiny model trains on a batch
+    with no image (no ``pixel_values``, no vision inputs), as transformers' models take text:
+    no family needs a blank image (so no ``FamilySpec`` field asks for one)."""
+    from transformers import AutoProcessor
+
+    tok = AutoProcessor.from_pretrained(processor_dirs[family], local_files_only=True).tokenizer
+    torch.manual_seed(0)
+    model = tiny_model(family, tok).train()
+    dm = make_datamodule(text_only_data, processor_dirs[family], tok, packed=False)
+    batch = next(every_batch(dm, list(TEXT_ONLY)))
+    assert sorted(batch.__key__) == sorted(TEXT_ONLY)
+    assert int(batch.num_images.sum()) == 0 and batch.pixel_values is None and not batch.visual
+    out = model(**hf_kwargs(batch))
+    assert torch.isfinite(out.loss), family
+    out.loss.backward()
+    text_grads = [p.grad for p in model.get_input_embeddings().parameters()]
+    assert all(g is not None and torch.isfinite(g).all() for g in text_grads), family

@@ -8,13 +8,17 @@ is ``(images, tiles, C, H, W)``: the processor stacks the images of one call, so
 different tile counts fail in transformers itself; the tiny processor keeps one tile besides
 the thumbnail (``max_num_tiles=1``), as every image then has.
 
-No tiny model is built: the vision tower is a ``timm`` model (``TimmWrapperModel``).
+The tiny model's vision tower is a ``timm`` model (``TimmWrapperModel``, as the checkpoints'
+Perception Encoder): a one-block PE ViT (timm's ``vit_pe_*`` family) built offline
+(``pretrained=False``) with the tiny processor's tile and patch sizes; it needs the ``timm``
+package (a dev dependency).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_sizes import VISION_SIZES, text_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
 # transformers' convert_perception_lm_weights_to_hf.py (CHAT_TEMPLATE), as the checkpoints ship it.
@@ -84,6 +88,40 @@ def _build(tokenizer: Any) -> Any:
     )
 
 
+def model(tokenizer: Any) -> Any:
+    """A random ``PerceptionLMForConditionalGeneration``: a one-block PE ViT (timm) on 28x28
+    tiles of 7x7 patches with a class token, 2x2 pooling (4 tokens a tile), Llama text."""
+    import transformers
+
+    ids = tokenizer.convert_tokens_to_ids
+    vision = dict(
+        model_type="timm_wrapper",
+        # A Perception Encoder ViT (timm's eva.py) at tiny sizes; TimmWrapperModel creates it
+        # with pretrained=False, so nothing is downloaded.
+        architecture="vit_pe_core_tiny_patch16_384",
+        do_pooling=False,
+        model_args=dict(
+            img_size=TILE,
+            patch_size=PATCH,
+            embed_dim=VISION_SIZES["hidden_size"],
+            depth=VISION_SIZES["num_hidden_layers"],
+            num_heads=VISION_SIZES["num_attention_heads"],
+            ref_feat_shape=(TILE // PATCH, TILE // PATCH),
+            global_pool="",  # every token's features (the projector reads them), no pooling head
+            use_post_transformer_norm=False,
+        ),
+    )
+    config = transformers.PerceptionLMConfig(
+        text_config=text_config(tokenizer, model_type="llama"),
+        vision_config=vision,
+        vision_use_cls_token=True,
+        projector_pooling_ratio=2,
+        image_token_id=ids("<|image|>"),
+        video_token_id=ids("<|video|>"),
+    )
+    return transformers.PerceptionLMForConditionalGeneration(config)
+
+
 SPECS = (
     TinySpec(
         "perception-lm",
@@ -95,6 +133,7 @@ SPECS = (
         eos="<|eot_id|>",
         extra={"image_token": "<|image|>", "video_token": "<|video|>"},
         end_of_turn="<|eot_id|>",
+        model=model,
         media=("image", "video"),
     ),
 )
