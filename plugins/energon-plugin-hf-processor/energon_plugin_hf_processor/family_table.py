@@ -155,6 +155,21 @@ BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
         grid="image_grid_thw",
         pixel_budget=True,  # no mm_token_type_ids: the thinker finds its tokens by id
     ),
+    # Qwen2.5-Omni's layout with 16-pixel patches; a call's clips are padded to the longest
+    # (not to 30 s), so the (clips, 128, frames) features and their masks pad across samples.
+    FamilySpec(
+        "qwen3-omni",
+        ("Qwen3OmniMoeProcessor",),
+        visual={
+            **_QWEN_VIDEO,
+            "video_second_per_grid": "concat",
+            "input_features": "pad_concat",
+            "feature_attention_mask": "pad_concat",
+        },
+        drop=("num_audio_tokens",),
+        grid="image_grid_thw",
+        pixel_budget=True,
+    ),
     # Audio only: one (128, 3000) log-mel window and its frame mask per clip, along dim 0.
     FamilySpec(
         "qwen2-audio",

@@ -19,7 +19,7 @@ from energon_plugins.testing import decode_every_sample, encode_tone
 FAMILY = "qwen2-audio"
 #: Families whose tiny processor takes audio (Qwen2.5-Omni's and Gemma 4's take images and
 #: videos too).
-AUDIO_FAMILIES = ("qwen2-audio", "qwen2.5-omni", "gemma4")
+AUDIO_FAMILIES = ("qwen2-audio", "qwen2.5-omni", "gemma4", "qwen3-omni")
 #: The audio inputs of those families.
 AUDIO_KEYS = ("input_features", "feature_attention_mask", "input_features_mask")
 RATE = 16000

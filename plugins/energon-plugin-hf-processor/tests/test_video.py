@@ -29,6 +29,7 @@ VIDEO_FAMILIES = (
     "video-llava",
     "gemma4",
     "qwen2.5-omni",
+    "qwen3-omni",
 )
 NUM_FRAMES = 4
 IGNORE = -100
