@@ -4,13 +4,15 @@ Builds the datamodule from CONFIG (in this process: ``num_workers=0``) and shows
 batches the training loop will get: for each batch, the keys of the configured batch format
 (``megatron-bridge`` by default: ``tokens``, ``labels``, ``visual_inputs.pixel_values``, ...)
 with their shapes and dtypes; for each row, the record it came from (the batch's ``__keys__``,
-or the task encoder's ``__key__``), the decoded text with image- and video-token runs
-collapsed (``<image x576>``, ``[<|video_pad|> x64]``), the spans that carry loss marked, and
-each video's token span. ``--raw`` shows the task encoder's batch instead (its fields before
-the batch format, as earlier versions did). The text is decoded from the task encoder's batch
-(labels aligned with the tokens) whichever is shown; the format is applied to that same batch
-exactly as the loader's workers apply it. ``--html`` writes one self-contained page with the
-images, a strip of the sampled frames per video, the text and a segment bar per row. For a
+or the task encoder's ``__key__``), the decoded text with image-, video- and audio-token runs
+collapsed (``<image x576>``, ``[<|video_pad|> x64]``, ``[<|AUDIO|> x38]``), the spans that
+carry loss marked, each video's token span, and each audio clip's with a sparkline of the
+waveform fed to the processor, its length in seconds and its sampling rate. ``--raw`` shows
+the task encoder's batch instead (its fields before the batch format, as earlier versions
+did). The text is decoded from the task encoder's batch (labels aligned with the tokens)
+whichever is shown; the format is applied to that same batch exactly as the loader's workers
+apply it. ``--html`` writes one self-contained page with the images, a strip of the sampled
+frames per video, a waveform strip per audio clip, the text and a segment bar per row. For a
 blend (a metadataset with ``blend:`` weights), a last table sets each source's configured share
 beside its realised shares of the samples, tokens and loss tokens the preview read.
 """
@@ -39,11 +41,12 @@ def print_layout(out: Any, row: dict[str, Any]) -> None:
 
 def print_rows(rows: list[dict[str, Any]], seq_length: int) -> None:
     """Print rows with rich: before each batch its keys, shapes and dtypes; per row the record
-    it came from, loss spans green and underlined, image runs violet, video runs cyan, padding
-    dim."""
+    it came from, loss spans green and underlined, image runs violet, video runs cyan, audio
+    runs yellow (each clip's sparkline above), padding dim."""
     from rich.markup import escape
 
     from energon_plugins.cli._output import console
+    from energon_plugins.preview.audio import describe_audio
     from energon_plugins.preview.html import describe_video
 
     out = console()
@@ -57,10 +60,11 @@ def print_rows(rows: list[dict[str, Any]], seq_length: int) -> None:
                 print_layout(out, row)
                 shown_fields = row["fields"]
         real = sum(s.length for s in row["segments"] if not s.padding)
+        audios = f"{len(row['audios'])} audio clip(s), " if row.get("audios") else ""
         out.rule(
             escape(
                 f"{row['label']}: {real}/{row['width']} tokens, "
-                f"{row['num_images']} image(s), "
+                f"{row['num_images']} image(s), {audios}"
                 f"{sum(not s.padding for s in row['segments'])} segment(s)"
             )
         )
@@ -72,6 +76,11 @@ def print_rows(rows: list[dict[str, Any]], seq_length: int) -> None:
             out.print(f"[dim]{escape(row['shapes'])}[/dim]")
         for index, video in enumerate(row.get("videos", ())):
             out.print(f"[cyan]{escape(describe_video(index, video))}[/cyan]")
+        for index, audio in enumerate(row.get("audios", ())):
+            label, _, details = describe_audio(index, audio).partition(": ")
+            out.print(
+                f"[yellow]{escape(label)}: {audio.sparkline} {escape(details)}[/yellow]", soft_wrap=True
+            )
         for index, (segment, spans) in enumerate(zip(row["segments"], row["spans"])):
             if len(row["segments"]) > 1:
                 out.print(
@@ -85,6 +94,8 @@ def print_rows(rows: list[dict[str, Any]], seq_length: int) -> None:
                     piece = f"[magenta]{piece}[/magenta]"
                 elif span.kind == "video":
                     piece = f"[cyan]{piece}[/cyan]"
+                elif span.kind == "audio":
+                    piece = f"[yellow]{piece}[/yellow]"
                 elif span.kind == "pad":
                     piece = f"[dim]{piece}[/dim]"
                 if span.loss:

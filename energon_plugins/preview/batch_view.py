@@ -221,7 +221,8 @@ class Span:
 
     text: str
     kind: str
-    """``text``, ``image`` (collapsed image tokens), ``video`` (collapsed video tokens) or ``pad``."""
+    """``text``, ``image`` (collapsed image tokens), ``video`` (collapsed video tokens), ``audio``
+    (collapsed audio tokens) or ``pad``."""
     loss: bool
     count: int
 
@@ -269,9 +270,15 @@ def render_spans(
     ignore_index: int,
     image_id: int | None,
     video_id: int | None = None,
+    audio_id: int | None = None,
 ) -> list[Span]:
-    """Group tokens into runs of (text, image or video, loss or not) and decode each text run."""
-    media = {token: kind for token, kind in ((video_id, "video"), (image_id, "image")) if token is not None}
+    """Group tokens into runs of (text, image, video or audio, loss or not) and decode each
+    text run."""
+    media = {
+        token: kind
+        for token, kind in ((audio_id, "audio"), (video_id, "video"), (image_id, "image"))
+        if token is not None
+    }
     spans: list[Span] = []
     start = 0
     n = len(ids)

@@ -1,9 +1,10 @@
 """The self-contained HTML page of ``energon-plugins preview --html``.
 
 One page, no external resources: images as base64 PNG, a strip of the sampled frames per
-video (with its token count and span), the decoded text with image and video runs collapsed
-and loss spans highlighted, and for each row a bar of its segments (packed sub-sequences and
-the padding tail) scaled to the sequence length.
+video (with its token count and span), a waveform strip per audio clip (with its length,
+sampling rate, token count and span), the decoded text with image, video and audio runs
+collapsed and loss spans highlighted, and for each row a bar of its segments (packed
+sub-sequences and the padding tail) scaled to the sequence length.
 """
 
 import base64
@@ -22,8 +23,10 @@ body{font-family:system-ui,sans-serif;margin:2em;max-width:70em;color:#222}
 .loss{background:#d4f7d4;border-bottom:2px solid #2a2}
 .img{background:#e8e0ff;color:#538;font-weight:bold}
 .vid{background:#dff4f7;color:#266;font-weight:bold}
+.aud{background:#fdecd2;color:#864;font-weight:bold}
 .strip{display:flex;flex-wrap:wrap;align-items:center;gap:2px;margin:.3em 0}
 .strip img{height:64px}
+.strip.wave img{height:48px;image-rendering:auto}
 .padtok{color:#aaa}
 img{image-rendering:pixelated;height:128px;margin:2px;border:1px solid #aaa}
 .meta{color:#666;font-size:12px}
@@ -85,14 +88,18 @@ def render_layout(row: dict[str, Any]) -> str:
 def render_page(title: str, rows: list[dict[str, Any]]) -> str:
     """The HTML page for ``rows``; each row has ``label``, ``segments``, ``width``,
     ``seq_length``, ``spans`` (per segment), ``images`` (base64 PNGs) and ``shapes``, and
-    from ``collect_rows`` also ``key`` (its record), ``batch``, ``format`` and ``fields`` (the
-    layout of its batch as the loop reads it, shown once per batch)."""
+    from ``collect_rows`` also ``key`` (its record), ``batch``, ``format``, ``fields`` (the
+    layout of its batch as the loop reads it, shown once per batch), ``videos`` and ``audios``
+    (:class:`~energon_plugins.preview.audio.AudioView`: a waveform strip per clip)."""
+    from energon_plugins.preview.audio import describe_audio
+
     parts = [
         "<!DOCTYPE html><html><head><meta charset='utf-8'>",
         f"<title>{html.escape(title)}</title><style>{_STYLE}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         "<p class='meta'>Green: tokens with loss. Violet: collapsed image tokens. Teal: "
-        "collapsed video tokens (each video's sampled frames in a strip). "
+        "collapsed video tokens (each video's sampled frames in a strip). Orange: collapsed "
+        "audio tokens (each clip's waveform as fed to the processor above them). "
         "The bar shows each row's segments (packed sub-sequences) and its padding in grey.</p>",
     ]
     shown_batch = None
@@ -132,11 +139,16 @@ def render_page(title: str, rows: list[dict[str, Any]]) -> str:
             for frame in video["frames"]:
                 parts.append(f"<img alt='frame' src='data:image/png;base64,{frame}'>")
             parts.append("</div>")
+        for index, audio in enumerate(row.get("audios", ())):
+            parts.append(
+                f"<div class='strip wave'><img alt='waveform' src='data:image/png;base64,{audio.png}'>"
+                f"<span class='meta'>{html.escape(describe_audio(index, audio))}</span></div>"
+            )
         for index, spans in enumerate(row["spans"]):
             parts.append(f"<p class='meta'>segment {index}</p><div class='text'>")
             for span in spans:
                 text = html.escape(span.text)
-                css = {"image": "img", "video": "vid", "pad": "padtok"}.get(span.kind, "")
+                css = {"image": "img", "video": "vid", "audio": "aud", "pad": "padtok"}.get(span.kind, "")
                 if span.loss:
                     css = f"{css} loss".strip()
                 parts.append(f"<span class='{css}'>{text}</span>" if css else text)

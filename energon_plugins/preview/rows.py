@@ -1,5 +1,5 @@
 """The rows ``preview`` shows: each batch of a datamodule, row by row, with its spans,
-images, videos, record keys and the batch the training loop gets.
+images, videos, audio clips, record keys and the batch the training loop gets.
 
 Used by ``energon-plugins preview`` (text and HTML) and by plugin tests that check what a
 user would see.
@@ -23,8 +23,17 @@ def collect_rows(datamodule: Any, count: int, batch_format: Any = None) -> list[
     ``datamodule`` must yield the task encoder's batches (``batch_format=None``);
     ``batch_format`` (a registered name, ``{name, options}`` or a callable; None: none) is then
     applied to each, as the loader would, and every row carries the layout of that loop batch
-    (``fields``, ``shapes``, ``format``) and its record key (``key``).
+    (``fields``, ``shapes``, ``format``) and its record key (``key``). Rows with audio carry
+    ``audios``: one :class:`~energon_plugins.preview.audio.AudioView` per clip, drawn from the
+    waveforms the encoder fed its processor.
     """
+    from energon_plugins.preview.audio import (
+        audio_token_runs,
+        audio_views,
+        encoder_audio_token_id,
+        keep_preview_audio,
+        row_audio_clips,
+    )
     from energon_plugins.preview.batch_view import (
         Span,
         batch_layout,
@@ -43,7 +52,9 @@ def collect_rows(datamodule: Any, count: int, batch_format: Any = None) -> list[
     tokenizer = datamodule.tokenizer
     image_id, ignore, pad_id = encoder_token_ids(datamodule)
     video_id = encoder_video_token_id(datamodule)
+    audio_id = encoder_audio_token_id(datamodule)
     encoder = datamodule.task_encoder
+    keep_preview_audio(encoder)
     image_processor = getattr(encoder, "image_processor", None) or datamodule.image_processor
     mean, std = _image_stats(image_processor)
     video_processor = getattr(encoder, "video_processor", None)
@@ -66,6 +77,7 @@ def collect_rows(datamodule: Any, count: int, batch_format: Any = None) -> list[
         video_counts = iter(_as_list(getattr(batch, "video_token_counts", None)))
         drawable = draw(batch)
         drawable_videos = draw_videos(batch)
+        clips = row_audio_clips(encoder, batch)
         for row in range(int(batch.input_ids.shape[0])):
             segments = row_segments(batch, row, pad_id, ignore)
             ids = batch.input_ids[row].tolist()
@@ -83,6 +95,7 @@ def collect_rows(datamodule: Any, count: int, batch_format: Any = None) -> list[
                             ignore,
                             image_id,
                             video_id,
+                            audio_id,
                         )
                     )
             n_images = int(num_images[row]) if row < len(num_images) else 0
@@ -113,6 +126,13 @@ def collect_rows(datamodule: Any, count: int, batch_format: Any = None) -> list[
                 }
                 for i in range(n_videos)
             ]
+            runs = audio_token_runs(ids, audio_id)
+            audios = audio_views(clips[row], runs)
+            if len(runs) > len(audios):
+                note = (note + " " if note else "") + (
+                    f"{len(runs) - len(audios)} audio clip(s) in the ids not drawn "
+                    "(the task encoder kept no waveform for them)"
+                )
             key = keys[row] if row < len(keys) else None
             source = str(sources[row]) if sources is not None and row < len(sources) else None
             rows.append(
@@ -127,6 +147,7 @@ def collect_rows(datamodule: Any, count: int, batch_format: Any = None) -> list[
                     "packed": packed,
                     "note": note,
                     "videos": videos,
+                    "audios": audios,
                     "key": key,
                     "source": source,
                     "batch": batch_index,

@@ -44,6 +44,7 @@ from megatron.energon import (
 
 from energon_plugin_hf_processor import outputs
 from energon_plugin_hf_processor.audio import DecodedAudio, ProcessorAudio, labelled_audios
+from energon_plugin_hf_processor.audio_preview import PreviewAudio
 from energon_plugin_hf_processor.families import FamilySpec, family_for
 from energon_plugin_hf_processor.fast_calls import calling_processor
 from energon_plugin_hf_processor.labels import ChatRenderer
@@ -78,7 +79,7 @@ from energon_plugins import (
 logger = logging.getLogger(__name__)
 
 
-class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
+class HFProcessorTaskEncoder(PreviewAudio, PluginTaskEncoder[Any]):
     """Encode conversations (with images and videos), VQA (on an image or a video), captioning,
     interleaved samples and Megatron-LM's sample types (OCR, multiple-choice VQA,
     similarity-interleaved, text) with a model's processor.
@@ -153,6 +154,8 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         #: The processor's audio side (sampling rate, budget, decoding: :mod:`.audio`).
         self.audio = ProcessorAudio(processor, options.audio)
         self.audio_tag = options.audio.tag
+        #: The token whose positions hold audio embeddings; ``None`` without audio.
+        self.audio_token_id = embedding_token_id(processor, "audio_token") if self.audio.available else None
         #: The token whose positions hold image embeddings (counted per image).
         self.image_token_id = embedding_token_id(processor, self.family.embedding_token)
         #: The token whose positions hold video embeddings (counted per video); ``None``
@@ -226,6 +229,7 @@ class HFProcessorTaskEncoder(PluginTaskEncoder[Any]):
         self._check_image_count(sample, len(images))
         text, spans = self.renderer.render_conversation(messages)
         decoded = self.audio.decode(sample, audios) if audios else []
+        self.record_preview_audio(sample.__key__, decoded)  # kept only for preview
         return self._encode(sample, text, spans, images, videos, audios=decoded)
 
     def sample_messages(self, sample: Any) -> tuple[list[dict[str, Any]], list[Any], list[tuple[Any, str]]]:

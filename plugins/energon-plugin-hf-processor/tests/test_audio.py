@@ -6,7 +6,7 @@ multi-turn conversation, next to a text-only sample. Read through the datamodule
 and packed), every sample's ids, labels, ``input_features`` and ``feature_attention_mask``
 must equal ``processor.apply_chat_template(messages, tokenize=True, ...)`` given the same
 files decoded by plain PyAV (every frame, resampled to 16 kHz mono by libswresample), for
-Qwen2-Audio, Qwen2.5-Omni and Gemma 4. A tiny model of each consumes the batches; packed
+Qwen2-Audio, Qwen2.5-Omni, Qwen3-Omni and Gemma 4. A tiny model of each consumes the batches; packed
 batches resume exactly. Skips, the budget and bad options: ``test_audio_skips.py``.
 """
 
