@@ -80,13 +80,17 @@ def _item_spans(
     return spans
 
 
-def media_spans(sample: EncodedSample, image_token_id: Any, video_token_id: Any) -> list[tuple[int, int]]:
-    """The token spans of ``sample``'s images and videos, sorted (a cut may not fall inside)."""
+def media_spans(
+    sample: EncodedSample, image_token_id: Any, video_token_id: Any, audio_token_id: Any = None
+) -> list[tuple[int, int]]:
+    """The token spans of ``sample``'s images, videos and audio clips (each run of
+    ``audio_token_id`` is one clip), sorted: a cut may not fall inside one."""
     spans = (
         _item_spans(sample.input_ids, image_token_id, sample.image_token_counts) if sample.num_images else []
     )
     if sample.num_videos:
         spans += _item_spans(sample.input_ids, video_token_id, sample.video_token_counts)
+    spans += _item_spans(sample.input_ids, audio_token_id, None)
     return sorted(spans)
 
 
@@ -180,10 +184,15 @@ def _some_images(sample: EncodedSample, first: int, last: int) -> dict[str, Any]
 
 
 def _media_fields(
-    sample: EncodedSample, start: int, stop: int, image_token_id: Any, video_token_id: Any
+    sample: EncodedSample,
+    start: int,
+    stop: int,
+    image_token_id: Any,
+    video_token_id: Any,
+    audio_token_id: Any = None,
 ) -> dict[str, Any]:
     """The media fields the part ``[start, stop)`` takes: all, none, or its own images."""
-    all_spans = media_spans(sample, image_token_id, video_token_id)
+    all_spans = media_spans(sample, image_token_id, video_token_id, audio_token_id)
     if not all_spans and (sample.num_images or sample.num_videos):
         raise SplitRefused(
             "split_media_layout",
@@ -213,6 +222,12 @@ def _media_fields(
     }
     if not _inside(all_spans, start, stop):
         return none
+    if _item_spans(sample.input_ids, audio_token_id, None):
+        raise SplitRefused(
+            "split_media_layout",
+            f"sample {sample.__key__!r}: its audio clips and other media would land in different "
+            "parts (audio features are not divided among parts)",
+        )
     spans = _item_spans(sample.input_ids, image_token_id, sample.image_token_counts)
     inside = _inside(spans, start, stop)
     if len(spans) != int(sample.num_images) or not inside:
@@ -234,6 +249,7 @@ def sample_part(
     ignore_index: int,
     base_offset: int = 0,
     base_key: str | None = None,
+    audio_token_id: Any = None,
 ) -> EncodedSample:
     """The tokens ``[start, stop)`` of ``sample`` as an encoded sample of their own.
 
@@ -249,12 +265,13 @@ def sample_part(
     """
     if not 0 <= start < stop <= sample.length:
         raise ValueError(f"sample_part: part [{start}, {stop}) outside a sample of {sample.length} tokens")
-    for a, b in media_spans(sample, image_token_id, video_token_id):
+    for a, b in media_spans(sample, image_token_id, video_token_id, audio_token_id):
         if a < start < b or a < stop < b:
             raise SplitRefused(
-                "split_media_layout", f"sample {sample.__key__!r}: a part [{start}, {stop}) cuts an image"
+                "split_media_layout",
+                f"sample {sample.__key__!r}: a part [{start}, {stop}) cuts an image, video or audio clip",
             )
-    media = _media_fields(sample, start, stop, image_token_id, video_token_id)
+    media = _media_fields(sample, start, stop, image_token_id, video_token_id, audio_token_id)
     labels = sample.labels[start:stop]
     loss_mask = sample.loss_mask[start:stop]
     if base_offset + start > 0:  # a continuation: its first target lies in the previous part

@@ -101,8 +101,10 @@ class PackAssemblyMixin:
 
         When the encoder knows its image token (``image_token_id``) and the cut would remove
         image tokens, the sample is cut before its first image token and keeps no image
-        (images cannot be split); videos likewise by ``video_token_id``. Otherwise tokens are
-        cut and the media kept. Override for a smarter cut.
+        (images cannot be split); videos likewise by ``video_token_id`` and audio clips by
+        ``audio_token_id`` (then no media at all is kept: the features of every kind live
+        together in ``visual``). Otherwise tokens are cut and the media kept. Override for a
+        smarter cut.
         """
         cut = capacity
         pixel_values, grid, num_images = sample.pixel_values, sample.image_grid_thw, sample.num_images
@@ -115,6 +117,9 @@ class PackAssemblyMixin:
         ):
             if present and isinstance(token_id, int):
                 is_media |= sample.input_ids == token_id
+        audio_token_id = getattr(self, "audio_token_id", None)
+        if isinstance(audio_token_id, int):  # no count of clips on the sample: its tokens tell
+            is_media |= sample.input_ids == audio_token_id
         if bool(is_media[cut:].any()):  # media cannot be split: cut before the first, keep none
             cut = min(cut, int(is_media.nonzero()[0, 0]))
             pixel_values, grid, num_images, visual, counts = None, None, 0, None, []

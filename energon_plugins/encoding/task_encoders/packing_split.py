@@ -66,6 +66,7 @@ class SplitPlanningMixin:
             ignore_index=int(self.ignore_index),  # type: ignore[attr-defined]
             base_offset=base_offset,
             base_key=base_key,
+            audio_token_id=getattr(self, "audio_token_id", None),
         )
 
     def split_ranges(self, sample: EncodedSample) -> list[tuple[int, int]]:
@@ -75,7 +76,10 @@ class SplitPlanningMixin:
             SplitRefused: the sample cannot be split.
         """
         spans = media_spans(
-            sample, getattr(self, "image_token_id", None), getattr(self, "video_token_id", None)
+            sample,
+            getattr(self, "image_token_id", None),
+            getattr(self, "video_token_id", None),
+            getattr(self, "audio_token_id", None),
         )
         ranges = split_points(int(sample.length), spans, self.packing_capacity)  # type: ignore[attr-defined]
         for start, stop in ranges:
