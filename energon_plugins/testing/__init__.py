@@ -45,6 +45,7 @@ _LAZY = {
     "write_vidqa_dataset": "energon_plugins.testing.video",
     "encode_tone": "energon_plugins.testing.audio",
     "decode_every_sample": "energon_plugins.testing.audio",
+    "encode_video_with_tone": "energon_plugins.testing.video_audio",
     # Generated data and views of it, re-exported so plugin tests import only this kit.
     "write_dataset": "energon_plugins.synthetic",
     "build_demo_tokenizer": "energon_plugins.synthetic",
@@ -76,6 +77,7 @@ if TYPE_CHECKING:  # pragma: no cover
         video_frames,
         write_vidqa_dataset,
     )
+    from energon_plugins.testing.video_audio import encode_video_with_tone
 
 
 __getattr__, __dir__ = lazy_attributes("energon_plugins.testing", globals(), _LAZY)
@@ -95,6 +97,7 @@ __all__ = [
     "decode_every_sample",
     "encode_tone",
     "encode_video",
+    "encode_video_with_tone",
     "default_context",
     "read_images",
     "video_frames",

@@ -12,7 +12,9 @@ formats). A crude conversation sample holds:
 - its videos likewise as numbered parts ``0.mp4``, ``1.webm``, ... or one ``mp4`` / ``webm`` /
   ... part (Energon hands them over as lazy ``AVDecoder`` objects);
 - its audio clips likewise as numbered parts ``0.wav``, ``1.flac``, ... (``wav``, ``flac``,
-  ``mp3``, ``m4a``, ``ogg``: an ``AVDecoder`` for the first three, raw bytes for the others);
+  ``mp3``, ``m4a``, ``ogg``: an ``AVDecoder`` for the first three, raw bytes for the others),
+  or as a video container whose audio track is the clip, named ``2.audio.mp4`` (any of
+  :data:`VIDEO_EXTENSIONS` after ``N.audio.``: never taken for a video part);
 - a ``json`` part with the turns under ``conversations``, ``messages`` or ``conversation``
   (or the list of turns itself): GPT-style ``{"from", "value"}`` (LLaVA, ShareGPT) or ChatML
   ``{"role", "content"}`` turns, a content being a string with ``<image>`` tags or a list of
@@ -52,9 +54,15 @@ VIDEO_EXTENSIONS = ("mp4", "webm", "mkv", "mov", "avi", "flv")
 AUDIO_EXTENSIONS = ("wav", "flac", "mp3", "m4a", "ogg")
 """Part extensions a crude conversation sample's audio clips may have (numbered: ``0.wav``)."""
 
+AUDIO_IN_VIDEO = "audio"
+"""The infix of an audio part held in a video container: ``0.audio.mp4`` is an audio clip (the
+container's audio track), ``0.mp4`` a video."""
+
 _IMAGE_PART = re.compile(rf"^(\d+)\.({'|'.join(IMAGE_EXTENSIONS)})$")
 _VIDEO_PART = re.compile(rf"^(\d+)\.({'|'.join(VIDEO_EXTENSIONS)})$")
-_AUDIO_PART = re.compile(rf"^(\d+)\.({'|'.join(AUDIO_EXTENSIONS)})$")
+_AUDIO_PART = re.compile(
+    rf"^(\d+)\.({'|'.join(AUDIO_EXTENSIONS)}|{AUDIO_IN_VIDEO}\.(?:{'|'.join(VIDEO_EXTENSIONS)}))$"
+)
 
 
 class MissingFieldError(KeyError):
@@ -76,7 +84,8 @@ class ChatMLSample(Sample):
         videos: the videos in the order of their tags (Energon's lazy ``AVDecoder``).
         video_parts: the part name of each video (``0.mp4``), for error messages.
         audios: the audio clips in the order of their tags (Energon's lazy ``AVDecoder``, or
-            the file's bytes for an extension Energon does not decode: ``m4a``, ``ogg``).
+            the file's bytes for an extension Energon does not decode: ``m4a``, ``ogg``); a
+            ``N.audio.mp4`` part is a video container whose audio track is the clip.
         audio_parts: the part name of each audio clip (``0.wav``), for error messages.
     """
 
@@ -111,7 +120,8 @@ def video_parts(sample: dict) -> list[str]:
 
 
 def audio_parts(sample: dict) -> list[str]:
-    """The names of a crude sample's numbered audio parts (``0.wav``, ``1.flac``...) in order."""
+    """The names of a crude sample's numbered audio parts (``0.wav``, ``1.flac``, ``2.audio.mp4``
+    ...) in order."""
     numbered = [(int(m.group(1)), name) for name in sample if (m := _AUDIO_PART.match(name))]
     return [name for _, name in sorted(numbered)]
 

@@ -1,8 +1,9 @@
 """Audio clips of a sample, decoded with Energon's AV decoder, as a processor's audio input.
 
 A crude conversation sample's audio parts (``0.wav``, ``1.flac``, ``2.mp3``, ``3.m4a``,
-``4.ogg``) arrive as Energon's lazy :class:`megatron.energon.av.AVDecoder` (``wav``, ``flac``,
-``mp3``) or as the file's bytes (the extensions Energon's decoder leaves alone), wrapped here
+``4.ogg``, or a video container's audio track: ``5.audio.mp4``, ``6.audio.mkv``...) arrive as
+Energon's lazy :class:`megatron.energon.av.AVDecoder` (``wav``, ``flac``, ``mp3`` and the video
+containers) or as the file's bytes (the extensions Energon's decoder leaves alone), wrapped here
 in an ``AVDecoder``. :class:`ProcessorAudio` reads each clip's length from the container,
 applies the sample's audio budget (``audio.max_seconds``: skip or clip), decodes only the kept
 seconds (Energon's ``get_audio_clips``, which stops at the window's end) and converts them once,
@@ -72,17 +73,31 @@ def as_av_decoder(audio: Any) -> Any:
 
 
 def audio_seconds(decoder: Any, name: str) -> float:
-    """The length of the first audio stream, from the container (no samples decoded).
+    """The length of the first audio stream, from the container (no samples decoded; in a
+    video container, its audio track).
 
     Raises:
-        AudioDecodeError: the file cannot be opened or has no audio stream.
+        AudioDecodeError: the file cannot be opened or has no audio stream (a video without
+            an audio track is named as such).
     """
     try:
         decoder.suppress_warnings = True
-        metadata = decoder.get_metadata(get_video=False, get_audio=True, get_audio_duration=True)
+        metadata = decoder.get_metadata(
+            get_video=True,  # header fields only: tells a video without sound from a bad file
+            get_video_duration=False,
+            get_video_frame_count=False,
+            get_video_frame_size=False,
+            get_audio=True,
+            get_audio_duration=True,
+        )
     except Exception as exc:
         raise AudioDecodeError(f"audio {name} cannot be read: {_describe(exc)}") from exc
     if metadata.audio_sample_rate is None or metadata.audio_duration is None:
+        if metadata.video_fps is not None or metadata.video_duration is not None:
+            raise AudioDecodeError(
+                f"audio {name} is a video without an audio track (an audio part in a video "
+                "container is read from its audio stream)"
+            )
         raise AudioDecodeError(f"audio {name} has no audio stream")
     return float(metadata.audio_duration)
 
