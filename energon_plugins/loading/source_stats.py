@@ -12,7 +12,8 @@ Counters per source (:data:`COUNTERS`), from each collated batch before its form
 - ``tokens``: real (non-padding) tokens; ``loss_tokens``: positions whose ``loss_mask`` is on;
 - ``image_tokens`` / ``video_tokens``: the placeholder-expanded vision tokens (positions
   holding the encoder's ``image_token_id`` / ``video_token_id``; without one, the batch's
-  per-image counts of the row, attributed to the row's first source); ``audio_tokens``: 0;
+  per-image counts of the row, attributed to the row's first source); ``audio_tokens``:
+  positions holding the encoder's ``audio_token_id`` (0 for an encoder without one);
 - ``padding``: a row's positions that are no sample's real token (its tail, and any padding
   inside packed sub-sequences), attributed to the row's **first** source;
 - ``packs``: rows of packed batches (those with ``packed_seq_params``) holding the source, once
@@ -101,6 +102,7 @@ class SourceCounter:
         self.names = dict(names)
         self.image_token_id = _token_id(encoder, "image_token_id")
         self.video_token_id = _token_id(encoder, "video_token_id")
+        self.audio_token_id = _token_id(encoder, "audio_token_id")
         self.stats: Stats = {}
         self._named: dict[str, str] = {}
 
@@ -146,7 +148,8 @@ class SourceCounter:
             setattr(batch, ROW_SOURCES, rows)
         except (AttributeError, TypeError):  # pragma: no cover - a frozen batch type
             pass
-        for source, counters in batch_counts(batch, rows, self.image_token_id, self.video_token_id).items():
+        counts = batch_counts(batch, rows, self.image_token_id, self.video_token_id, self.audio_token_id)
+        for source, counters in counts.items():
             mine = self._of(source)
             for name in COUNTERS:
                 mine[name] += counters[name]
@@ -215,7 +218,11 @@ def _row_vision(batch: Any, counts_attr: str, per_row_attr: str) -> list[int]:
 
 
 def batch_counts(
-    batch: Any, rows: list[list[str]], image_token_id: int | None = None, video_token_id: int | None = None
+    batch: Any,
+    rows: list[list[str]],
+    image_token_id: int | None = None,
+    video_token_id: int | None = None,
+    audio_token_id: int | None = None,
 ) -> Stats:
     """The counters of one collated batch per source (see the module docstring);
     ``rows``: the source of each sub-sample of each row."""
@@ -244,6 +251,8 @@ def batch_counts(
             for name, (token_id, _) in vision.items():
                 if token_id is not None:
                     counters[name] += int((ids == token_id).sum())
+            if audio_token_id is not None:
+                counters["audio_tokens"] += int((ids == audio_token_id).sum())
         for extra in sources[len(segments) :]:  # sub-samples the layout did not show apart
             out[extra]["samples"] += 1
         first = out[sources[0]]

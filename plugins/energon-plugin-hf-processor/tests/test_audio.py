@@ -174,6 +174,24 @@ def test_each_clip_takes_the_tokens_its_length_gives(audio_processor, audio_data
     assert len(runs[0]) > len(runs[1]) > 0
 
 
+def test_stats_count_the_audio_tokens_of_the_batches(
+    processor_dirs, audio_processor, audio_data, make_datamodule
+):
+    """``stats()``'s ``audio_tokens`` are the positions of the encoder's audio token in the
+    batches read (and the clips' tokens are no image or video tokens)."""
+    path, originals = audio_data
+    dm = make_datamodule(path, processor_dirs[FAMILY], audio_processor.tokenizer, packed=False)
+    audio_id = audio_processor.tokenizer.convert_tokens_to_ids("<|AUDIO|>")
+    loader = dm.train_dataloader()
+    batches = [next(loader) for _ in range(len(originals))]
+    stats = loader.stats()
+    loader.close()
+    read = sum(int((batch.input_ids == audio_id).sum()) for batch in batches)
+    assert read > 0
+    assert sum(counters["audio_tokens"] for counters in stats.values()) == read
+    assert sum(counters["image_tokens"] + counters["video_tokens"] for counters in stats.values()) == 0
+
+
 def audio_model(family, tok):
     """A random model of ``family`` with an audio tower (Gemma 4's tiny spec has none)."""
     from energon_plugin_hf_processor.tiny import TINY_SPECS
