@@ -2,7 +2,7 @@
 
 import pytest
 from energon_plugin_next_fit import plugin
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import energon_plugins
@@ -24,6 +24,7 @@ def test_unknown_option_is_rejected(registry):
         energon_plugins.create("packing_strategy", "next-fit", {"max_samples_per_pak": 2})
 
 
+@settings(deadline=None)  # a busy CI machine can take over 200 ms for one example
 @given(
     lengths=st.lists(st.integers(min_value=0, max_value=120), max_size=60),
     limit=st.none() | st.integers(min_value=1, max_value=5),
