@@ -51,26 +51,34 @@ SPECIAL = (
 PATCH = 14
 
 
-def build(tokenizer: Any) -> Any:
-    """The processor: Qwen2-VL's image and video processors with 14-pixel patches (at most 16
-    merged tokens per image or frame pair) and the checkpoint's Whisper feature extractor
-    (128 mel bins, 16 kHz, 30 s)."""
+def omni_inputs(patch: int) -> tuple[Any, Any, Any]:
+    """The image and video processors (Qwen2-VL's, ``patch``-pixel patches, at most 16 merged
+    tokens per image or frame pair) and the Whisper feature extractor (128 mel bins, 16 kHz,
+    30 s) of a Qwen-Omni processor."""
     import transformers
 
-    edges = {"shortest_edge": (2 * PATCH) ** 2, "longest_edge": (2 * PATCH) ** 2 * 16}
+    edges = {"shortest_edge": (2 * patch) ** 2, "longest_edge": (2 * patch) ** 2 * 16}
     image = transformers.Qwen2VLImageProcessor(
-        patch_size=PATCH,
+        patch_size=patch,
         merge_size=2,
         temporal_patch_size=2,
         min_pixels=edges["shortest_edge"],
         max_pixels=edges["longest_edge"],
     )
     video = transformers.Qwen2VLVideoProcessor(
-        patch_size=PATCH, merge_size=2, temporal_patch_size=2, size=edges
+        patch_size=patch, merge_size=2, temporal_patch_size=2, size=edges
     )
     features = transformers.WhisperFeatureExtractor(
         feature_size=128, sampling_rate=16000, hop_length=160, chunk_length=30, n_fft=400
     )
+    return image, video, features
+
+
+def build(tokenizer: Any) -> Any:
+    """The processor: :func:`omni_inputs` with 14-pixel patches and the checkpoint's template."""
+    import transformers
+
+    image, video, features = omni_inputs(PATCH)
     return transformers.Qwen2_5OmniProcessor(
         image_processor=image,
         video_processor=video,

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from energon_plugin_hf_processor.tiny_families.qwen2_5_omni import omni_inputs
 from energon_plugin_hf_processor.tiny_sizes import text_config
 from energon_plugin_hf_processor.tiny_spec import TinySpec
 
@@ -152,25 +153,11 @@ N_WINDOW = 50
 
 
 def build(tokenizer: Any) -> Any:
-    """The processor: Qwen2-VL's image and video processors with 16-pixel patches (at most 16
-    merged tokens per image or frame pair) and the checkpoint's Whisper feature extractor
-    (128 mel bins, 16 kHz)."""
+    """The processor: Qwen2.5-Omni's inputs (:func:`.qwen2_5_omni.omni_inputs`) with 16-pixel
+    patches and the checkpoint's template."""
     import transformers
 
-    edges = {"shortest_edge": (2 * PATCH) ** 2, "longest_edge": (2 * PATCH) ** 2 * 16}
-    image = transformers.Qwen2VLImageProcessor(
-        patch_size=PATCH,
-        merge_size=2,
-        temporal_patch_size=2,
-        min_pixels=edges["shortest_edge"],
-        max_pixels=edges["longest_edge"],
-    )
-    video = transformers.Qwen2VLVideoProcessor(
-        patch_size=PATCH, merge_size=2, temporal_patch_size=2, size=edges
-    )
-    features = transformers.WhisperFeatureExtractor(
-        feature_size=128, sampling_rate=16000, hop_length=160, chunk_length=30, n_fft=400
-    )
+    image, video, features = omni_inputs(PATCH)
     return transformers.Qwen3OmniMoeProcessor(
         image_processor=image,
         video_processor=video,
