@@ -22,6 +22,8 @@ from typing import Any
 
 import click
 
+from energon_plugins.cli._config_options import datamodule_for, set_option
+
 ZERO_WORKERS_HINT = (
     "num_workers: 0 loads in the training process; try num_workers: 2 or more (--set num_workers=2)"
 )
@@ -138,29 +140,13 @@ def _size(count: int) -> str:
     help="Batches to time (after one warm-up batch).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the figures as JSON only.")
-@click.option(
-    "--set",
-    "sets",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a config key (dotted keys, YAML values); repeatable.",
-)
+@set_option()
 def bench_command(config: str, batches: int, as_json: bool, sets: tuple[str, ...]) -> None:
     """Measure the training loader of CONFIG: samples/s, tokens/s, padding, fill ratio."""
     from energon_plugins.cli._output import print_json, startup_status
 
     with startup_status(f"checking {config}...") as status:
-        from energon_plugins.checks.field_map import check_field_map
-        from energon_plugins.config.overrides import parse_set_option
-        from energon_plugins.loading.startup import build_datamodule_step_by_step
-
-        if not (click.get_current_context().find_root().obj or {}).get("debug"):
-            from energon_plugins.cli._output import quiet_known_warnings
-
-            quiet_known_warnings()
-        overrides = dict(parse_set_option(item) for item in sets)
-        datamodule, _ = build_datamodule_step_by_step(config, overrides, status)
-        check_field_map(datamodule.path)  # else every sample fails, one traceback each
+        datamodule, _ = datamodule_for(config, sets, status)
         workers = datamodule.num_workers
         status.update(
             f"starting the loader ({workers} worker{'s' * (workers != 1)}) and reading a warm-up batch..."

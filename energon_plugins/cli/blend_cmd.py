@@ -18,6 +18,7 @@ from typing import Any
 
 import click
 
+from energon_plugins.cli._config_options import datamodule_for, set_option
 from energon_plugins.loading.token_means import TOKEN_KINDS
 
 
@@ -77,13 +78,7 @@ def _share(item: str) -> tuple[str, float]:
     help="Stop measuring after this many samples in all (rare entries then count fewer).",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the plan as JSON only.")
-@click.option(
-    "--set",
-    "sets",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a config key (dotted keys, YAML values); repeatable.",
-)
+@set_option()
 def plan_command(
     config: str,
     output: str | None,
@@ -102,15 +97,11 @@ def plan_command(
         requested_shares,
         write_planned,
     )
-    from energon_plugins.config.overrides import parse_set_option
     from energon_plugins.errors import ConfigError
 
     wanted = dict(_share(item) for item in shares)
     with startup_status(f"checking {config}...") as status:
-        from energon_plugins.loading.startup import build_datamodule_step_by_step
-
-        overrides = dict(parse_set_option(item) for item in sets)
-        datamodule, _ = build_datamodule_step_by_step(config, overrides, status)
+        datamodule, _ = datamodule_for(config, sets, status, check_fields=False)
         source = str(datamodule.path)
         if not source.endswith((".yaml", ".yml")):
             raise ConfigError(f"path: {source} is one dataset, not a metadataset blend; nothing to plan")

@@ -21,6 +21,8 @@ from typing import Any
 
 import click
 
+from energon_plugins.cli._config_options import datamodule_for, set_option
+
 
 def print_layout(out: Any, row: dict[str, Any]) -> None:
     """Print the batch ``row`` belongs to as the loop reads it: a table of its keys (nested
@@ -132,34 +134,17 @@ def print_rows(rows: list[dict[str, Any]], seq_length: int) -> None:
     default=None,
     help="Also write a self-contained HTML page to FILE.",
 )
-@click.option(
-    "--set",
-    "sets",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a config key (dotted keys, YAML values); repeatable.",
-)
+@set_option()
 def preview_command(config: str, count: int, raw: bool, html_path: str | None, sets: tuple[str, ...]) -> None:
     """Show N rows of CONFIG's batches: the loop's keys, shapes and dtypes, each row's record,
     decoded text and masked spans."""
     from energon_plugins.cli._output import startup_status
 
     with startup_status(f"checking {config}...") as status:
-        from energon_plugins.checks.field_map import check_field_map
-        from energon_plugins.config.overrides import parse_set_option
-        from energon_plugins.loading.startup import (
-            build_datamodule_step_by_step,
-            configured_batch_format,
-        )
+        from energon_plugins.loading.startup import configured_batch_format
         from energon_plugins.preview.rows import collect_rows
 
-        if not (click.get_current_context().find_root().obj or {}).get("debug"):
-            from energon_plugins.cli._output import quiet_known_warnings
-
-            quiet_known_warnings()
-        overrides = {"num_workers": 0, **dict(parse_set_option(item) for item in sets)}
-        datamodule, checked = build_datamodule_step_by_step(config, overrides, status)
-        check_field_map(datamodule.path)  # else every sample fails, one traceback each
+        datamodule, checked = datamodule_for(config, sets, status, defaults={"num_workers": 0})
         status.update(f"reading {count} row(s) through the loader...")
         rows = collect_rows(datamodule, count, None if raw else configured_batch_format(checked))
     print_rows(rows, datamodule.seq_length)

@@ -17,18 +17,13 @@ from typing import Any
 
 import click
 
+from energon_plugins.cli._config_options import set_option
 from energon_plugins.cli._output import print_json
 
 
 @click.command("validate")
 @click.argument("config", type=click.Path(dir_okay=False))
-@click.option(
-    "--set",
-    "sets",
-    multiple=True,
-    metavar="KEY=VALUE",
-    help="Override a key before validating (dotted keys, YAML values); repeatable.",
-)
+@set_option("Override a key before validating (dotted keys, YAML values); repeatable.")
 @click.option(
     "--deep",
     is_flag=True,
