@@ -28,7 +28,13 @@ from click.testing import CliRunner
 from energon_plugins import convert_dataset
 from energon_plugins.cli import cli
 from energon_plugins.convert.report import read_report
-from energon_plugins.testing import decode_every_sample, encode_tone
+from energon_plugins.testing import (
+    decode_every_sample,
+    encode_tone,
+    encode_video,
+    encode_video_with_tone,
+    video_frames,
+)
 from tests._convert_sources import image_bytes
 from tests._refusals import assert_refusal, unchanged
 
@@ -72,6 +78,8 @@ def media(tmp_path_factory):
     files["clips/noext"] = files["clips/a.wav"]
     files["clips/picture.wav"] = image_bytes("png", (8, 8), 1)
     files["pic.jpg"] = image_bytes("jpg", (24, 16), 2)
+    files["clips/talk.mkv"] = encode_video_with_tone("mkv", 0.5, 16000, 440)
+    files["clips/silent.mp4"] = encode_video(video_frames(4, (32, 32)), container="mp4")
     for name, data in files.items():
         (folder / name).write_bytes(data)
     (root / "outside.wav").write_bytes(files["clips/a.wav"])
@@ -106,6 +114,7 @@ def write_llava(folder: Path, path: Path) -> None:
             "conversations": human("<image>\n<audio><audio>Which is lower?"),
         },
         {"id": "text", "conversations": human("Say hello.")},
+        {"id": "in-video", "audio": "clips/talk.mkv", "conversations": human("<audio>Who speaks?")},
         # bad records: id -> the reason and names the table expects
         {"id": "ext-aac", "audio": "clips/x.aac", "conversations": human("<audio>")},
         {"id": "no-ext", "audio": "clips/noext", "conversations": human("<audio>")},
@@ -123,6 +132,7 @@ def write_llava(folder: Path, path: Path) -> None:
         {"id": "folder", "audio": "clips/dir.wav", "conversations": human("<audio>")},
         {"id": "not-audio", "audio": "clips/picture.wav", "conversations": human("<audio>")},
         {"id": "number", "audios": [3], "conversations": human("<audio>")},
+        {"id": "silent-video", "audio": "clips/silent.mp4", "conversations": human("<audio>")},
     ]
     path.write_text(json.dumps(records))
 
@@ -224,7 +234,10 @@ def converted(media, tmp_path_factory):
 def test_llava_clips_are_numbered_parts_with_their_original_bytes(converted, media):
     _, files = media
     samples = by_id(converted["llava-json"])
-    assert set(samples) == {"one", "two+image", "text"}
+    assert set(samples) == {"one", "two+image", "text", "in-video"}
+    # a video's sound track is the part N.audio.<ext>, which the cooker never takes for a video
+    assert sorted(samples["in-video"]) == ["0.audio.mkv", "json"]
+    assert samples["in-video"]["0.audio.mkv"] == files["clips/talk.mkv"]
     assert samples["one"]["0.wav"] == files["clips/a.wav"]
     two = samples["two+image"]
     assert sorted(two) == ["0.flac", "0.jpg", "1.mp3", "json"]
@@ -331,6 +344,7 @@ BAD = [
     ("llava-json", "folder", "not_a_file", ["audio:", "dir.wav", "a directory"]),
     ("llava-json", "not-audio", "undecodable_audio", ["audio 0", "no audio stream"]),
     ("llava-json", "number", "malformed", ["audios[0]", "int"]),
+    ("llava-json", "silent-video", "undecodable_audio", ["audio 0", "no audio stream"]),
     ("sharegpt", "sg-ext", "audio_format", ["audios[0]", "x.aac"]),
     ("sharegpt", "sg-out", "outside_folder", ["audios[0]", "../outside.wav"]),
     ("sharegpt", "sg-typed-mismatch", "placeholder_mismatch", ["2 '<sound>' placeholder", "1 audio clip"]),
@@ -396,7 +410,9 @@ def test_bad_audio_settings_are_refused_on_the_command_line(media, tmp_path, ext
 
 
 def test_the_converters_audio_extensions_are_the_encoders():
-    from energon_plugins.convert.formats.audio import AUDIO_EXTENSIONS
-    from energon_plugins.encoding.chat.chatml import AUDIO_EXTENSIONS as READ
+    from energon_plugins.convert.formats import audio
+    from energon_plugins.encoding.chat import chatml
 
-    assert AUDIO_EXTENSIONS == READ
+    assert audio.AUDIO_EXTENSIONS == chatml.AUDIO_EXTENSIONS
+    assert (audio.VIDEO_EXTENSIONS, audio.AUDIO_IN_VIDEO) == (chatml.VIDEO_EXTENSIONS, chatml.AUDIO_IN_VIDEO)
+    assert chatml.audio_parts({"0.audio.mkv": b"", "1.wav": b"", "0.mp4": b""}) == ["0.audio.mkv", "1.wav"]

@@ -2,7 +2,9 @@
 
 A clip is stored as a numbered part with its file's own extension (``0.wav``, ``1.flac``, ...),
 what the encoders' cooker reads (:data:`energon_plugins.encoding.chat.chatml.AUDIO_EXTENSIONS`);
-a file with another extension is refused (``audio_format``) before it is opened. Audio files
+a video file (``.mp4``, ``.mkv``, ...) gives its sound track, stored as ``N.audio.mp4`` (never
+read as a video part); a file with another extension is refused (``audio_format``) before it
+is opened. Audio files
 are read through :func:`~energon_plugins.convert.formats.media.read_media_file`, so they obey
 the image rules: inside the media folder (symlinks resolved) or an ``--allow-outside`` root,
 regular files, under the size cap. Embedded bytes without a file name get the extension of
@@ -26,6 +28,13 @@ AUDIO_EXTENSIONS = ("wav", "flac", "mp3", "m4a", "ogg")
 test; written here so that reading a source imports no Energon)."""
 
 
+VIDEO_EXTENSIONS = ("mp4", "webm", "mkv", "mov", "avi", "flv")
+"""Video containers whose sound track may be a clip (the encoders' ``VIDEO_EXTENSIONS``)."""
+
+AUDIO_IN_VIDEO = "audio"
+"""The infix of a clip held in a video container: ``0.audio.mp4`` (the encoders' cooker's)."""
+
+
 def audio_token_of(context: Any) -> str:
     """The audio placeholder of a build context: its ``extra["audio_token"]`` (what ``convert
     --audio-token`` sets), else its sample config's ``audio_token``, else ``<audio>``."""
@@ -35,20 +44,24 @@ def audio_token_of(context: Any) -> str:
 
 
 def audio_extension(name: str, where: str) -> str | None:
-    """The part extension of the audio file ``name`` (lower case); None when it has none.
+    """The part extension of the audio file ``name`` (lower case; ``audio.mp4`` for a video
+    file, whose sound track is the clip); None when it has none.
 
     Raises:
-        RecordError: ``audio_format``, an extension other than :data:`AUDIO_EXTENSIONS`,
-            naming ``where`` and the file.
+        RecordError: ``audio_format``, an extension other than :data:`AUDIO_EXTENSIONS` and
+            :data:`VIDEO_EXTENSIONS`, naming ``where`` and the file.
     """
     suffix = posixpath.splitext(name.replace("\\", "/"))[1].lstrip(".").lower()
     if not suffix:
         return None
+    if suffix in VIDEO_EXTENSIONS:
+        return f"{AUDIO_IN_VIDEO}.{suffix}"
     if suffix not in AUDIO_EXTENSIONS:
         raise RecordError(
             "audio_format",
             f"{where}: {name!r} is a .{suffix} file; audio clips must be one of "
-            f"{', '.join(AUDIO_EXTENSIONS)} (convert it first, e.g. with ffmpeg)",
+            f"{', '.join(AUDIO_EXTENSIONS)} or a video's sound track "
+            f"({', '.join(VIDEO_EXTENSIONS)}) (convert it first, e.g. with ffmpeg)",
         )
     return suffix
 
