@@ -11,7 +11,10 @@ normalizes and lays out the patches band by band (a band stays in the core's cac
 into the output, with the operations transformers uses (``sub_`` of ``mean / rescale_factor``,
 then ``div_`` of ``std / rescale_factor``, in float32), so every value is the same.
 
-:func:`fast_image_processor` picks it only where the image processor is exactly that class
+InternVL's and LLaVA-OneVision's tiling image processors get the kernels of
+:mod:`.fast_tiles`, built on :func:`pixel_planes` (an image's pixels without a copy).
+
+:func:`fast_image_processor` picks them only where the image processor is exactly that class
 with its usual steps (resize, rescale, normalize, RGB conversion, bicubic); a call with anything
 else (another keyword argument, an image that is not an RGB PIL image) goes to transformers'.
 Any other torchvision-backend image processor gets :func:`channels_last_images`, which drops
@@ -42,6 +45,11 @@ def fast_image_processor(image_processor: Any) -> Any | None:
     :func:`channels_last_images` for any other torchvision-backend one."""
     if fast_path_applies(image_processor):
         return FastQwenImages(image_processor)
+    from energon_plugin_hf_processor.fast_tiles import tiled_image_processor
+
+    tiled = tiled_image_processor(image_processor)
+    if tiled is not None:
+        return tiled
     if _torchvision_backend(image_processor):
         return channels_last_images(image_processor)
     return None
@@ -71,7 +79,7 @@ class ChannelsLastConversion:
 
     def __call__(self, image: Any, *args: Any, **kwargs: Any) -> Any:
         """The image as transformers' torchvision backend converts it, as uint8 ``(3, H, W)``."""
-        if not args and kwargs.get("device") is None and _is_rgb_pil(image):
+        if not args and kwargs.get("device") is None and is_rgb_pil(image):
             return torch.from_numpy(np.array(image)).permute(2, 0, 1)
         return self.convert(image, *args, **kwargs)
 
@@ -92,15 +100,21 @@ def fast_path_applies(image_processor: Any) -> bool:
         from transformers import Qwen2VLImageProcessor
     except ImportError:  # pragma: no cover - transformers without Qwen2-VL
         return False
-    if type(image_processor) is not Qwen2VLImageProcessor:
-        return False
+    return type(image_processor) is Qwen2VLImageProcessor and usual_steps(image_processor)
+
+
+def usual_steps(image_processor: Any) -> bool:
+    """Resize (bicubic), rescale, normalize (three channels) and convert to RGB, all on."""
     steps = ("do_resize", "do_rescale", "do_normalize", "do_convert_rgb")
-    return (
-        all(getattr(image_processor, step, None) is True for step in steps)
-        and int(getattr(image_processor, "resample", -1)) == BICUBIC
-        and len(list(image_processor.image_mean)) == CHANNELS
-        and len(list(image_processor.image_std)) == CHANNELS
-    )
+    try:
+        return (
+            all(getattr(image_processor, step, None) is True for step in steps)
+            and int(getattr(image_processor, "resample", -1)) == BICUBIC
+            and len(list(image_processor.image_mean)) == CHANNELS
+            and len(list(image_processor.image_std)) == CHANNELS
+        )
+    except (TypeError, ValueError):  # a resample or mean of another kind
+        return False
 
 
 class FastQwenImages:
@@ -130,8 +144,8 @@ class FastQwenImages:
         """``pixel_values`` ``(patches, C * T * p * p)`` and ``image_grid_thw`` ``(N, 3)``, as
         the wrapped image processor returns them."""
         edges = self._edges(kwargs)
-        items = _flat(images)
-        if edges is None or not items or not all(_is_rgb_pil(item) for item in items):
+        items = flat_images(images)
+        if edges is None or not items or not all(is_rgb_pil(item) for item in items):
             return self.wrapped(images, **kwargs)
         from transformers import BatchFeature
         from transformers.models.qwen2_vl.image_processing_qwen2_vl import smart_resize
@@ -169,11 +183,13 @@ class FastQwenImages:
 
         # A channels-last view: torch's uint8 antialiased kernel works channels-last and
         # converts a channel-first input first (the same values; this saves that copy).
-        chw = torch.from_numpy(np.array(image)).permute(2, 0, 1)
-        height, width = chw.shape[-2:]
+        planes = pixel_planes(image)
+        height, width = planes.shape[-2:]
         target = smart_resize(height, width, factor=factor, min_pixels=shortest, max_pixels=longest)
-        resized = tvF.resize(chw[None], list(target), interpolation=InterpolationMode.BICUBIC, antialias=True)
-        return resized[0]
+        resized = tvF.resize(
+            planes[None], list(target), interpolation=InterpolationMode.BICUBIC, antialias=True
+        )
+        return resized[0, :CHANNELS]
 
     def _write_patches(self, chw: torch.Tensor, out: torch.Tensor) -> None:
         """Normalize ``chw`` band by band and write its merge-ordered patches into ``out``."""
@@ -192,14 +208,54 @@ class FastQwenImages:
             target[first : first + rows].copy_(patches.unsqueeze(5).expand(-1, -1, -1, -1, -1, t, -1, -1))
 
 
-def _flat(images: Any) -> list[Any]:
+def pixel_planes(image: Any) -> torch.Tensor:
+    """An RGB PIL image's pixels as a uint8 channels-last ``(C, H, W)`` view, ``C`` 4 or 3: the
+    first three planes are R, G and B.
+
+    Pillow keeps an RGB image as four bytes a pixel and exports that memory through Arrow
+    without a copy (Pillow >= 11.2); ``np.array(image)`` instead packs it to three bytes in
+    Pillow's encoder, 2-4 ms a 1,000-pixel photograph. Torch's uint8 antialiased resize works
+    on four-byte pixels anyway (it pads three channels to four) and each plane alone, so a
+    resize of the four planes gives the three planes' values, bit for bit. An image Pillow
+    cannot export in one piece (rows not contiguous: very large images) is copied with numpy.
+    """
+    planes = _rgbx_planes(image) if hasattr(image, "__arrow_c_array__") else None
+    if planes is None:
+        planes = torch.from_numpy(np.array(image)).permute(2, 0, 1)
+    return planes
+
+
+def _rgbx_planes(image: Any) -> torch.Tensor | None:
+    """The four-byte pixels of an RGB PIL image as ``(4, H, W)`` planes, or ``None``."""
+    import warnings
+
+    try:
+        import pyarrow as pa
+    except ImportError:  # pragma: no cover - pyarrow is a dependency of energon-plugins
+        return None
+    try:
+        exported = pa.array(image)
+    except (ValueError, TypeError, pa.ArrowException):  # rows not contiguous, another layout
+        return None
+    width, height = image.size
+    data = exported.buffers()[-1]
+    if getattr(exported.type, "list_size", None) != 4 or exported.offset or data.size != height * width * 4:
+        return None
+    pixels = np.frombuffer(data, dtype=np.uint8).reshape(height, width, 4)
+    with warnings.catch_warnings():  # read-only memory, never written: only read by the resize
+        warnings.simplefilter("ignore", UserWarning)
+        return torch.from_numpy(pixels).permute(2, 0, 1)
+
+
+def flat_images(images: Any) -> list[Any]:
     """The images of a call (one image, a list, or one list per text), in order."""
     if not isinstance(images, list | tuple):
         return [images]
     return [item for part in images for item in (part if isinstance(part, list | tuple) else [part])]
 
 
-def _is_rgb_pil(image: Any) -> bool:
+def is_rgb_pil(image: Any) -> bool:
+    """Whether ``image`` is a PIL image in RGB mode."""
     from PIL import Image
 
     return isinstance(image, Image.Image) and image.mode == "RGB"

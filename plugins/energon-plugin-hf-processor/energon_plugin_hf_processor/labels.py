@@ -75,6 +75,9 @@ class ChatRenderer:
         self.template_kwargs = dict(processor.tokenizer.special_tokens_map)
         self.end_of_turn = sorted((t for t in end_of_turn if t), key=len, reverse=True)
         self.system_as_text = system_as_text
+        # transformers' cached compiler (a function: the encoder pickles for loader workers,
+        # a compiled template does not) and the template's other inputs as plain data, once.
+        self._compile, self._plain_kwargs = _template_compiler(self.template_kwargs)
 
     def _template_messages(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
         """The messages as the template takes them (a system content as a string, if asked)."""
@@ -83,9 +86,25 @@ class ChatRenderer:
         return list(messages)
 
     def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = False) -> str:
-        """The text ``processor.apply_chat_template(messages, tokenize=False)`` gives."""
+        """The text ``processor.apply_chat_template(messages, tokenize=False)`` gives.
+
+        Messages of plain roles and text parts (what the encoder builds) go straight to the
+        compiled template, with the template's other inputs converted once: transformers'
+        ``render_jinja_template`` would copy them into plain data on every call (the template
+        renders in an immutable sandbox, so the messages themselves are never changed), about
+        half of a short conversation's render. Anything else is rendered by transformers.
+        """
+        chat = self._template_messages(messages)
+        if self._compile is not None and all(_plain_message(message) for message in chat):
+            return self._compile(self.template).render(
+                messages=chat,
+                tools=None,
+                documents=None,
+                add_generation_prompt=add_generation_prompt,
+                **self._plain_kwargs,
+            )
         rendered, _ = self._render_jinja(
-            conversations=[self._template_messages(messages)],
+            conversations=[chat],
             chat_template=self.template,
             add_generation_prompt=add_generation_prompt,
             **self.template_kwargs,
@@ -120,6 +139,37 @@ class ChatRenderer:
             if text.startswith(token, end):
                 return start, end + len(token)
         return start, end
+
+
+def _template_compiler(template_kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """transformers' template compiler (sandboxed, cached by the template's text) and
+    ``template_kwargs`` as the plain data ``render_jinja_template`` hands the template;
+    ``(None, {})`` where this transformers has not those helpers (every render then goes
+    through ``render_jinja_template``)."""
+    try:
+        from transformers.utils.chat_template_utils import _compile_jinja_template, _plain_template_data
+    except ImportError:  # pragma: no cover - another transformers layout
+        return None, {}
+    return _compile_jinja_template, _plain_template_data(template_kwargs)
+
+
+def _plain_message(message: Any) -> bool:
+    """Whether ``message`` is a dict of a string role and a string content or a list of parts
+    with string values only: the data ``render_jinja_template`` would hand the template as it
+    is (no reasoning fields to alias, nothing to convert)."""
+    if (
+        type(message) is not dict
+        or message.keys() - {"role", "content"}
+        or type(message.get("role")) is not str
+    ):
+        return False
+    content = message.get("content")
+    if type(content) is str:
+        return True
+    return type(content) is list and all(
+        type(part) is dict and all(type(key) is str and type(value) is str for key, value in part.items())
+        for part in content
+    )
 
 
 def _strip(text: str, start: int, end: int) -> tuple[int, int]:
