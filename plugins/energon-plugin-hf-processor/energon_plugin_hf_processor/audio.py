@@ -177,8 +177,10 @@ class ProcessorAudio:
     Attributes:
         feature_extractor: the processor's feature extractor, or ``None``.
         sampling_rate: the rate the feature extractor takes (clips are resampled to it).
-        window_seconds: the longest audio the feature extractor reads (Whisper: 30 s), or
-            ``None``; nothing past it is decoded.
+        window_seconds: the longest audio the processor reads: its ``max_audio_len`` when it
+            cuts long audio into windows itself (GLM-ASR, Audio Flamingo 3: 600 s and more),
+            else the feature extractor's window (Whisper: 30 s), or ``None``; nothing past it
+            is decoded.
     """
 
     def __init__(self, processor: Any, options: AudioOptions) -> None:
@@ -191,6 +193,9 @@ class ProcessorAudio:
         self.sampling_rate = int(getattr(fe, "sampling_rate", 16000) or 16000)
         n_samples = getattr(fe, "n_samples", None)
         self.window_seconds = float(n_samples) / self.sampling_rate if n_samples else None
+        longest = getattr(processor, "max_audio_len", None)  # seconds, over several windows
+        if isinstance(longest, (int, float)) and not isinstance(longest, bool) and longest > 0:
+            self.window_seconds = float(longest)
 
     @property
     def available(self) -> bool:

@@ -45,8 +45,10 @@ from megatron.energon import (
 from energon_plugin_hf_processor import outputs
 from energon_plugin_hf_processor.audio import DecodedAudio, ProcessorAudio, labelled_audios
 from energon_plugin_hf_processor.audio_preview import PreviewAudio
+from energon_plugin_hf_processor.batch_layouts import RowLayouts
 from energon_plugin_hf_processor.families import FamilySpec, family_for
 from energon_plugin_hf_processor.fast_calls import calling_processor
+from energon_plugin_hf_processor.image_preview import PreviewImages
 from energon_plugin_hf_processor.labels import ChatRenderer
 from energon_plugin_hf_processor.messages import check_images, interleaved_text, sample_messages
 from energon_plugin_hf_processor.options import HFProcessorOptions
@@ -79,7 +81,7 @@ from energon_plugins import (
 logger = logging.getLogger(__name__)
 
 
-class HFProcessorTaskEncoder(PreviewAudio, PluginTaskEncoder[Any]):
+class HFProcessorTaskEncoder(PreviewAudio, PreviewImages, RowLayouts, PluginTaskEncoder[Any]):
     """Encode conversations (with images and videos), VQA (on an image or a video), captioning,
     interleaved samples and Megatron-LM's sample types (OCR, multiple-choice VQA,
     similarity-interleaved, text) with a model's processor.
@@ -167,8 +169,9 @@ class HFProcessorTaskEncoder(PreviewAudio, PluginTaskEncoder[Any]):
         self.image_placeholder = image_placeholder(processor, self.renderer, self.image_tag)
         #: Where the processor expands placeholders, for one that does not report it.
         self.placeholder_offsets = placeholder_offsets_of(self.family)
-        #: Characters the processor puts before every text (answer spans move by as many).
-        self.prepended_chars = prepended_chars(processor)
+        #: Characters the processor puts before every text (answer spans move by as many;
+        #: computed placeholder offsets report every edit, that one included).
+        self.prepended_chars = prepended_chars(processor) if self.placeholder_offsets is None else 0
         #: Maxima of tiles per image to try on a long sample (``degrade_tiles``; empty: off).
         self.tile_limits = tile_limits(image_processor, options.degrade_tiles, options.tile_degradation)
         self._warned: set[str] = set()
@@ -227,6 +230,7 @@ class HFProcessorTaskEncoder(PreviewAudio, PluginTaskEncoder[Any]):
         audios = labelled_audios(sample)
         check_images(messages, len(images), str(sample.__key__), len(videos), len(audios))
         self._check_image_count(sample, len(images))
+        self._check_audio_count(sample, len(audios))
         text, spans = self.renderer.render_conversation(messages)
         decoded = self.audio.decode(sample, audios) if audios else []
         self.record_preview_audio(sample.__key__, decoded)  # kept only for preview
@@ -254,6 +258,13 @@ class HFProcessorTaskEncoder(PreviewAudio, PluginTaskEncoder[Any]):
         limit = self.options.max_images
         if limit is not None and count > limit:
             raise self._skip(sample, "too_many_images", f"{count} images > max_images {limit}")
+
+    def _check_audio_count(self, sample: Any, count: int) -> None:
+        """Skip (``audio_count``) more clips than the family's processor takes in one text."""
+        limit = self.family.max_audio_clips
+        if limit is not None and count > limit:
+            what = f"{count} audio clips > {limit}, the most family {self.family.name!r} takes"
+            raise self._skip(sample, "audio_count", what)
 
     def _skip(self, sample: Any, reason: str, what: str) -> CountedSkip:
         """The skip of ``sample``, counted under ``reason``; the base class raises instead under
@@ -399,31 +410,6 @@ class HFProcessorTaskEncoder(PreviewAudio, PluginTaskEncoder[Any]):
                     key,
                     family.name,
                 )
-
-    # ------------------------------------------------------------------ preview
-    @property
-    def video_processor(self) -> Any:
-        """The processor's video processor (``preview`` undoes its normalisation), or ``None``."""
-        return self.video.video_processor
-
-    def preview_images(self, batch: Any) -> list[list[torch.Tensor]]:
-        """Per row, the ``(C, H, W)`` images ``preview`` draws (for a one-row image layout,
-        each image's last sub-image: the whole image)."""
-        from energon_plugins import row_images
-
-        if self.family.pixel_values != "image_row" or batch.pixel_values is None:
-            return row_images(batch, self.image_processor)
-        per_image = getattr(self.processor, "image_seq_len", 1) or 1
-        subs = [max(1, int(n) // per_image) for n in batch.image_token_counts.tolist()]
-        flat, rows, image, offset = batch.pixel_values[0], [], 0, 0
-        for count in batch.num_images.tolist():
-            drawn = []
-            for _ in range(int(count)):
-                offset += subs[image]
-                drawn.append(flat[offset - 1])
-                image += 1
-            rows.append(drawn)
-        return rows
 
     # ------------------------------------------------------------------ combining
     def collate_visual(self, key: str, parts: list[torch.Tensor]) -> torch.Tensor:

@@ -12,6 +12,7 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from energon_plugin_hf_processor.batch_layouts import BATCH_LAYOUTS
 from energon_plugins import concatenated
 
 Combine = Callable[[list[Any]], Any]
@@ -26,8 +27,8 @@ def concat(parts: list[Any]) -> Any:
     return concatenated(parts, dim=0)
 
 
-def _padded(parts: list[Any], first_dim: int) -> list[Any]:
-    """Zero-pad every dim from ``first_dim`` on to the largest size among ``parts``."""
+def _padded(parts: list[Any], first_dim: int, value: float = 0.0) -> list[Any]:
+    """Pad every dim from ``first_dim`` on with ``value`` (zeros) to the largest size among ``parts``."""
     import torch.nn.functional as F
 
     target = [max(int(p.shape[d]) for p in parts) for d in range(first_dim, parts[0].dim())]
@@ -36,7 +37,7 @@ def _padded(parts: list[Any], first_dim: int) -> list[Any]:
         pad: list[int] = []
         for d in reversed(range(first_dim, part.dim())):
             pad += [0, target[d - first_dim] - int(part.shape[d])]
-        out.append(F.pad(part, pad) if any(pad) else part)
+        out.append(F.pad(part, pad, value=value) if any(pad) else part)
     return out
 
 
@@ -51,6 +52,14 @@ def pad_concat(parts: list[Any]) -> Any:
     return concatenated(_padded(parts, 1), dim=0)
 
 
+def pad_concat_ones(parts: list[Any]) -> Any:
+    """:func:`pad_concat` padding with ones: masks whose padded entries are all-visible, as
+    Phi-4-multimodal's image processor pads the crop masks of a call on several images."""
+    if len({p.shape[1:] for p in parts}) == 1:
+        return concatenated(parts, dim=0)
+    return concatenated(_padded(parts, 1, value=1), dim=0)
+
+
 def image_row(parts: list[Any]) -> Any:
     """``(1, n, ...)``: all images of the batch in one row (Idefics3 / SmolVLM sub-images).
 
@@ -63,7 +72,12 @@ def image_row(parts: list[Any]) -> Any:
     return concatenated(parts, dim=1)
 
 
-COMBINE: dict[str, Combine] = {"concat": concat, "pad_concat": pad_concat, "image_row": image_row}
+COMBINE: dict[str, Combine] = {
+    "concat": concat,
+    "pad_concat": pad_concat,
+    "pad_concat_ones": pad_concat_ones,
+    "image_row": image_row,
+}
 """Named combine rules of :attr:`FamilySpec.visual` and :attr:`FamilySpec.pixel_values`."""
 
 
@@ -116,6 +130,16 @@ class FamilySpec:
         placeholder_offsets: for a processor that does not report its placeholder
             expansions (``text_replacement_offsets``; Idefics2), the name of a
             :data:`~.placeholder_offsets.PLACEHOLDER_OFFSETS` function that computes them.
+        batch_layout: for a model that takes its vision inputs per row (Mllama), the name of
+            a :data:`~.batch_layouts.BATCH_LAYOUTS` function that lays every collated batch
+            out so; ``None``: the combine rules' layout is the batch's.
+        max_audio_clips: the most audio clips the processor takes in one text (GLM-ASR and
+            Audio Flamingo 3 take one: ``len(text) != len(audio)`` raises); a sample with
+            more is skipped and counted (``audio_count``). ``None``: no limit.
+        filled_masks: ``{mask: features}``: a frame mask the processor leaves out of a call
+            with one clip (Phi-4-multimodal's ``audio_attention_mask``) is added, all true
+            over the features' ``(clips, frames)``, so every clip of a batch has its row, as
+            the processor's own call on several clips gives.
     """
 
     name: str
@@ -135,6 +159,9 @@ class FamilySpec:
     processor_attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
     system_as_text: bool = False
     placeholder_offsets: str | None = None
+    batch_layout: str | None = None
+    max_audio_clips: int | None = None
+    filled_masks: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def __post_init__(self) -> None:
         rules = {"pixel_values": self.pixel_values, "(default)": self.default_combine, **self.visual}
@@ -144,6 +171,11 @@ class FamilySpec:
                     f"family {self.name!r}: {key} has combine rule {rule!r}; known rules: "
                     f"{', '.join(sorted(COMBINE))} (add one with register_combine)"
                 )
+        if self.batch_layout is not None and self.batch_layout not in BATCH_LAYOUTS:
+            raise ValueError(
+                f"family {self.name!r}: batch layout {self.batch_layout!r}; known layouts: "
+                f"{', '.join(sorted(BATCH_LAYOUTS))} (add one with register_batch_layout)"
+            )
 
     def combine(self, key: str) -> Combine:
         """The combine function of output ``key`` (:attr:`default_combine` for keys it does not name)."""

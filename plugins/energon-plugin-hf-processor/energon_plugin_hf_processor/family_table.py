@@ -177,8 +177,64 @@ BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
         visual={"input_features": "concat", "feature_attention_mask": "concat"},
         drop=("num_audio_tokens",),
     ),
+    # Audio only, one clip per text (the processor raises on more): one (128, 3000) log-mel
+    # window and its frame mask per 30 s of the clip, along dim 0.
+    FamilySpec(
+        "glmasr",
+        ("GlmAsrProcessor",),
+        visual={"input_features": "concat", "input_features_mask": "concat"},
+        drop=("num_audio_tokens",),
+        end_of_turn=(),  # GLM's template: the next turn's role token closes an answer
+        max_audio_clips=1,
+    ),
+    FamilySpec(
+        "audioflamingo3",
+        ("AudioFlamingo3Processor",),
+        visual={"input_features": "concat", "input_features_mask": "concat"},
+        drop=("num_audio_tokens",),
+        max_audio_clips=1,
+    ),
+    FamilySpec(
+        "musicflamingo",
+        ("MusicFlamingoProcessor",),
+        visual={"input_features": "concat", "input_features_mask": "concat"},
+        drop=("num_audio_tokens",),
+        max_audio_clips=1,
+    ),
     # Every image padded to one square (max_image_size): one row of pixels and of its pixel
     # mask per image (per crop when split), along dim 0.
     FamilySpec("aria", ("AriaProcessor",), visual={"pixel_mask": "concat"}),
+    # Cross-attention: one <|image|> token per image. A sample keeps one row of its images'
+    # (images, tiles, C, H, W) tiles, aspect-ratio ids and tile mask (a pack: its samples'
+    # images in order); the batch layout regroups them per row and builds the
+    # cross_attention_mask from the collated ids, so the processor's own is not kept.
+    FamilySpec(
+        "mllama",
+        ("MllamaProcessor",),
+        pixel_values="image_row",
+        visual={"aspect_ratio_ids": "image_row", "aspect_ratio_mask": "image_row"},
+        drop=("cross_attention_mask",),
+        placeholder_offsets="mllama",
+        batch_layout="mllama",
+    ),
+    # Each image a global view and its crops, (images, crops, C, H, W) padded to the most
+    # crops as the processor pads them (zero pixels, all-visible crop masks); audio as
+    # (clips, frames, 80) log-mel features, one mask row per clip (a one-clip call has none).
+    FamilySpec(
+        "phi4-multimodal",
+        ("Phi4MultimodalProcessor",),
+        visual={
+            "image_pixel_values": "pad_concat",
+            "image_sizes": "concat",
+            "image_attention_mask": "pad_concat_ones",
+            "audio_input_features": "pad_concat",
+            "audio_embed_sizes": "concat",
+            "audio_attention_mask": "pad_concat",
+        },
+        filled_masks={"audio_attention_mask": "audio_input_features"},
+        # <|end|> closes an answer; the template writes <|endoftext|> after the last turn,
+        # labelled with the last answer (as the checkpoint's fine-tuning recipe labels it).
+        end_of_turn=("<|end|><|endoftext|>", "<|end|>"),
+    ),
 )
 """The families this distribution knows (the README's families table)."""

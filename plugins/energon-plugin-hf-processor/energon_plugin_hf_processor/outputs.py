@@ -160,8 +160,13 @@ def label_tokens(
 
 
 def visual_inputs(out: Any, layout: FamilySpec) -> dict[str, torch.Tensor]:
-    """The family's further vision inputs (``visual``) this output holds, as tensors."""
-    return {key: torch.as_tensor(out[key]) for key in layout.visual if out.get(key) is not None}
+    """The family's further vision inputs (``visual``) this output holds, as tensors (with
+    the frame masks of :attr:`~.families.FamilySpec.filled_masks` the call left out)."""
+    visual = {key: torch.as_tensor(out[key]) for key in layout.visual if out.get(key) is not None}
+    for mask, features in layout.filled_masks.items():
+        if mask not in visual and features in visual:
+            visual[mask] = torch.ones(visual[features].shape[:2], dtype=torch.bool)
+    return visual
 
 
 def unused_outputs(out: Any, layout: FamilySpec) -> list[str]:

@@ -57,7 +57,33 @@ def idefics2_offsets(processor: Any, text: str) -> list[dict[str, Any]]:
     return records
 
 
-PLACEHOLDER_OFFSETS: dict[str, PlaceholderOffsets] = {"idefics2": idefics2_offsets}
+def mllama_offsets(processor: Any, text: str) -> list[dict[str, Any]]:
+    """Mllama's edits: each ``<|image|>`` stays itself (one token per image), and a text
+    without the bos token gets it after its leading image tokens (``build_string_from_input``).
+    These are all its edits, so the encoder adds no :func:`~.processor.prepended_chars`."""
+    image, bos = processor.image_token, processor.bos_token
+    at = 0
+    while text.startswith(image, at):
+        at += len(image)
+    grows = len(bos) if bos and bos not in text else 0
+    pending = [
+        {"type": "text", "span": (at, at), "new_span": (at, at + grows), "text": "", "replacement": bos}
+    ]
+    pending = pending if grows else []
+    records: list[dict[str, Any]] = []
+    for match in re.finditer(re.escape(image), text):
+        start, end = match.span()
+        shift = grows if start >= at else 0
+        if shift and pending:  # the inserted bos comes before this image
+            records.append(pending.pop())
+        new_span = (start + shift, end + shift)
+        records.append(
+            {"type": "image", "span": (start, end), "new_span": new_span, "text": image, "replacement": image}
+        )
+    return records + pending
+
+
+PLACEHOLDER_OFFSETS: dict[str, PlaceholderOffsets] = {"idefics2": idefics2_offsets, "mllama": mllama_offsets}
 """Named placeholder expansions (:attr:`FamilySpec.placeholder_offsets` values)."""
 
 

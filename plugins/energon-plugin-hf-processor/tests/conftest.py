@@ -246,9 +246,14 @@ def check_labels(tokenizer, reference, ids, labels, expected_answers, end_token)
     assert torch.equal(labels[labels != IGNORE], ids[labels != IGNORE])
     runs = label_runs(labels)
     assert len(runs) == len(expected_answers), (runs, expected_answers)
-    for (a, b), answer in zip(runs, expected_answers):
+    # A template that ends the text with eos right after the last turn's end (Phi-4-multimodal's
+    # "<|end|><|endoftext|>") closes the last answer with both.
+    last_ids = reference["input_ids"][0][-2:].tolist()
+    end_of_text = end_token and last_ids == tokenizer.convert_tokens_to_ids([end_token, tokenizer.eos_token])
+    for n, ((a, b), answer) in enumerate(zip(runs, expected_answers)):
         text = _EMPTY_THINK.sub("", tokenizer.decode(ids[a:b]).strip())
-        assert text == (answer + end_token if end_token else answer), text
+        closing = end_token + (tokenizer.eos_token if end_of_text and n == len(runs) - 1 else "")
+        assert text == (answer + closing if end_token else answer), text
     if "assistant_masks" in reference:  # generation markers: inside transformers' own mask
         mask = torch.as_tensor(reference["assistant_masks"][0]).bool()
         outside = (labels != IGNORE) & ~mask

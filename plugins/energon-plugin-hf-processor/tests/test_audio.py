@@ -6,8 +6,10 @@ multi-turn conversation, next to a text-only sample. Read through the datamodule
 and packed), every sample's ids, labels, ``input_features`` and ``feature_attention_mask``
 must equal ``processor.apply_chat_template(messages, tokenize=True, ...)`` given the same
 files decoded by plain PyAV (every frame, resampled to 16 kHz mono by libswresample), for
-Qwen2-Audio, Qwen2.5-Omni, Qwen3-Omni and Gemma 4. A tiny model of each consumes the batches; packed
-batches resume exactly. Skips, the budget and bad options: ``test_audio_skips.py``.
+Qwen2-Audio, Qwen2.5-Omni, Qwen3-Omni and Gemma 4, and (the samples of one clip or none) GLM-ASR,
+Audio Flamingo 3 and Music Flamingo, whose processors take one clip per text: their two-clip
+sample is skipped and counted (``audio_count``). A tiny model of each consumes the batches;
+packed batches resume exactly. Skips, the budget and bad options: ``test_audio_skips.py``.
 """
 
 import pytest
@@ -17,11 +19,20 @@ from energon_plugin_hf_processor.families import family_for
 from energon_plugins.testing import decode_every_sample, encode_tone
 
 FAMILY = "qwen2-audio"
+#: Families whose processor takes one clip per text (``FamilySpec.max_audio_clips`` 1).
+ONE_CLIP_FAMILIES = ("glmasr", "audioflamingo3", "musicflamingo")
 #: Families whose tiny processor takes audio (Qwen2.5-Omni's and Gemma 4's take images and
 #: videos too).
-AUDIO_FAMILIES = ("qwen2-audio", "qwen2.5-omni", "gemma4", "qwen3-omni")
+AUDIO_FAMILIES = (
+    "qwen2-audio",
+    "qwen2.5-omni",
+    "gemma4",
+    "qwen3-omni",
+    "phi4-multimodal",
+    *ONE_CLIP_FAMILIES,
+)
 #: The audio inputs of those families.
-AUDIO_KEYS = ("input_features", "feature_attention_mask", "input_features_mask")
+AUDIO_KEYS = ("input_features", "feature_attention_mask", "input_features_mask", "audio_input_features")
 RATE = 16000
 # key -> (audio clips as (ext, seconds, sampling rate, tone Hz), conversation)
 AUDIO_SAMPLES = {
@@ -47,7 +58,12 @@ AUDIO_SAMPLES = {
     ),
     "tone-m4a": (
         [("m4a", 0.9, 24000, 440)],
-        [{"from": "human", "value": "<audio>Again?"}, {"from": "gpt", "value": "Yes."}],
+        [  # one clip, two turns (the multi-turn sample of the one-clip families)
+            {"from": "human", "value": "<audio>Again?"},
+            {"from": "gpt", "value": "Yes."},
+            {"from": "human", "value": "Sure?"},
+            {"from": "gpt", "value": "Sure."},
+        ],
     ),
     "no-media": (
         [],
@@ -72,6 +88,12 @@ def audio_data(tmp_path_factory):
     return path, originals
 
 
+def taken_samples(originals, spec):
+    """The samples of ``originals`` with no more clips than ``spec``'s processor takes."""
+    limit = spec.max_audio_clips
+    return {key: value for key, value in originals.items() if limit is None or len(value[0]) <= limit}
+
+
 def hf_audio_messages(golden, conversation, waveforms):
     """The conversation as ``apply_chat_template`` takes it, each audio tag an audio part."""
     clips = iter(waveforms)
@@ -90,6 +112,16 @@ def hf_audio_messages(golden, conversation, waveforms):
                     parts.append({"type": "text", "text": piece.strip() if i else piece.rstrip()})
         messages.append({"role": message["role"], "content": parts})
     return messages
+
+
+def with_filled_masks(ref, spec):
+    """``ref``'s outputs with the frame mask a one-clip call leaves out (``filled_masks``):
+    all true, as the processor's call on several clips gives it."""
+    out = dict(ref)
+    for mask, features in spec.filled_masks.items():
+        if mask not in out and features in out:
+            out[mask] = torch.ones(out[features].shape[:2], dtype=torch.bool)
+    return out
 
 
 def reference(processor, golden, originals, key):
@@ -120,16 +152,20 @@ def test_audio_batches_equal_the_processors_output(
 
     path, originals = audio_data
     processor = AutoProcessor.from_pretrained(processor_dirs[family], local_files_only=True)
+    # transformers 5.24 drops Phi4MultimodalProcessor's template on load (test_golden.py)
+    processor.chat_template = processor.chat_template or processor.tokenizer.chat_template
     spec = family_for(processor)
     assert spec.name == family
+    taken = taken_samples(originals, spec)  # a sample with more clips is skipped: never read
     dm = make_datamodule(path, processor_dirs[family], processor.tokenizer, packed=packed)
     checked, packed_rows = set(), 0
-    for batch in every_batch(dm, list(originals)):
+    for batch in every_batch(dm, list(taken)):
         row_keys = [key.split(",") for key in batch.__key__]
         refs = [reference(processor, golden, originals, k) for keys in row_keys for k in keys]
         visual = batch.visual or {}
+        filled = [with_filled_masks(ref, spec) for ref in refs]
         for key in spec.visual:  # audio features combined by the family's rule
-            parts = [ref[key] for ref in refs if key in ref]
+            parts = [ref[key] for ref in filled if key in ref]
             if parts:
                 assert torch.equal(visual[key], spec.combine(key)(parts)), key
             else:
@@ -158,7 +194,7 @@ def test_audio_batches_equal_the_processors_output(
                 checked.add(key)
                 start = end
             packed_rows += len(keys) > 1
-    assert checked == set(originals)
+    assert checked == set(taken)
     assert (packed_rows > 0) == packed
 
 
@@ -221,12 +257,14 @@ def test_a_tiny_model_consumes_audio_batches(
     from transformers import AutoProcessor
 
     path, originals = audio_data
-    tok = AutoProcessor.from_pretrained(processor_dirs[family], local_files_only=True).tokenizer
+    processor = AutoProcessor.from_pretrained(processor_dirs[family], local_files_only=True)
+    tok = processor.tokenizer
+    taken = taken_samples(originals, family_for(processor))
     torch.manual_seed(0)
     model = audio_model(family, tok).eval()
     dm = make_datamodule(path, processor_dirs[family], tok, packed=False)
     clips = 0
-    for batch in every_batch(dm, list(originals)):
+    for batch in every_batch(dm, list(taken)):
         kwargs = {
             "input_ids": batch.input_ids,
             "attention_mask": batch.attention_mask.long(),
@@ -238,8 +276,38 @@ def test_a_tiny_model_consumes_audio_batches(
             out = model(**kwargs)
         assert torch.isfinite(out.loss), batch.__key__
         visual = batch.visual or {}
-        clips += len(visual["input_features"]) if "input_features" in visual else 0
-    assert clips == sum(len(w) for w, _ in originals.values())
+        features = [visual[key] for key in ("input_features", "audio_input_features") if key in visual]
+        clips += len(features[0]) if features else 0
+    assert clips == sum(len(w) for w, _ in taken.values())
+
+
+@pytest.mark.bad_input
+@pytest.mark.parametrize("family", ONE_CLIP_FAMILIES)
+def test_more_clips_than_the_processor_takes_are_skipped_and_counted_or_raise(
+    family, processor_dirs, audio_data, make_datamodule, every_batch
+):
+    """The two-clip sample never reaches a one-clip processor (which would raise inside
+    transformers): it is skipped and counted as ``audio_count``, or, under ``on_error: raise``,
+    an error names the sample, the family and its limit."""
+    from transformers import AutoProcessor
+
+    path, originals = audio_data
+    processor = AutoProcessor.from_pretrained(processor_dirs[family], local_files_only=True)
+    assert family_for(processor).max_audio_clips == 1
+    taken = taken_samples(originals, family_for(processor))
+    assert set(originals) - set(taken) == {"two-clips"}
+    dm = make_datamodule(path, processor_dirs[family], processor.tokenizer, packed=False)
+    seen = {k for batch in every_batch(dm, list(taken)) for key in batch.__key__ for k in key.split(",")}
+    assert seen == set(taken)
+    counts = dm.skip_counts()
+    assert set(counts) == {"audio_count"} and counts["audio_count"] >= 1, counts
+    raising = make_datamodule(
+        path, processor_dirs[family], processor.tokenizer, packed=False, on_error="raise"
+    )
+    expected = rf"\(audio_count\): sample 'two-clips': 2 audio clips > 1, the most family '{family}' takes"
+    with pytest.raises(Exception, match=expected):
+        for _ in every_batch(raising, list(originals)):
+            pass
 
 
 # ------------------------------------------------------------------ packing and resume

@@ -17,8 +17,9 @@ from energon_plugin_hf_processor.families import family_for
 from energon_plugin_hf_processor.tiny import TINY_FAMILIES, TINY_SPECS
 
 IGNORE = -100
-#: Families whose processor takes images (audio-only ones: tests/test_audio.py).
-IMAGE_FAMILIES = [family for family in TINY_FAMILIES if "image" in TINY_SPECS[family].media]
+#: Families whose processor takes images (audio-only ones: tests/test_audio.py; Mllama, whose
+#: template refuses a system turn beside images and whose inputs are per row: test_mllama.py).
+IMAGE_FAMILIES = [f for f in TINY_FAMILIES if "image" in TINY_SPECS[f].media and f != "mllama"]
 
 
 @pytest.mark.parametrize("packed", [False, True], ids=["unpacked", "packed"])
@@ -30,6 +31,9 @@ def test_batches_equal_the_processors_output(
 
     path, originals = conversation_data
     processor = AutoProcessor.from_pretrained(processor_dirs[family], local_files_only=True)
+    # transformers 5.24 drops the chat template of a processor whose __init__ does not name it
+    # (Phi4MultimodalProcessor): restored from the tokenizer, as its conversion script does.
+    processor.chat_template = processor.chat_template or processor.tokenizer.chat_template
     spec = family_for(processor)
     assert spec.name == family
     markers = "{% generation %}" in processor.chat_template
