@@ -38,7 +38,8 @@ more with PIL before the processor), Gemma's bf16 cast of the pixels, and
 ids (Bridge's also re-renders each conversation). Both paths get the same processor settings
 (the real models' resolution budgets: Qwen ``max_pixels`` 448x448 as in ``hf_processor.py``;
 the others the tiny processors' own sizes), one torch thread (samples/s per core), interleaved
-rounds; the figure is the ratio of the median CPU times of a round (``process_time``: the
+rounds (alternating which path goes first, garbage collected before each); the figure is the
+ratio of the median CPU times of a round (``process_time``: the
 machine is shared, so wall time mostly measures the neighbours; the wall ratio is printed
 beside it). Before timing, the script stops
 unless both paths give identical token ids per sample and identical pixel values per batch.
@@ -47,6 +48,7 @@ unless both paths give identical token ids per sample and identical pixel values
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -285,8 +287,11 @@ def measure_family(
     }
     cpu: dict[str, list[float]] = {name: [] for name in loops}
     wall: dict[str, list[float]] = {name: [] for name in loops}
-    for _ in range(repeats):
-        for name, loop in loops.items():
+    for round_ in range(repeats):
+        names = list(loops) if round_ % 2 == 0 else list(reversed(loops))  # no order favoured
+        for name in names:
+            loop = loops[name]
+            gc.collect()  # neither path pays for the other's garbage
             start, start_cpu = time.perf_counter(), time.process_time()
             for _ in loop():
                 pass
