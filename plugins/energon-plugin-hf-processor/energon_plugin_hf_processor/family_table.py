@@ -84,6 +84,13 @@ BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
         token_fields=("mm_token_type_ids",),
         end_of_turn=("<turn|>",),  # its generation prompt breaks the prefix property
     ),
+    FamilySpec(
+        "gemma3n",
+        ("Gemma3nProcessor",),
+        # (clips, frames, 128) log-mel features and their frame mask, padded to the longest.
+        visual={"input_features": "pad_concat", "input_features_mask": "pad_concat"},
+        token_fields=("token_type_ids",),
+    ),
     # (tiles, C, H, W): every image's tiles and global view; <|patch|> holds the embeddings.
     FamilySpec("llama4", ("Llama4Processor",), embedding_token="img_patch_token"),
     FamilySpec("internvl", ("InternVLProcessor",), video_embedding_token="image_token"),

@@ -27,6 +27,7 @@ AUDIO_FAMILIES = (
     "qwen2-audio",
     "qwen2.5-omni",
     "gemma4",
+    "gemma3n",
     "qwen3-omni",
     "phi4-multimodal",
     *ONE_CLIP_FAMILIES,
