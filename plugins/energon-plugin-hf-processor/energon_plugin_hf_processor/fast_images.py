@@ -117,20 +117,13 @@ def usual_steps(image_processor: Any) -> bool:
         return False
 
 
-class FastQwenImages:
-    """transformers' ``Qwen2VLImageProcessor`` with a faster call for RGB PIL images.
-
-    Every attribute is the wrapped image processor's; a call it cannot make with the same
-    result (another keyword argument, another kind of image) is the wrapped processor's call.
-
-    Args:
-        image_processor: the ``Qwen2VLImageProcessor`` (see :func:`fast_path_applies`).
-    """
+class WrappedImageProcessor:
+    """An image processor behind a fast kernel: every attribute is the wrapped one's; ``mean``
+    and ``std`` are transformers' fused rescale and normalize: float32 ``mean /
+    rescale_factor`` and ``std / rescale_factor`` (subtracted, then divided)."""
 
     def __init__(self, image_processor: Any) -> None:
         self.wrapped = image_processor
-        # transformers' fused rescale and normalize: float32 tensors of mean / rescale_factor
-        # and std / rescale_factor, subtracted then divided.
         inverse = 1.0 / image_processor.rescale_factor
         self.mean = (torch.tensor(image_processor.image_mean) * inverse).view(CHANNELS, 1, 1)
         self.std = (torch.tensor(image_processor.image_std) * inverse).view(CHANNELS, 1, 1)
@@ -139,6 +132,17 @@ class FastQwenImages:
         if name == "wrapped":  # not set yet (copy, pickle): no recursion
             raise AttributeError(name)
         return getattr(self.wrapped, name)
+
+
+class FastQwenImages(WrappedImageProcessor):
+    """transformers' ``Qwen2VLImageProcessor`` with a faster call for RGB PIL images.
+
+    Every attribute is the wrapped image processor's; a call it cannot make with the same
+    result (another keyword argument, another kind of image) is the wrapped processor's call.
+
+    Args:
+        image_processor: the ``Qwen2VLImageProcessor`` (see :func:`fast_path_applies`).
+    """
 
     def __call__(self, images: Any = None, **kwargs: Any) -> Any:
         """``pixel_values`` ``(patches, C * T * p * p)`` and ``image_grid_thw`` ``(N, 3)``, as

@@ -27,6 +27,7 @@ import torch
 
 from energon_plugin_hf_processor.fast_images import (
     CHANNELS,
+    WrappedImageProcessor,
     flat_images,
     is_rgb_pil,
     pixel_planes,
@@ -119,23 +120,7 @@ def _write_grid(grid: torch.Tensor, rows: int, columns: int, out: torch.Tensor) 
     out[: rows * columns].view(rows, columns, CHANNELS, height, width).copy_(tiles)
 
 
-class _Wrapping:
-    """Every attribute is the wrapped image processor's; ``mean`` and ``std`` are transformers'
-    fused rescale and normalize: float32 ``mean / rescale_factor`` and ``std / rescale_factor``."""
-
-    def __init__(self, image_processor: Any) -> None:
-        self.wrapped = image_processor
-        inverse = 1.0 / image_processor.rescale_factor
-        self.mean = (torch.tensor(image_processor.image_mean) * inverse).view(CHANNELS, 1, 1)
-        self.std = (torch.tensor(image_processor.image_std) * inverse).view(CHANNELS, 1, 1)
-
-    def __getattr__(self, name: str) -> Any:
-        if name == "wrapped":  # not set yet (copy, pickle): no recursion
-            raise AttributeError(name)
-        return getattr(self.wrapped, name)
-
-
-class FastTiledImages(_Wrapping):
+class FastTiledImages(WrappedImageProcessor):
     """transformers' ``GotOcr2ImageProcessor`` (InternVL's) with a faster call for RGB PIL images.
 
     A call it cannot make with the same result (another keyword argument, another kind of
@@ -188,7 +173,7 @@ class FastTiledImages(_Wrapping):
         return (crop, low, high) if 1 <= low <= high or not crop else None
 
 
-class FastAnyResImages(_Wrapping):
+class FastAnyResImages(WrappedImageProcessor):
     """transformers' ``LlavaOnevisionImageProcessor`` with a faster call for one RGB PIL image
     per text (the images transformers cuts into tiles).
 
