@@ -72,6 +72,8 @@ def call_processor(
     if len(audios):
         kwargs["audio"] = list(audios)
         kwargs["audio_kwargs"] = {**(audio_kwargs or {}), "return_tensors": "pt"}
+    else:  # as apply_chat_template calls every processor (Qwen3-ASR's requires ``audio``)
+        kwargs["audio"] = None
     out = processor(
         text=[text],
         images=[pil] if pil else None,

@@ -191,8 +191,9 @@ IGNORE = -100
 ROLES = {"human": "user", "gpt": "assistant"}
 _MEDIA_TAG = re.compile(r"\s*(<image>|<video>)\s*")
 # The empty reasoning block a thinking template writes at the start of an answer (GLM-V):
-# the model writes it too, so it is labelled with the answer.
-_EMPTY_THINK = re.compile(r"^<think>\s*</think>\s*")
+# the model writes it too, so it is labelled with the answer (from its </think> where the
+# generation prompt opens it: GLM-5.3).
+_EMPTY_THINK = re.compile(r"^(?:<think>)?\s*</think>\s*")
 
 
 def hf_messages(conversation, images, videos=()):
