@@ -84,6 +84,22 @@ BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
         token_fields=("mm_token_type_ids",),
         end_of_turn=("<turn|>",),  # its generation prompt breaks the prefix property
     ),
+    # Gemma 4's layout for an encoder-free model: audio as raw waveform frames,
+    # (clips, frames, samples per token) and their frame mask, padded to the longest.
+    FamilySpec(
+        "gemma4-unified",
+        ("Gemma4UnifiedProcessor",),
+        visual={
+            "image_position_ids": "concat",
+            "pixel_values_videos": "concat",
+            "video_position_ids": "concat",
+            "num_frames_per_video": "concat",
+            "input_features": "pad_concat",
+            "input_features_mask": "pad_concat",
+        },
+        token_fields=("mm_token_type_ids",),
+        end_of_turn=("<turn|>",),
+    ),
     FamilySpec(
         "gemma3n",
         ("Gemma3nProcessor",),
@@ -109,6 +125,13 @@ BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
         visual={"image_sizes": "concat"},
         processor_attrs={"spatial_merge_size": 2},
     ),
+    # Pixtral's image processor, one <|image_pad|> per merged 2x2 patch (no row breaks).
+    FamilySpec(
+        "lighton-ocr",
+        ("LightOnOcrProcessor",),
+        pixel_values="pad_concat",
+        visual={"image_sizes": "concat"},
+    ),
     FamilySpec(
         "llava-next-video",
         ("LlavaNextVideoProcessor",),
@@ -125,6 +148,13 @@ BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
     # Its template closes an answer with <｜end▁of▁sentence｜> only when another turn follows:
     # no answer's label takes it, so every answer ends alike.
     FamilySpec("deepseek-vl", ("DeepseekVLProcessor",), end_of_turn=()),
+    # DeepSeek-VL's template; each image also as a SAM view, one row per image along dim 0.
+    FamilySpec(
+        "deepseek-vl-hybrid",
+        ("DeepseekVLHybridProcessor",),
+        visual={"high_res_pixel_values": "concat"},
+        end_of_turn=(),
+    ),
     # Tiles of all images along dim 0; the model fills the tokenizer's <IMG_ATOM> tokens.
     FamilySpec("ovis2", ("Ovis2Processor",), embedding_token="tokenizer.image_token", drop=("grids",)),
     # Image understanding; like DeepSeek-VL, no answer's label takes <｜end▁of▁sentence｜>.
@@ -207,6 +237,54 @@ BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
         visual={"input_features": "concat", "input_features_mask": "concat"},
         drop=("num_audio_tokens",),
         max_audio_clips=1,
+    ),
+    # One clip per text, its mel frames padded to whole 100-frame windows (a call's clips to
+    # the longest): zero-padded to the batch's longest.
+    FamilySpec(
+        "qwen3-asr",
+        ("Qwen3ASRProcessor",),
+        visual={"input_features": "pad_concat", "input_features_mask": "pad_concat"},
+        drop=("num_audio_tokens",),
+        max_audio_clips=1,
+    ),
+    # Whisper windows (one row per 30 s of a clip) and each clip's raw-sample mask, zero-padded
+    # to the batch's longest clip.
+    FamilySpec(
+        "moss-transcribe-diarize",
+        ("MossTranscribeDiarizeProcessor",),
+        visual={
+            "input_features": "concat",
+            "input_features_mask": "concat",
+            "padding_mask": "pad_concat",
+        },
+        drop=("num_audio_tokens",),
+    ),
+    # Qwen-style patches and grids of one-frame images (temporal_patch_size 1), images only.
+    FamilySpec("paddleocr-vl", ("PaddleOCRVLProcessor",), **_QWEN_GRID),
+    # Qwen-style patches and grids, one merge size per image / video, and the compression
+    # mask of the videos' merged tokens (a 1-D bool per token), all along dim 0. Its video
+    # size edges are the whole video's pixels, not a frame's: no per-frame pixel budget.
+    FamilySpec(
+        "videollama3",
+        ("VideoLlama3Processor",),
+        grid="image_grid_thw",
+        visual={
+            "image_merge_sizes": "concat",
+            **_QWEN_VIDEO,
+            "video_merge_sizes": "concat",
+            "video_compression_mask": "concat",
+        },
+    ),
+    # GLM-5.3-Flash: GLM-4V's layout (frames are <|image|> tokens inside video marks, which
+    # tell the model a frame from an image), sized by min/max_image_tokens, not size edges.
+    FamilySpec(
+        "glm-5-next",
+        ("Glm5NextProcessor",),
+        grid="image_grid_thw",
+        visual=_QWEN_VIDEO,
+        token_fields=("mm_token_type_ids",),
+        video_embedding_token="image_token",
+        end_of_turn=(),
     ),
     # Every image padded to one square (max_image_size): one row of pixels and of its pixel
     # mask per image (per crop when split), along dim 0.

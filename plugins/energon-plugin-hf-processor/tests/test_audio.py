@@ -20,16 +20,18 @@ from energon_plugins.testing import decode_every_sample, encode_tone
 
 FAMILY = "qwen2-audio"
 #: Families whose processor takes one clip per text (``FamilySpec.max_audio_clips`` 1).
-ONE_CLIP_FAMILIES = ("glmasr", "audioflamingo3", "musicflamingo")
+ONE_CLIP_FAMILIES = ("glmasr", "audioflamingo3", "musicflamingo", "qwen3-asr")
 #: Families whose tiny processor takes audio (Qwen2.5-Omni's and Gemma 4's take images and
 #: videos too).
 AUDIO_FAMILIES = (
     "qwen2-audio",
     "qwen2.5-omni",
     "gemma4",
+    "gemma4-unified",
     "gemma3n",
     "qwen3-omni",
     "phi4-multimodal",
+    "moss-transcribe-diarize",
     *ONE_CLIP_FAMILIES,
 )
 #: The audio inputs of those families.
