@@ -72,9 +72,9 @@ def as_av_decoder(audio: Any) -> Any:
     return audio
 
 
-def audio_seconds(decoder: Any, name: str) -> float:
-    """The length of the first audio stream, from the container (no samples decoded; in a
-    video container, its audio track).
+def audio_header(decoder: Any, name: str) -> tuple[float, int]:
+    """The length in seconds and the sampling rate of the first audio stream, from the
+    container (no samples decoded; in a video container, its audio track).
 
     Raises:
         AudioDecodeError: the file cannot be opened or has no audio stream (a video without
@@ -99,7 +99,7 @@ def audio_seconds(decoder: Any, name: str) -> float:
                 "container is read from its audio stream)"
             )
         raise AudioDecodeError(f"audio {name} has no audio stream")
-    return float(metadata.audio_duration)
+    return float(metadata.audio_duration), int(metadata.audio_sample_rate)
 
 
 def kept_windows(seconds: Sequence[float], options: AudioOptions) -> list[float] | None:
@@ -146,9 +146,12 @@ def resample(clip: np.ndarray, rate: int, target: int) -> np.ndarray:
     return np.concatenate(out).astype(np.float32, copy=False) if out else np.zeros(0, np.float32)
 
 
-def decode_audio(audio: Any, name: str, sampling_rate: int, seconds: float | None = None) -> np.ndarray:
+def decode_audio(
+    audio: Any, name: str, sampling_rate: int, seconds: float | None = None, rate: int | None = None
+) -> np.ndarray:
     """The first ``seconds`` (all: ``None``) of an audio clip, as mono float32 at
-    ``sampling_rate``; only that window is decoded.
+    ``sampling_rate``; only that window is decoded. ``rate``, the clip's own sampling rate when
+    :func:`audio_header` has read it, saves opening the container once more.
 
     Raises:
         AudioDecodeError: the file cannot be decoded, or decodes to nothing.
@@ -157,7 +160,8 @@ def decode_audio(audio: Any, name: str, sampling_rate: int, seconds: float | Non
     window = (0.0, float("inf") if seconds is None else float(seconds))
     try:
         decoder.suppress_warnings = True
-        rate = decoder.get_audio_samples_per_second()
+        if rate is None:
+            rate = decoder.get_audio_samples_per_second()
         clips, _ = decoder.get_audio_clips([window], audio_unit="seconds")
     except Exception as exc:
         raise AudioDecodeError(f"audio {name} cannot be decoded: {_describe(exc)}") from exc
@@ -218,7 +222,8 @@ class ProcessorAudio:
                 "takes no audio (no feature extractor)",
             )
         decoders = [(as_av_decoder(audio), name) for audio, name in audios]
-        lengths = [audio_seconds(decoder, name) for decoder, name in decoders]
+        headers = [audio_header(decoder, name) for decoder, name in decoders]
+        lengths = [length for length, _ in headers]
         kept = kept_windows(lengths, self.options)
         if kept is None:
             raise CountedSkip(
@@ -226,11 +231,11 @@ class ProcessorAudio:
                 f"sample {key!r}: {sum(lengths):.2f} s of audio > audio.max_seconds {self.options.max_seconds}",
             )
         decoded = []
-        for (decoder, name), length, keep in zip(decoders, lengths, kept):
+        for (decoder, name), (length, rate), keep in zip(decoders, headers, kept):
             window = keep if keep < length else None
             if self.window_seconds is not None and (window or length) > self.window_seconds:
                 window = self.window_seconds
-            waveform = decode_audio(decoder, name, self.sampling_rate, window)
+            waveform = decode_audio(decoder, name, self.sampling_rate, window, rate)
             decoded.append(DecodedAudio(waveform, self.sampling_rate, length, window or length))
         return decoded
 
