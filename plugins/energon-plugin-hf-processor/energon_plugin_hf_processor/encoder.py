@@ -143,7 +143,7 @@ class HFProcessorTaskEncoder(PreviewAudio, PreviewImages, RowLayouts, PluginTask
             self.renderer = ChatRenderer(
                 processor,
                 end_of_turn_tokens(processor) if end_of_turn is None else end_of_turn,
-                system_as_text=self.family.system_as_text,
+                text_roles=self.family.template_text_roles,
             )
         except ValueError as exc:
             raise ConfigError(f"task_encoder.options.processor: {exc}") from exc

@@ -126,7 +126,12 @@ class FamilySpec:
             is picked over that one (Mistral 3's ``PixtralProcessor`` has
             ``spatial_merge_size`` 2, Pixtral's 1).
         system_as_text: the chat template takes a system message's content as a string, not
-            as a list of parts (Pixtral's writes ``"[INST]" + system_message``).
+            as a list of parts (Pixtral's writes ``"[INST]" + system_message``); the same as
+            ``"system"`` in :attr:`text_roles`.
+        text_roles: the roles whose content reaches the chat template as a string, its text
+            parts joined, not as a list of parts (HunyuanOCR's writes
+            ``{{ message['content'] }}`` for an answer and reads a system content's text as a
+            string). :attr:`template_text_roles` adds ``"system"`` for :attr:`system_as_text`.
         placeholder_offsets: for a processor that does not report its placeholder
             expansions (``text_replacement_offsets``; Idefics2), the name of a
             :data:`~.placeholder_offsets.PLACEHOLDER_OFFSETS` function that computes them.
@@ -158,6 +163,7 @@ class FamilySpec:
     end_of_turn: tuple[str, ...] | None = None
     processor_attrs: dict[str, Any] = dataclasses.field(default_factory=dict)
     system_as_text: bool = False
+    text_roles: tuple[str, ...] = ()
     placeholder_offsets: str | None = None
     batch_layout: str | None = None
     max_audio_clips: int | None = None
@@ -176,6 +182,14 @@ class FamilySpec:
                 f"family {self.name!r}: batch layout {self.batch_layout!r}; known layouts: "
                 f"{', '.join(sorted(BATCH_LAYOUTS))} (add one with register_batch_layout)"
             )
+
+    @property
+    def template_text_roles(self) -> tuple[str, ...]:
+        """The roles whose content the chat template takes as a string: :attr:`text_roles`,
+        and ``system`` where :attr:`system_as_text` is set."""
+        if self.system_as_text and "system" not in self.text_roles:
+            return ("system", *self.text_roles)
+        return self.text_roles
 
     def combine(self, key: str) -> Combine:
         """The combine function of output ``key`` (:attr:`default_combine` for keys it does not name)."""

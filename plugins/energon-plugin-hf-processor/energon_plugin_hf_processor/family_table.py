@@ -286,6 +286,14 @@ BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
         video_embedding_token="image_token",
         end_of_turn=(),
     ),
+    # HunyuanOCR: Qwen-style patches and grids; its template writes an answer as
+    # {{ message['content'] }} and reads a system content as a string.
+    FamilySpec(
+        "hunyuan-vl",
+        ("HunYuanVLProcessor",),
+        text_roles=("system", "assistant"),
+        **_QWEN_GRID,
+    ),
     # Every image padded to one square (max_image_size): one row of pixels and of its pixel
     # mask per image (per crop when split), along dim 0.
     FamilySpec("aria", ("AriaProcessor",), visual={"pixel_mask": "concat"}),

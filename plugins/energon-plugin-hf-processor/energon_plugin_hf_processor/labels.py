@@ -62,10 +62,20 @@ class ChatRenderer:
     Args:
         processor: the transformers processor.
         end_of_turn: special tokens that may close an assistant turn (extending its span).
-        system_as_text: hand the template a system message's content as a string.
+        text_roles: the roles whose content the template takes as a string (the text of
+            its parts; :attr:`.FamilySpec.template_text_roles`).
+        system_as_text: hand the template a system message's content as a string (as
+            ``"system"`` in ``text_roles``).
     """
 
-    def __init__(self, processor: Any, end_of_turn: Sequence[str], *, system_as_text: bool = False) -> None:
+    def __init__(
+        self,
+        processor: Any,
+        end_of_turn: Sequence[str],
+        *,
+        text_roles: Sequence[str] = (),
+        system_as_text: bool = False,
+    ) -> None:
         from transformers.utils.chat_template_utils import render_jinja_template
 
         self._render_jinja = render_jinja_template
@@ -74,16 +84,29 @@ class ChatRenderer:
         # What apply_chat_template hands the template besides the messages.
         self.template_kwargs = dict(processor.tokenizer.special_tokens_map)
         self.end_of_turn = sorted((t for t in end_of_turn if t), key=len, reverse=True)
-        self.system_as_text = system_as_text
+        #: The roles whose content reaches the template as a string.
+        self.text_roles = frozenset(text_roles) | ({"system"} if system_as_text else set())
         # transformers' cached compiler (a function: the encoder pickles for loader workers,
         # a compiled template does not) and the template's other inputs as plain data, once.
         self._compile, self._plain_kwargs = _template_compiler(self.template_kwargs)
 
     def _template_messages(self, messages: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
-        """The messages as the template takes them (a system content as a string, if asked)."""
-        if self.system_as_text and messages and messages[0]["role"] == "system":
-            return [{**messages[0], "content": answer_text(messages[0])}, *messages[1:]]
-        return list(messages)
+        """The messages as the template takes them (the content of a :attr:`text_roles`
+        message as a string)."""
+        if not self.text_roles:
+            return list(messages)
+        out = []
+        for message in messages:
+            if message["role"] in self.text_roles and not isinstance(message["content"], str):
+                media = [p.get("type") for p in message["content"] if p.get("type") != "text"]
+                if media:  # the template would write none of them: the processor's count breaks
+                    raise ValueError(
+                        f"a {message['role']} turn holds a {media[0]!r} part, and this family's "
+                        f"chat template takes {message['role']} content as text only"
+                    )
+                message = {**message, "content": answer_text(message)}
+            out.append(message)
+        return out
 
     def render(self, messages: Sequence[dict[str, Any]], add_generation_prompt: bool = False) -> str:
         """The text ``processor.apply_chat_template(messages, tokenize=False)`` gives.

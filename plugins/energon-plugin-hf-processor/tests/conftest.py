@@ -196,8 +196,10 @@ _MEDIA_TAG = re.compile(r"\s*(<image>|<video>)\s*")
 _EMPTY_THINK = re.compile(r"^(?:<think>)?\s*</think>\s*")
 
 
-def hf_messages(conversation, images, videos=()):
-    """The conversation as ``apply_chat_template`` takes it, media inline in tag order."""
+def hf_messages(conversation, images, videos=(), text_roles=()):
+    """The conversation as ``apply_chat_template`` takes it, media inline in tag order; the
+    content of ``text_roles`` turns (a family's ``FamilySpec.template_text_roles``) as the
+    string a user hands a template that writes it as one (HunyuanOCR's answers)."""
     media = {"image": iter(images), "video": iter(videos)}
     messages = []
     for turn in conversation:
@@ -217,6 +219,8 @@ def hf_messages(conversation, images, videos=()):
                 {"type": p["type"], p["type"]: next(media[p["type"]])} if p["type"] in media else p
                 for p in content
             ]
+        if role in text_roles:
+            parts = "".join(p["text"] for p in parts if p["type"] == "text")
         messages.append({"role": role, "content": parts})
     return messages
 

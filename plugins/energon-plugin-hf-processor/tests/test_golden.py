@@ -47,7 +47,7 @@ def test_batches_equal_the_processors_output(
         for key in (k for keys in row_keys for k in keys):
             images, conversation = originals[key]
             refs[key] = processor.apply_chat_template(
-                golden.hf_messages(conversation, images),
+                golden.hf_messages(conversation, images, text_roles=spec.template_text_roles),
                 tokenize=True,
                 return_dict=True,
                 return_tensors="pt",
