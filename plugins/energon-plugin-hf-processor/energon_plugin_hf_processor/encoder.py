@@ -229,7 +229,7 @@ class HFProcessorTaskEncoder(PreviewAudio, PreviewImages, RowLayouts, PluginTask
         messages, images, videos = self.sample_messages(sample)
         audios = labelled_audios(sample)
         check_images(messages, len(images), str(sample.__key__), len(videos), len(audios))
-        self._check_image_count(sample, len(images))
+        self._check_image_count(sample, len(images), messages)
         self._check_audio_count(sample, len(audios))
         text, spans = self.renderer.render_conversation(messages)
         decoded = self.audio.decode(sample, audios) if audios else []
@@ -254,10 +254,12 @@ class HFProcessorTaskEncoder(PreviewAudio, PreviewImages, RowLayouts, PluginTask
         self._check_image_count(sample, len(images))
         return self._encode(sample, text, [(0, len(text))], images, append_eos=True)
 
-    def _check_image_count(self, sample: Any, count: int) -> None:
+    def _check_image_count(self, sample: Any, count: int, messages: Any = None) -> None:
         limit = self.options.max_images
         if limit is not None and count > limit:
             raise self._skip(sample, "too_many_images", f"{count} images > max_images {limit}")
+        if problem := self.family.image_turn_problem(messages, count):  # messages None: running text
+            raise self._skip(sample, *problem)
 
     def _check_audio_count(self, sample: Any, count: int) -> None:
         """Skip (``audio_count``) more clips than the family's processor takes in one text."""
@@ -364,7 +366,7 @@ class HFProcessorTaskEncoder(PreviewAudio, PreviewImages, RowLayouts, PluginTask
         """One processor call, its output as the sample (skipped if too long or unlabelled)."""
         out = self.call_processor(text, images, list(videos), plan, max_tiles, list(audios))
         layout = outputs.output_layout(self.family, out, len(images), len(videos))
-        if out.get("text_replacement_offsets") is None and self.placeholder_offsets is not None:
+        if self.placeholder_offsets is not None:  # the processor reports none (or, as written, empty)
             out["text_replacement_offsets"] = [self.placeholder_offsets(self.processor, text)]
         shift = self.prepended_chars
         spans = [(a + shift, b + shift) for a, b in spans] if shift else spans

@@ -145,6 +145,11 @@ class FamilySpec:
             with one clip (Phi-4-multimodal's ``audio_attention_mask``) is added, all true
             over the features' ``(clips, frames)``, so every clip of a batch has its row, as
             the processor's own call on several clips gives.
+        image_per_user_turn: the chat template writes one image's tokens in every user turn,
+            whatever the turn holds, and the processor raises without images (PP-Chart2Table's
+            fixed ``Chart to table`` turn): a sample is kept only with as many images as user
+            turns; one without images is skipped and counted (``no_image``), one with another
+            count, or running text (an interleaved sample), likewise (``image_count``).
     """
 
     name: str
@@ -168,6 +173,7 @@ class FamilySpec:
     batch_layout: str | None = None
     max_audio_clips: int | None = None
     filled_masks: dict[str, str] = dataclasses.field(default_factory=dict)
+    image_per_user_turn: bool = False
 
     def __post_init__(self) -> None:
         rules = {"pixel_values": self.pixel_values, "(default)": self.default_combine, **self.visual}
@@ -190,6 +196,28 @@ class FamilySpec:
         if self.system_as_text and "system" not in self.text_roles:
             return ("system", *self.text_roles)
         return self.text_roles
+
+    def image_turn_problem(
+        self, messages: list[dict[str, Any]] | None, num_images: int
+    ) -> tuple[str, str] | None:
+        """Why a sample does not fit :attr:`image_per_user_turn` (its skip reason and what it
+        holds), or ``None`` where it fits or the family writes images where they are.
+
+        Args:
+            messages: the sample's messages; ``None`` for running text (an interleaved sample).
+            num_images: its images.
+        """
+        if not self.image_per_user_turn:
+            return None
+        takes = f"family {self.name!r} writes one image in every user turn"
+        if not num_images:
+            return "no_image", f"no image; {takes} and its processor raises without one"
+        if messages is None:
+            return "image_count", f"{num_images} images in running text; {takes} of a conversation"
+        turns = sum(message["role"] == "user" for message in messages)
+        if num_images != turns:
+            return "image_count", f"{num_images} images in {turns} user turns; {takes}"
+        return None
 
     def combine(self, key: str) -> Combine:
         """The combine function of output ``key`` (:attr:`default_combine` for keys it does not name)."""

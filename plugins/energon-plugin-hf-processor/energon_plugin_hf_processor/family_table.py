@@ -294,6 +294,15 @@ BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
         text_roles=("system", "assistant"),
         **_QWEN_GRID,
     ),
+    # PP-Chart2Table (GOT-OCR2's model): the template writes one image's 256 <imgpad> in every
+    # user turn (the processor expands nothing), an answer as {{ message.get('content') }}.
+    FamilySpec(
+        "pp-chart2table",
+        ("PPChart2TableProcessor",),
+        text_roles=("assistant",),
+        placeholder_offsets="written_runs",
+        image_per_user_turn=True,
+    ),
     # Every image padded to one square (max_image_size): one row of pixels and of its pixel
     # mask per image (per crop when split), along dim 0.
     FamilySpec("aria", ("AriaProcessor",), visual={"pixel_mask": "concat"}),

@@ -83,7 +83,22 @@ def mllama_offsets(processor: Any, text: str) -> list[dict[str, Any]]:
     return records + pending
 
 
-PLACEHOLDER_OFFSETS: dict[str, PlaceholderOffsets] = {"idefics2": idefics2_offsets, "mllama": mllama_offsets}
+def written_runs_offsets(processor: Any, text: str) -> list[dict[str, Any]]:
+    """A chat template that writes every image's tokens itself (PP-Chart2Table's 256
+    ``<imgpad>`` between ``<img>`` and ``</img>``) and a processor that edits nothing: each run
+    of the image token is one image, left as written."""
+    image = getattr(processor, "image_token", None) or processor.tokenizer.image_token
+    return [
+        {"type": "image", "span": run.span(), "new_span": run.span(), "text": run[0], "replacement": run[0]}
+        for run in re.finditer(f"(?:{re.escape(image)})+", text)
+    ]
+
+
+PLACEHOLDER_OFFSETS: dict[str, PlaceholderOffsets] = {
+    "idefics2": idefics2_offsets,
+    "mllama": mllama_offsets,
+    "written_runs": written_runs_offsets,
+}
 """Named placeholder expansions (:attr:`FamilySpec.placeholder_offsets` values)."""
 
 

@@ -279,15 +279,28 @@ def _end_of_turn() -> dict[str, str]:
 END_OF_TURN = _end_of_turn()
 
 
+def taken(spec, originals):
+    """The keys of ``originals`` (``key -> (images, conversation)``) that the family of
+    ``spec`` encodes: all, but where it writes one image per user turn
+    (``FamilySpec.image_per_user_turn``) the others are skipped and counted."""
+    return {
+        key
+        for key, (images, conversation) in originals.items()
+        if spec.image_turn_problem(hf_messages(conversation, images), len(images)) is None
+    }
+
+
 @pytest.fixture(scope="session")
 def golden():
-    """The golden tests' helpers: ``hf_messages``, ``answers``, ``check_labels``, ``END_OF_TURN``."""
+    """The golden tests' helpers: ``hf_messages``, ``answers``, ``check_labels``, ``END_OF_TURN``,
+    ``taken``."""
     return types.SimpleNamespace(
         hf_messages=hf_messages,
         answers=answers,
         label_runs=label_runs,
         check_labels=check_labels,
         END_OF_TURN=END_OF_TURN,
+        taken=taken,
     )
 
 

@@ -36,11 +36,12 @@ def test_batches_equal_the_processors_output(
     processor.chat_template = processor.chat_template or processor.tokenizer.chat_template
     spec = family_for(processor)
     assert spec.name == family
+    taken = golden.taken(spec, originals)  # all but for one image per user turn (PP-Chart2Table)
     markers = "{% generation %}" in processor.chat_template
     dm = make_datamodule(path, processor_dirs[family], processor.tokenizer, packed=packed)
     checked = set()
     packed_rows = 0
-    for batch in every_batch(dm, list(originals)):
+    for batch in every_batch(dm, list(taken)):
         width = batch.input_ids.shape[1]
         row_keys = [key.split(",") for key in batch.__key__]
         refs = {}
@@ -78,7 +79,7 @@ def test_batches_equal_the_processors_output(
                 start = end
             assert (batch.labels[row, start:] == IGNORE).all()
             packed_rows += len(keys) > 1
-    assert checked == set(originals)
+    assert checked == taken
     assert (packed_rows > 0) == packed
 
 

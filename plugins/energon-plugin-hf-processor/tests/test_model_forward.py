@@ -17,6 +17,7 @@ skip the vision tower without ``pixel_values``.
 
 import pytest
 import torch
+from energon_plugin_hf_processor.families import families
 from energon_plugin_hf_processor.tiny import TINY_SPECS
 from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
 
@@ -208,7 +209,7 @@ def hf_kwargs(batch):
 
 @pytest.mark.parametrize("family", WITH_MODELS)
 def test_a_tiny_model_of_the_family_consumes_every_batch(
-    family, processor_dirs, conversation_data, make_datamodule, every_batch
+    family, processor_dirs, conversation_data, make_datamodule, every_batch, golden
 ):
     from transformers import AutoProcessor
 
@@ -218,6 +219,7 @@ def test_a_tiny_model_of_the_family_consumes_every_batch(
     model = tiny_model(family, tok).eval()
     seen_images = 0
     dm = make_datamodule(path, processor_dirs[family], tok, packed=False)
+    originals = {k: originals[k] for k in golden.taken(dm.task_encoder.family, originals)}
     for batch in every_batch(dm, list(originals)):
         with torch.no_grad():
             out = model(**hf_kwargs(batch))
@@ -286,6 +288,8 @@ TEXT_ONLY = {
 TEXT_ONLY_MODELS = WITH_MODELS + [
     name for name, spec in TINY_SPECS.items() if spec.model is not None and "image" not in spec.media
 ]
+# Less the families whose processor raises without images (an image per user turn: PP-Chart2Table).
+TEXT_ONLY_MODELS = [name for name in TEXT_ONLY_MODELS if not families()[name].image_per_user_turn]
 
 
 @pytest.fixture(scope="module")
