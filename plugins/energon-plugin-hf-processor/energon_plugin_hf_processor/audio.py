@@ -39,6 +39,10 @@ class AudioDecodeError(CountedSkip):
         super().__init__(REASON, message)
 
 
+class NoSoundTrack(AudioDecodeError):
+    """A video container read as audio has no audio stream."""
+
+
 @dataclasses.dataclass(frozen=True)
 class DecodedAudio:
     """One kept audio clip.
@@ -78,7 +82,7 @@ def audio_header(decoder: Any, name: str) -> tuple[float, int]:
 
     Raises:
         AudioDecodeError: the file cannot be opened or has no audio stream (a video without
-            an audio track is named as such).
+            an audio track: :class:`NoSoundTrack`).
     """
     try:
         decoder.suppress_warnings = True
@@ -94,7 +98,7 @@ def audio_header(decoder: Any, name: str) -> tuple[float, int]:
         raise AudioDecodeError(f"audio {name} cannot be read: {_describe(exc)}") from exc
     if metadata.audio_sample_rate is None or metadata.audio_duration is None:
         if metadata.video_fps is not None or metadata.video_duration is not None:
-            raise AudioDecodeError(
+            raise NoSoundTrack(
                 f"audio {name} is a video without an audio track (an audio part in a video "
                 "container is read from its audio stream)"
             )
@@ -221,14 +225,30 @@ class ProcessorAudio:
                 f"sample {key!r} has {len(audios)} audio clip(s); {type(self.processor).__name__} "
                 "takes no audio (no feature extractor)",
             )
-        decoders = [(as_av_decoder(audio), name) for audio, name in audios]
-        headers = [audio_header(decoder, name) for decoder, name in decoders]
+        return self.decode_opened(sample, [(as_av_decoder(audio), name) for audio, name in audios])
+
+    def decode_opened(
+        self,
+        sample: Any,
+        decoders: Sequence[tuple[Any, str]],
+        headers: Sequence[tuple[float, int]] | None = None,
+    ) -> list[DecodedAudio]:
+        """:meth:`decode` of ``(AVDecoder, part name)`` clips, their :func:`audio_header`
+        already read where ``headers`` is given (the budget, the window, one decode each).
+
+        Raises:
+            AudioDecodeError: a clip cannot be read or decoded.
+            CountedSkip: the sample is over ``audio.max_seconds`` (``audio_too_long``).
+        """
+        if headers is None:
+            headers = [audio_header(decoder, name) for decoder, name in decoders]
         lengths = [length for length, _ in headers]
         kept = kept_windows(lengths, self.options)
         if kept is None:
             raise CountedSkip(
                 TOO_LONG,
-                f"sample {key!r}: {sum(lengths):.2f} s of audio > audio.max_seconds {self.options.max_seconds}",
+                f"sample {getattr(sample, '__key__', None)!r}: {sum(lengths):.2f} s of audio > "
+                f"audio.max_seconds {self.options.max_seconds}",
             )
         decoded = []
         for (decoder, name), (length, rate), keep in zip(decoders, headers, kept):

@@ -18,6 +18,11 @@ class AudioOptions(BaseModel):
             the first ``max_seconds`` of its audio (clips in order, the one that crosses the
             budget cut short; a sample whose budget runs out before its last clip starts is
             still skipped and counted: every clip has a placeholder in the text).
+        use_audio_in_video: Qwen-Omni's ``use_audio_in_video`` (Qwen2.5-Omni, Qwen3-Omni): each
+            ``<video>`` part's own sound track is decoded too (under ``max_seconds``, in
+            conversation order among the clips) and the processor writes its audio tokens
+            interleaved with the video's; a video without a sound track is skipped and counted
+            (``audio``). The model must be called with ``use_audio_in_video=True`` too.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -37,4 +42,10 @@ class AudioOptions(BaseModel):
         default="skip",
         description="A sample whose audio lasts longer than max_seconds is skipped and counted "
         "(audio_too_long), or its clips are cut to fit (clip).",
+    )
+    use_audio_in_video: bool = Field(
+        default=False,
+        description="Qwen-Omni's use_audio_in_video (Qwen2.5-Omni, Qwen3-Omni): each <video> "
+        "part's own sound track is decoded as audio too and its audio tokens are interleaved with "
+        "the video's; a video without a sound track is skipped and counted (audio).",
     )

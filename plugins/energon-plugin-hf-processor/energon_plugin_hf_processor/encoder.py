@@ -44,6 +44,7 @@ from megatron.energon import (
 
 from energon_plugin_hf_processor import outputs
 from energon_plugin_hf_processor.audio import DecodedAudio, ProcessorAudio, labelled_audios
+from energon_plugin_hf_processor.audio_in_video import AudioInVideo
 from energon_plugin_hf_processor.audio_preview import PreviewAudio
 from energon_plugin_hf_processor.batch_layouts import RowLayouts
 from energon_plugin_hf_processor.families import FamilySpec, family_for
@@ -155,6 +156,7 @@ class HFProcessorTaskEncoder(PreviewAudio, PreviewImages, RowLayouts, PluginTask
         self.video = ProcessorVideo(processor, self.family, options.video, self.call_kwargs)
         #: The processor's audio side (sampling rate, budget, decoding: :mod:`.audio`).
         self.audio = ProcessorAudio(processor, options.audio)
+        self.audio_in_video = AudioInVideo(processor, self.audio)  # audio.use_audio_in_video
         self.audio_tag = options.audio.tag
         #: The token whose positions hold audio embeddings; ``None`` without audio.
         self.audio_token_id = embedding_token_id(processor, "audio_token") if self.audio.available else None
@@ -232,7 +234,7 @@ class HFProcessorTaskEncoder(PreviewAudio, PreviewImages, RowLayouts, PluginTask
         self._check_image_count(sample, len(images), messages)
         self._check_audio_count(sample, len(audios))
         text, spans = self.renderer.render_conversation(messages)
-        decoded = self.audio.decode(sample, audios) if audios else []
+        decoded = self.audio_in_video.decode(sample, messages, audios, videos)
         self.record_preview_audio(sample.__key__, decoded)  # kept only for preview
         return self._encode(sample, text, spans, images, videos, audios=decoded)
 
@@ -294,7 +296,7 @@ class HFProcessorTaskEncoder(PreviewAudio, PreviewImages, RowLayouts, PluginTask
             text,
             images,
             [video.frames for video in videos],
-            call_kwargs=self.call_kwargs,
+            call_kwargs={**self.call_kwargs, **self.audio_in_video.call_kwargs(audios)},
             image_kwargs=image_kwargs,
             videos_kwargs=videos_kwargs,
             audios=[audio.waveform for audio in audios],

@@ -123,6 +123,9 @@ class HFProcessorOptions(BaseModel):
             "audio_kwargs",
             "video_metadata",
             "do_sample_frames",
+            "load_audio_from_video",
+            "use_audio_in_video",
+            "audio_from_video_indices",
         }
         for high, low in self.tile_degradation.items():
             if high > 1 and not 1 <= low < high:
