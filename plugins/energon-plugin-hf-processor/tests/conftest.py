@@ -270,6 +270,25 @@ def check_labels(tokenizer, reference, ids, labels, expected_answers, end_token)
             assert tokenizer.decode([int(t)])[:1].isspace(), tokenizer.decode([int(t)])
 
 
+def checked_rows(batch, refs, tokenizer, answers_of, end_token, token_fields=()):
+    """Each sample of a batch whose ``__key__`` packs keys with commas, as ``(row, key, ids,
+    labels, start, end)``, once its ids equal its reference's (``refs[key]``, the processor's
+    own output), its labels decode to ``answers_of(key)`` (:func:`check_labels`) and its
+    ``token_fields`` equal the reference's."""
+    for row, keys in enumerate(key.split(",") for key in batch.__key__):
+        start = 0
+        for key in keys:
+            ref = refs[key]
+            end = start + ref["input_ids"].shape[1]
+            ids, labels = batch.input_ids[row, start:end], batch.labels[row, start:end]
+            assert torch.equal(ids, ref["input_ids"][0]), key
+            check_labels(tokenizer, ref, ids, labels, answers_of(key), end_token)
+            for field in token_fields:
+                assert torch.equal(batch.token_fields[field][row, start:end], ref[field][0].long()), field
+            yield row, key, ids, labels, start, end
+            start = end
+
+
 def _end_of_turn() -> dict[str, str]:
     from energon_plugin_hf_processor.tiny import TINY_SPECS
 
@@ -292,13 +311,14 @@ def taken(spec, originals):
 
 @pytest.fixture(scope="session")
 def golden():
-    """The golden tests' helpers: ``hf_messages``, ``answers``, ``check_labels``, ``END_OF_TURN``,
-    ``taken``."""
+    """The golden tests' helpers: ``hf_messages``, ``answers``, ``check_labels``,
+    ``checked_rows``, ``END_OF_TURN``, ``taken``."""
     return types.SimpleNamespace(
         hf_messages=hf_messages,
         answers=answers,
         label_runs=label_runs,
         check_labels=check_labels,
+        checked_rows=checked_rows,
         END_OF_TURN=END_OF_TURN,
         taken=taken,
     )

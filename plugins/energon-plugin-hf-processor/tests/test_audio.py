@@ -176,27 +176,17 @@ def test_audio_batches_equal_the_processors_output(
         assert any(key in visual for key in AUDIO_KEYS) == any(
             key in ref for ref in refs for key in AUDIO_KEYS
         )
-        refs_iter = iter(refs)
-        for row, keys in enumerate(row_keys):
-            start = 0
-            for key in keys:
-                ref = next(refs_iter)
-                end = start + ref["input_ids"].shape[1]
-                ids, labels = batch.input_ids[row, start:end], batch.labels[row, start:end]
-                assert torch.equal(ids, ref["input_ids"][0]), key
-                golden.check_labels(
-                    processor.tokenizer,
-                    ref,
-                    ids,
-                    labels,
-                    golden.answers(originals[key][1]),
-                    golden.END_OF_TURN[family],
-                )
-                for field in spec.token_fields:
-                    assert torch.equal(batch.token_fields[field][row, start:end], ref[field][0].long())
-                checked.add(key)
-                start = end
-            packed_rows += len(keys) > 1
+        keyed = dict(zip((k for keys in row_keys for k in keys), refs))
+        rows = golden.checked_rows(
+            batch,
+            keyed,
+            processor.tokenizer,
+            lambda key: golden.answers(originals[key][1]),
+            golden.END_OF_TURN[family],
+            spec.token_fields,
+        )
+        checked.update(key for _, key, *_ in rows)
+        packed_rows += sum(len(keys) > 1 for keys in row_keys)
     assert checked == set(taken)
     assert (packed_rows > 0) == packed
 

@@ -55,30 +55,24 @@ def test_batches_equal_the_processors_output(
                 return_assistant_tokens_mask=markers,
             )
         check_batch_vision(batch, [refs[k] for keys in row_keys for k in keys], spec)
-        for row, keys in enumerate(row_keys):
-            start = 0
-            for key in keys:
-                ref = refs[key]
-                end = start + ref["input_ids"].shape[1]
-                ids, labels = batch.input_ids[row, start:end], batch.labels[row, start:end]
-                assert torch.equal(ids, ref["input_ids"][0]), (family, key)
-                golden.check_labels(
-                    processor.tokenizer,
-                    ref,
-                    ids,
-                    labels,
-                    golden.answers(originals[key][1]),
-                    golden.END_OF_TURN[family],
-                )
-                for field in spec.token_fields:
-                    assert torch.equal(batch.token_fields[field][row, start:end], ref[field][0].long())
-                if batch.packed_seq_params is not None:  # every sub-sample is its own segment
-                    cu = batch.packed_seq_params.cu_seqlens_q.tolist()
-                    assert row * width + start in cu and row * width + end in cu
-                checked.add(key)
-                start = end
-            assert (batch.labels[row, start:] == IGNORE).all()
-            packed_rows += len(keys) > 1
+        rows = golden.checked_rows(
+            batch,
+            refs,
+            processor.tokenizer,
+            lambda key: golden.answers(originals[key][1]),
+            golden.END_OF_TURN[family],
+            spec.token_fields,
+        )
+        ends = {}
+        for row, key, _, _, start, end in rows:
+            if batch.packed_seq_params is not None:  # every sub-sample is its own segment
+                cu = batch.packed_seq_params.cu_seqlens_q.tolist()
+                assert row * width + start in cu and row * width + end in cu
+            checked.add(key)
+            ends[row] = end
+        for row, end in ends.items():
+            assert (batch.labels[row, end:] == IGNORE).all()
+        packed_rows += sum(len(keys) > 1 for keys in row_keys)
     assert checked == taken
     assert (packed_rows > 0) == packed
 

@@ -201,31 +201,23 @@ def test_sound_tracks_of_videos_equal_the_processors_output(
             assert (name in (batch.visual or {})) == bool(parts), name
             if parts:
                 assert torch.equal(torch.as_tensor(batch.visual[name]), spec.combine(name)(parts)), name
-        for row, keys in enumerate(row_keys):
-            start = 0
-            for key in keys:
-                ref = refs[key]
-                end = start + ref["input_ids"].shape[1]
-                ids, labels = batch.input_ids[row, start:end], batch.labels[row, start:end]
-                assert torch.equal(ids, ref["input_ids"][0]), (family, key)
-                golden.check_labels(
-                    processor.tokenizer,
-                    ref,
-                    ids,
-                    labels,
-                    golden.answers(originals[key]["conversation"]),
-                    golden.END_OF_TURN[family],
-                )
-                media = (ids == audio_id) | (ids == video_id)
-                assert not bool((labels[media] != IGNORE).any()), key
-                # Every sound track's tokens sit inside its video's span, with frames after them.
-                audio_at = (ids == audio_id).nonzero().flatten().tolist()
-                video_at = (ids == video_id).nonzero().flatten().tolist()
-                tracks = len(originals[key]["tracks"])
-                if tracks and audio_at and video_at[0] < audio_at[0] < video_at[-1]:
-                    interleaved.add(key)
-                checked.add(key)
-                start = end
+        rows = golden.checked_rows(
+            batch,
+            refs,
+            processor.tokenizer,
+            lambda key: golden.answers(originals[key]["conversation"]),
+            golden.END_OF_TURN[family],
+        )
+        for _, key, ids, labels, _, _ in rows:
+            media = (ids == audio_id) | (ids == video_id)
+            assert not bool((labels[media] != IGNORE).any()), key
+            # Every sound track's tokens sit inside its video's span, with frames after them.
+            audio_at = (ids == audio_id).nonzero().flatten().tolist()
+            video_at = (ids == video_id).nonzero().flatten().tolist()
+            tracks = len(originals[key]["tracks"])
+            if tracks and audio_at and video_at[0] < audio_at[0] < video_at[-1]:
+                interleaved.add(key)
+            checked.add(key)
     assert checked == set(originals)
     assert interleaved >= {"track", "two-tracks"}
     assert dm.skip_counts() == {}

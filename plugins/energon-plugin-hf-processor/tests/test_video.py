@@ -144,35 +144,26 @@ def test_video_batches_equal_the_processors_output(family, processor_dirs, video
         }
         check_vision(batch, [refs[k] for keys_ in row_keys for k in keys_], spec)
         counts = iter(batch.video_token_counts.tolist())
-        for row, keys_ in enumerate(row_keys):
-            start = 0
-            for key in keys_:
-                ref = refs[key]
-                end = start + ref["input_ids"].shape[1]
-                ids, labels = batch.input_ids[row, start:end], batch.labels[row, start:end]
-                assert torch.equal(ids, ref["input_ids"][0]), (family, key)
-                golden.check_labels(
-                    processor.tokenizer,
-                    ref,
-                    ids,
-                    labels,
-                    golden.answers(originals[key]["conversation"]),
-                    golden.END_OF_TURN[family],
-                )
-                for field in spec.token_fields:
-                    assert torch.equal(batch.token_fields[field][row, start:end], ref[field][0].long())
-                video_ids = ids == encoder.video_token_id
-                n_videos = len(originals[key]["videos"])
-                per_video = [next(counts) for _ in range(n_videos)]
-                # GLM-5.3's frames and images share <|image|> (video marks tell them apart).
-                shared = family == "glm-5-next" and originals[key]["images"]
-                if family not in ("internvl", "smolvlm") and not shared:  # frames fill the image token
-                    assert sum(per_video) == int(video_ids.sum()) > 0 or n_videos == 0
-                assert all(c > 0 for c in per_video) and not bool((labels[video_ids] != IGNORE).any())
-                if key not in checked:  # a packed loader may bring a key round again
-                    videos_seen += n_videos
-                checked.add(key)
-                start = end
+        rows = golden.checked_rows(
+            batch,
+            refs,
+            processor.tokenizer,
+            lambda key: golden.answers(originals[key]["conversation"]),
+            golden.END_OF_TURN[family],
+            spec.token_fields,
+        )
+        for _, key, ids, labels, _, _ in rows:
+            video_ids = ids == encoder.video_token_id
+            n_videos = len(originals[key]["videos"])
+            per_video = [next(counts) for _ in range(n_videos)]
+            # GLM-5.3's frames and images share <|image|> (video marks tell them apart).
+            shared = family == "glm-5-next" and originals[key]["images"]
+            if family not in ("internvl", "smolvlm") and not shared:  # frames fill the image token
+                assert sum(per_video) == int(video_ids.sum()) > 0 or n_videos == 0
+            assert all(c > 0 for c in per_video) and not bool((labels[video_ids] != IGNORE).any())
+            if key not in checked:  # a packed loader may bring a key round again
+                videos_seen += n_videos
+            checked.add(key)
         assert int(batch.num_videos.sum()) == batch.video_token_counts.numel()
     assert checked == set(keys)
     assert videos_seen == sum(len(originals[k]["videos"]) for k in keys) >= 3
