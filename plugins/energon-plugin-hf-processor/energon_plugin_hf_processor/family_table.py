@@ -34,6 +34,8 @@ BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
         # cannot hold both (transformers' Glm4vModel.get_placeholder_mask).
         video_with_images=False,
         end_of_turn=(),
+        # GLM-4.1V-Thinking's template writes {{ msg.content }} for system and assistant turns.
+        text_roles=("system", "assistant"),
         **_QWEN_GRID,
     ),
     FamilySpec("llava", ("LlavaProcessor",)),
@@ -171,6 +173,7 @@ BUILTIN_FAMILIES: tuple[FamilySpec, ...] = (
         ("PerceptionLMProcessor",),
         visual={"pixel_values_videos": "concat"},
         fixed_video_frames=True,  # (videos, frames, C, H, W): one frame count per batch
+        text_roles=("system",),  # the template writes a system content with |trim
     ),
     FamilySpec(
         "lfm2-vl",

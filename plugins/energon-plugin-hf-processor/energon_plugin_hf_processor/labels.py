@@ -101,7 +101,7 @@ class ChatRenderer:
                 media = [p.get("type") for p in message["content"] if p.get("type") != "text"]
                 if media:  # the template would write none of them: the processor's count breaks
                     raise ValueError(
-                        f"a {message['role']} turn holds a {media[0]!r} part, and this family's "
+                        f"the {message['role']} turn holds a {media[0]!r} part, and this family's "
                         f"chat template takes {message['role']} content as text only"
                     )
                 message = {**message, "content": answer_text(message)}
