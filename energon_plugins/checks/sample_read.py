@@ -81,10 +81,11 @@ def skips_unlogged() -> Iterator[None]:
         log.setLevel(level)
 
 
-def read_samples(datamodule: Any, *, limit: int = SAMPLE_LIMIT, seconds: float = TIME_LIMIT_S) -> SampleRead:
+def read_samples(datamodule: Any, *, limit: int = SAMPLE_LIMIT, seconds: float | None = None) -> SampleRead:
     """Encode the first training samples of ``datamodule`` one by one in this process.
 
-    Stops after ``limit`` samples (encoded or skipped) or once ``seconds`` have passed. Uses
+    Stops after ``limit`` samples (encoded or skipped) or once ``seconds`` (``None``:
+    :data:`TIME_LIMIT_S`, read at the call) have passed. Uses
     the datamodule's training encoder (its skip counts grow) and the arguments of its
     ``energon:`` section that describe the dataset.
 
@@ -95,6 +96,8 @@ def read_samples(datamodule: Any, *, limit: int = SAMPLE_LIMIT, seconds: float =
     """
     from megatron.energon import WorkerConfig, get_loader, get_val_dataset
     from megatron.energon.errors import FatalSampleError
+
+    seconds = TIME_LIMIT_S if seconds is None else seconds
 
     from energon_plugins.config.energon_arguments import split_energon_arguments
     from energon_plugins.loading.errors_policy import SkipTracker
