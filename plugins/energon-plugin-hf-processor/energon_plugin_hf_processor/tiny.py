@@ -21,7 +21,7 @@ from typing import Any
 
 from energon_plugin_hf_processor import tiny_templates as templates
 from energon_plugin_hf_processor.tiny_families import discovered_specs
-from energon_plugin_hf_processor.tiny_spec import TinySpec
+from energon_plugin_hf_processor.tiny_spec import QWEN2_SPECIAL, TinySpec
 
 _CORPUS = [
     "How many rectangles are there? There are 3 rectangles.",
@@ -35,22 +35,6 @@ _CORPUS = [
 ]
 
 
-_QWEN_SPECIAL = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-)
 _LLAMA_SPECIAL = ("<unk>", "<s>", "</s>")
 _ROW_COL = tuple(f"<row_{i + 1}_col_{j + 1}>" for i in range(6) for j in range(6))
 
@@ -205,7 +189,7 @@ TINY_SPECS: dict[str, TinySpec] = {
     for spec in (
         TinySpec(
             "qwen2-vl",
-            _QWEN_SPECIAL,
+            QWEN2_SPECIAL,
             _qwen_vl("Qwen2VLProcessor", 14, "Qwen2VLVideoProcessor"),
             "Qwen/Qwen2-VL-7B-Instruct",
             pad="<|endoftext|>",
@@ -215,7 +199,7 @@ TINY_SPECS: dict[str, TinySpec] = {
         ),
         TinySpec(
             "qwen2.5-vl",
-            _QWEN_SPECIAL,
+            QWEN2_SPECIAL,
             _qwen_vl("Qwen2_5_VLProcessor", 14, "Qwen2VLVideoProcessor"),
             "Qwen/Qwen2.5-VL-7B-Instruct",
             pad="<|endoftext|>",
@@ -225,7 +209,7 @@ TINY_SPECS: dict[str, TinySpec] = {
         ),
         TinySpec(
             "qwen3-vl",
-            _QWEN_SPECIAL,
+            QWEN2_SPECIAL,
             _qwen_vl("Qwen3VLProcessor", 16, "Qwen3VLVideoProcessor"),
             "Qwen/Qwen3-VL-8B-Instruct",
             pad="<|endoftext|>",
@@ -259,7 +243,7 @@ TINY_SPECS: dict[str, TinySpec] = {
         ),
         TinySpec(
             "llava-onevision",
-            (*_QWEN_SPECIAL[:3], "<image>", "<video>"),
+            (*QWEN2_SPECIAL[:3], "<image>", "<video>"),
             _llava_onevision,
             "llava-hf/llava-onevision-qwen2-0.5b-ov-hf",
             pad="<|endoftext|>",
@@ -333,7 +317,7 @@ TINY_SPECS: dict[str, TinySpec] = {
         ),
         TinySpec(
             "internvl",
-            (*_QWEN_SPECIAL[:3], "<img>", "</img>", "<IMG_CONTEXT>", "<video>"),
+            (*QWEN2_SPECIAL[:3], "<img>", "</img>", "<IMG_CONTEXT>", "<video>"),
             _internvl,
             "OpenGVLab/InternVL3-1B-hf",
             pad="<|endoftext|>",

@@ -43,3 +43,23 @@ class TinySpec:
     end_of_turn: str = ""
     model: Callable[[Any], Any] | None = None
     media: tuple[str, ...] = ("image",)
+
+
+QWEN2_SPECIAL = (
+    "<|endoftext|>",
+    "<|im_start|>",
+    "<|im_end|>",
+    "<|object_ref_start|>",
+    "<|object_ref_end|>",
+    "<|box_start|>",
+    "<|box_end|>",
+    "<|quad_start|>",
+    "<|quad_end|>",
+    "<|vision_start|>",
+    "<|vision_end|>",
+    "<|vision_pad|>",
+    "<|image_pad|>",
+    "<|video_pad|>",
+)
+"""The Qwen2 / Qwen2.5 tokenizers' special tokens in id order (``<|endoftext|>`` 151643 on),
+which the Qwen-VL families and several others built on those tokenizers ship."""

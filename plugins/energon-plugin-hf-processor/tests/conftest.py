@@ -270,6 +270,26 @@ def check_labels(tokenizer, reference, ids, labels, expected_answers, end_token)
             assert tokenizer.decode([int(t)])[:1].isspace(), tokenizer.decode([int(t)])
 
 
+def kept_frames(every, fps, num_frames):
+    """``num_frames`` of a video's ``every`` decoded frame, picked as the encoder picks them
+    (:func:`energon_plugins.frame_indices`), and the ``VideoMetadata`` the processor gets
+    with them: ``(frames, metadata)``."""
+    from transformers.video_utils import VideoMetadata
+
+    from energon_plugins import frame_indices
+
+    indices = frame_indices(len(every), num_frames)
+    metadata = VideoMetadata(
+        total_num_frames=len(every),
+        fps=float(fps),
+        width=every.shape[2],
+        height=every.shape[1],
+        duration=len(every) / fps,
+        frames_indices=indices,
+    )
+    return every[indices], metadata
+
+
 def checked_rows(batch, refs, tokenizer, answers_of, end_token, token_fields=()):
     """Each sample of a batch whose ``__key__`` packs keys with commas, as ``(row, key, ids,
     labels, start, end)``, once its ids equal its reference's (``refs[key]``, the processor's
@@ -312,13 +332,14 @@ def taken(spec, originals):
 @pytest.fixture(scope="session")
 def golden():
     """The golden tests' helpers: ``hf_messages``, ``answers``, ``check_labels``,
-    ``checked_rows``, ``END_OF_TURN``, ``taken``."""
+    ``checked_rows``, ``kept_frames``, ``END_OF_TURN``, ``taken``."""
     return types.SimpleNamespace(
         hf_messages=hf_messages,
         answers=answers,
         label_runs=label_runs,
         check_labels=check_labels,
         checked_rows=checked_rows,
+        kept_frames=kept_frames,
         END_OF_TURN=END_OF_TURN,
         taken=taken,
     )

@@ -19,7 +19,6 @@ import pytest
 import torch
 from energon_plugin_hf_processor.families import family_for
 
-from energon_plugins import frame_indices
 from energon_plugins.testing import (
     decode_every_frame,
     decode_every_sample,
@@ -95,22 +94,8 @@ def track_data(tmp_path_factory):
 def reference(processor, original, golden, **flag):
     """The processor's own output, called as ``apply_chat_template(messages, tokenize=True,
     load_audio_from_video=True)`` calls it, each video's decoded sound track in its slot."""
-    from transformers.video_utils import VideoMetadata
-
-    videos, metadata = [], []
-    for every, fps in original["videos"]:
-        indices = frame_indices(len(every), NUM_FRAMES)
-        videos.append(every[indices])
-        metadata.append(
-            VideoMetadata(
-                total_num_frames=len(every),
-                fps=float(fps),
-                width=every.shape[2],
-                height=every.shape[1],
-                duration=len(every) / fps,
-                frames_indices=indices,
-            )
-        )
+    picked = [golden.kept_frames(every, fps, NUM_FRAMES) for every, fps in original["videos"]]
+    videos, metadata = [frames for frames, _ in picked], [meta for _, meta in picked]
     messages = golden.hf_messages(original["conversation"], [], videos)
     prompt = processor.apply_chat_template(messages, tokenize=False)
     # One audio slot per video and per audio part, in conversation order (transformers'

@@ -14,8 +14,6 @@ import torch
 from energon_plugin_hf_processor.families import family_for
 from energon_plugin_hf_processor.tiny import TINY_FAMILIES
 
-from energon_plugins import frame_indices
-
 VIDEO_FAMILIES = (
     "qwen2-vl",
     "qwen2.5-vl",
@@ -40,22 +38,8 @@ IGNORE = -100
 
 def reference(processor, original, golden, num_frames=NUM_FRAMES, markers=False, **kwargs):
     """The processor's own output for a sample: frames picked from a full PyAV decode."""
-    from transformers.video_utils import VideoMetadata
-
-    videos, metadata = [], []
-    for _, _, every, fps in original["videos"]:
-        indices = frame_indices(len(every), num_frames)
-        videos.append(every[indices])
-        metadata.append(
-            VideoMetadata(
-                total_num_frames=len(every),
-                fps=float(fps),
-                width=every.shape[2],
-                height=every.shape[1],
-                duration=len(every) / fps,
-                frames_indices=indices,
-            )
-        )
+    picked = [golden.kept_frames(every, fps, num_frames) for _, _, every, fps in original["videos"]]
+    videos, metadata = [frames for frames, _ in picked], [meta for _, meta in picked]
     messages = golden.hf_messages(original["conversation"], original["images"], videos)
     if videos:
         kwargs["processor_kwargs"] = dict(do_sample_frames=False, video_metadata=metadata)

@@ -24,14 +24,13 @@ def still_clip():
     return data, np.stack(decode_every_frame(data))
 
 
-def test_a_still_clip_keeps_the_processors_compressed_tokens(processor_dirs):
+def test_a_still_clip_keeps_the_processors_compressed_tokens(processor_dirs, golden):
     from energon_plugin_hf_processor.encoder import HFProcessorTaskEncoder
     from energon_plugin_hf_processor.options import HFProcessorOptions
     from energon_plugin_hf_processor.tiny import TINY_SPECS
     from transformers import AutoProcessor
-    from transformers.video_utils import VideoMetadata
 
-    from energon_plugins import BuildContext, ChatMLSample, frame_indices
+    from energon_plugins import BuildContext, ChatMLSample
 
     data, every = still_clip()
     enc = HFProcessorTaskEncoder(
@@ -52,19 +51,11 @@ def test_a_still_clip_keeps_the_processors_compressed_tokens(processor_dirs):
     out = enc.encode_sample(sample)
 
     processor = AutoProcessor.from_pretrained(processor_dirs[FAMILY], local_files_only=True)
-    indices = frame_indices(len(every), NUM_FRAMES)
-    metadata = VideoMetadata(
-        total_num_frames=len(every),
-        fps=8.0,
-        width=64,
-        height=48,
-        duration=len(every) / 8,
-        frames_indices=indices,
-    )
+    frames, metadata = golden.kept_frames(every, 8, NUM_FRAMES)
     messages = [
         {
             "role": "user",
-            "content": [{"type": "video", "video": every[indices]}, {"type": "text", "text": "What moves?"}],
+            "content": [{"type": "video", "video": frames}, {"type": "text", "text": "What moves?"}],
         },
         {"role": "assistant", "content": [{"type": "text", "text": "Nothing."}]},
     ]

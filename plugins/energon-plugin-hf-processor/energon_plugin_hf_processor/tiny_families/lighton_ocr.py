@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from energon_plugin_hf_processor.tiny_sizes import text_config, vision_config
-from energon_plugin_hf_processor.tiny_spec import TinySpec
+from energon_plugin_hf_processor.tiny_spec import QWEN2_SPECIAL, TinySpec
 
 # lightonai/LightOnOCR-1B-1025 chat_template.jinja, copied exactly: an empty system turn
 # first, one <|image_pad|> per image (expanded by the processor), a newline after each part.
@@ -41,22 +41,7 @@ Picture {{ image_count.value }}:
 
 # The checkpoint's Qwen2 tokenizer's special tokens in id order (<|endoftext|> 151643 ...
 # <|video_pad|> 151656); the processor reads its three image tokens from the tokenizer.
-SPECIAL = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-)
+SPECIAL = QWEN2_SPECIAL
 # 14-pixel patches merged 2x2: one <|image_pad|> per 28x28 pixels, images scaled to at most
 # 112 pixels (4x4 tokens).
 PATCH = 14

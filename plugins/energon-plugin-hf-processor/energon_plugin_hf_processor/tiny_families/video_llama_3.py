@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 from energon_plugin_hf_processor.tiny_sizes import text_config
-from energon_plugin_hf_processor.tiny_spec import TinySpec
+from energon_plugin_hf_processor.tiny_spec import QWEN2_SPECIAL, TinySpec
 
 # lkhl/VideoLLaMA3-2B-Image-HF chat_template.jinja (main).
 VIDEO_LLAMA_3_TEMPLATE = r"""{%- set identifier = 'im' %}
@@ -58,23 +58,6 @@ You are VideoLLaMA3 created by Alibaba DAMO Academy, a helpful assistant to help
 {% endif %}
 """
 
-# The Qwen2.5 tokenizer's special tokens, in id order (151643 on).
-VIDEO_LLAMA_3_SPECIAL = (
-    "<|endoftext|>",
-    "<|im_start|>",
-    "<|im_end|>",
-    "<|object_ref_start|>",
-    "<|object_ref_end|>",
-    "<|box_start|>",
-    "<|box_end|>",
-    "<|quad_start|>",
-    "<|quad_end|>",
-    "<|vision_start|>",
-    "<|vision_end|>",
-    "<|vision_pad|>",
-    "<|image_pad|>",
-    "<|video_pad|>",
-)
 
 PATCH = 14
 
@@ -121,7 +104,7 @@ def _model(tokenizer: Any) -> Any:
 SPECS = (
     TinySpec(
         "videollama3",
-        VIDEO_LLAMA_3_SPECIAL,
+        QWEN2_SPECIAL,
         _build,
         "lkhl/VideoLLaMA3-2B-Image-HF",
         pad="<|endoftext|>",
